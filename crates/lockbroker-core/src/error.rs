@@ -1,0 +1,68 @@
+//! Errors of the lock domain: what a caller did wrong, and what went wrong underneath.
+
+use std::borrow::Cow;
+
+use crate::lease::Holder;
+
+/// A request field that broke a rule; nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    /// The field as the API spells it, e.g. `ttl_ms`.
+    pub field: &'static str,
+    /// What the rule is, phrased for the caller.
+    pub message: Cow<'static, str>,
+}
+
+impl ValidationError {
+    /// A rejection of `field` with a human-readable rule.
+    pub fn new(field: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a lock store could not answer. Every variant fails closed: no grant is made
+/// on the strength of an error.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The backend did not answer in time or could not be reached.
+    #[error("lock store unavailable: {0}")]
+    Unavailable(String),
+    /// The backend answered something the store cannot interpret.
+    #[error("lock store protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Every way a lock operation can end other than success.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The request broke a validation rule.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// Another lease holds the lock (after waiting, if the caller asked to wait).
+    #[error("lock is held by another lease")]
+    Busy(Holder),
+    /// The token no longer holds the lease: it expired, was released, or was taken.
+    #[error("the lease expired or was taken by another holder")]
+    LeaseLost,
+    /// Extending would keep the lease past its acquisition time plus the max hold.
+    #[error("extending would exceed the maximum hold time of {max_hold_ms} ms")]
+    MaxHoldExceeded {
+        /// The configured maximum hold.
+        max_hold_ms: u64,
+        /// How long the lease stays valid without the extension.
+        expires_in_ms: u64,
+    },
+    /// This broker already has as many waiters as its limits allow.
+    #[error("too many requests are already waiting")]
+    TooManyWaiters,
+    /// The broker is shutting down and stopped waiting on the caller's behalf.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
+    /// The lock store could not be used; nothing was granted.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

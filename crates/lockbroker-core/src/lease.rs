@@ -1,0 +1,301 @@
+//! The values a lease is made of, each constructed only through its checks.
+
+use std::fmt;
+
+use rand::RngCore;
+
+use crate::error::ValidationError;
+use crate::name::LockName;
+
+/// A lease duration in milliseconds, at least 1 and never "forever".
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ttl(u64);
+
+impl Ttl {
+    /// Accepts `ms` in `1..=max_ms`; the error names `field`.
+    pub fn parse(field: &'static str, ms: u64, max_ms: u64) -> Result<Self, ValidationError> {
+        if ms == 0 {
+            return Err(ValidationError::new(field, "must be at least 1"));
+        }
+        if ms > max_ms {
+            return Err(ValidationError::new(
+                field,
+                format!("must be at most {max_ms} (the configured maximum)"),
+            ));
+        }
+        Ok(Self(ms))
+    }
+
+    /// The duration in milliseconds.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+}
+
+/// How long a lock stays unavailable after a lease *expires* (not after a
+/// release), so a stalled holder can notice before the next one starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockDelay(u64);
+
+impl LockDelay {
+    /// Accepts `ms` in `0..=max_ms`.
+    pub fn parse(ms: u64, max_ms: u64) -> Result<Self, ValidationError> {
+        if ms > max_ms {
+            return Err(ValidationError::new(
+                "lock_delay_ms",
+                format!("must be at most {max_ms} (the configured maximum)"),
+            ));
+        }
+        Ok(Self(ms))
+    }
+
+    /// The delay in milliseconds.
+    pub fn as_millis(self) -> u64 {
+        self.0
+    }
+}
+
+/// A fence number: strictly greater than every fence issued before it for the
+/// same lock, and below 2^53 so JSON readers in every language keep it exact.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Fence(u64);
+
+impl Fence {
+    /// Wraps a fence read back from the store.
+    pub fn new(value: u64) -> Self {
+        Self(value)
+    }
+
+    /// The fence as a number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Bytes of randomness in a lease token (128 bits).
+const TOKEN_BYTES: usize = 16;
+/// The longest token text accepted from a caller; longer input cannot be ours.
+const MAX_TOKEN_LEN: usize = 128;
+
+/// The secret that proves a caller holds a lease.
+///
+/// `Debug` and `Display` print a redaction, so a token cannot reach a log line
+/// by accident; only [`LeaseToken::expose`] yields the text.
+#[derive(Clone, PartialEq, Eq)]
+pub struct LeaseToken(String);
+
+impl LeaseToken {
+    /// A fresh token: 128 bits from the operating system's CSPRNG, as lowercase hex.
+    pub fn generate() -> Self {
+        let mut bytes = [0u8; TOKEN_BYTES];
+        rand::rngs::OsRng.fill_bytes(&mut bytes);
+        let mut text = String::with_capacity(TOKEN_BYTES * 2);
+        for byte in bytes {
+            text.push(HEX[usize::from(byte >> 4)] as char);
+            text.push(HEX[usize::from(byte & 0x0f)] as char);
+        }
+        Self(text)
+    }
+
+    /// Accepts a token sent back by a caller: 1 to 128 URL-safe characters.
+    /// The error never repeats the input.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        if raw.is_empty() {
+            return Err(ValidationError::new("token", "must not be empty"));
+        }
+        if raw.len() > MAX_TOKEN_LEN
+            || !raw
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(ValidationError::new(
+                "token",
+                "is not a token this broker issued",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The secret text, for the acquirer's response and the store only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl fmt::Debug for LeaseToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LeaseToken(<redacted>)")
+    }
+}
+
+/// A free-form label of who holds a lease, shown to other callers and operators.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner(String);
+
+/// The longest owner label accepted, in characters.
+pub const MAX_OWNER_LEN: usize = 256;
+
+impl Owner {
+    /// Accepts up to 256 characters without control characters.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        if raw.chars().count() > MAX_OWNER_LEN {
+            return Err(ValidationError::new(
+                "owner",
+                format!("must be at most {MAX_OWNER_LEN} characters"),
+            ));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(ValidationError::new(
+                "owner",
+                "must not contain control characters",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The label as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A caller-chosen idempotency key: an acquire retried with the same one gets the
+/// lease it already holds instead of `lock_busy`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestId(String);
+
+/// The longest request id accepted, in characters.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+impl RequestId {
+    /// Accepts 1 to 128 characters without control characters.
+    pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        if raw.is_empty() {
+            return Err(ValidationError::new("request_id", "must not be empty"));
+        }
+        if raw.chars().count() > MAX_REQUEST_ID_LEN {
+            return Err(ValidationError::new(
+                "request_id",
+                format!("must be at most {MAX_REQUEST_ID_LEN} characters"),
+            ));
+        }
+        if raw.chars().any(char::is_control) {
+            return Err(ValidationError::new(
+                "request_id",
+                "must not contain control characters",
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A granted lease, as the acquirer sees it.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    /// The lock this lease holds.
+    pub name: LockName,
+    /// The secret that extends or releases the lease.
+    pub token: LeaseToken,
+    /// The fence to present to the protected resource.
+    pub fence: Fence,
+    /// How long the lease is valid from now, in milliseconds.
+    pub ttl_ms: u64,
+    /// When the lease expires, in Unix milliseconds of the store's clock.
+    pub expires_at_ms: u64,
+    /// The holder's label, if it gave one.
+    pub owner: Option<String>,
+}
+
+/// A lease after a successful extend: same fence, new expiry.
+#[derive(Clone, Debug)]
+pub struct Renewal {
+    /// The fence of the lease, unchanged by the extend.
+    pub fence: Fence,
+    /// How long the lease is valid from now, in milliseconds.
+    pub ttl_ms: u64,
+    /// When the lease now expires, in Unix milliseconds of the store's clock.
+    pub expires_at_ms: u64,
+    /// The holder's label, if it gave one.
+    pub owner: Option<String>,
+}
+
+/// What a busy answer tells about the lease in the way. Never the token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The holder's label, if it gave one.
+    pub owner: Option<String>,
+    /// The holder's fence.
+    pub fence: Fence,
+    /// How long the holder's lease stays valid; 0 once it expired and only the
+    /// lock-delay keeps the lock unavailable.
+    pub expires_in_ms: u64,
+    /// How long until the lock can be acquired at the earliest (lease plus
+    /// lock-delay), assuming nobody extends it.
+    pub available_in_ms: u64,
+}
+
+/// A read of a lock's state for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockStatus {
+    /// Whether a valid lease holds the lock now.
+    pub held: bool,
+    /// The holder's label, while held.
+    pub owner: Option<String>,
+    /// The last fence issued for this lock, if the store still remembers one.
+    pub fence: Option<Fence>,
+    /// How long the current lease stays valid; 0 when not held.
+    pub expires_in_ms: u64,
+    /// How long until the lock can be acquired (0 when it is free now).
+    pub available_in_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_tokens_are_128_bit_hex_and_distinct() {
+        let a = LeaseToken::generate();
+        let b = LeaseToken::generate();
+        assert_eq!(a.expose().len(), 32);
+        assert!(a.expose().bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
+        assert!(LeaseToken::parse(a.expose()).is_ok());
+    }
+
+    #[test]
+    fn token_debug_is_redacted() {
+        let token = LeaseToken::generate();
+        assert!(!format!("{token:?}").contains(token.expose()));
+    }
+
+    #[test]
+    fn ttl_bounds() {
+        assert!(Ttl::parse("ttl_ms", 0, 10).is_err());
+        assert!(Ttl::parse("ttl_ms", 11, 10).is_err());
+        assert_eq!(Ttl::parse("ttl_ms", 10, 10).map(Ttl::as_millis), Ok(10));
+    }
+
+    #[test]
+    fn owner_and_request_id_limits() {
+        assert!(Owner::parse(&"é".repeat(256)).is_ok());
+        assert!(Owner::parse(&"o".repeat(257)).is_err());
+        assert!(Owner::parse("a\nb").is_err());
+        assert!(RequestId::parse("").is_err());
+        assert!(RequestId::parse(&"r".repeat(129)).is_err());
+        assert!(RequestId::parse("req-1").is_ok());
+    }
+}

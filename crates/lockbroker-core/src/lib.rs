@@ -1,0 +1,27 @@
+//! The lock domain of lockbroker, free of HTTP and of Redis.
+//!
+//! # Layout
+//!
+//! - [`name`]: [`LockName`], the only way a lock name enters the system.
+//! - [`lease`]: the values a lease is made of ([`Ttl`], [`Fence`], [`LeaseToken`],
+//!   [`Owner`], [`RequestId`]) and what the store hands back ([`Lease`], [`Holder`]).
+//! - [`store`]: the [`LockStore`] trait, the atomic steps a backend must provide.
+//! - [`service`]: [`LockService`], the rules around those steps (limits, waiting,
+//!   max hold) that every transport shares.
+//! - [`wait`]: the in-process registry that wakes waiting acquires when a lock frees.
+//! - [`error`]: [`LockError`] and [`ValidationError`].
+//!
+//! A request travels `handler -> LockService -> LockStore -> script`, one hop each.
+
+pub mod error;
+pub mod lease;
+pub mod name;
+pub mod service;
+pub mod store;
+pub mod wait;
+
+pub use error::{LockError, StoreError, ValidationError};
+pub use lease::{Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, RequestId, Ttl};
+pub use name::LockName;
+pub use service::{AcquireRequest, LockPolicy, LockService};
+pub use store::{AcquireOutcome, AcquireParams, ExtendOutcome, LockStore, ReleaseOutcome};

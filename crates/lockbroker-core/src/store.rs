@@ -1,0 +1,100 @@
+//! The atomic steps a lock backend provides. Each method is one indivisible
+//! read-modify-write on the backend, safe to re-send with the same token.
+
+use std::future::Future;
+
+use crate::error::StoreError;
+use crate::lease::{
+    Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Renewal, RequestId, Ttl,
+};
+use crate::name::LockName;
+
+/// Everything the store needs to try one grant.
+#[derive(Debug)]
+pub struct AcquireParams<'a> {
+    /// The lock to take.
+    pub name: &'a LockName,
+    /// The token the lease will carry if granted.
+    pub token: &'a LeaseToken,
+    /// The lease duration.
+    pub ttl: Ttl,
+    /// The holder's label.
+    pub owner: Option<&'a Owner>,
+    /// The caller's idempotency key: a live lease taken with the same key and
+    /// owner is returned as-is instead of a busy answer.
+    pub request_id: Option<&'a RequestId>,
+    /// How long the lock stays unavailable if this lease expires unreleased.
+    pub lock_delay: LockDelay,
+}
+
+/// The result of one grant attempt.
+#[derive(Debug)]
+pub enum AcquireOutcome {
+    /// The lock is ours (or already was, for a retried request).
+    Granted(Lease),
+    /// Another lease, or its lock-delay, is in the way.
+    Busy(Holder),
+}
+
+/// The result of an extend.
+#[derive(Debug)]
+pub enum ExtendOutcome {
+    /// The lease is valid for the new TTL from now.
+    Extended(Renewal),
+    /// The token does not hold a valid lease on this lock.
+    Lost,
+    /// The new expiry would pass the lease's acquisition time plus `max_hold_ms`.
+    MaxHoldExceeded {
+        /// How long the lease stays valid as it is.
+        expires_in_ms: u64,
+    },
+}
+
+/// The result of a release.
+#[derive(Debug)]
+pub enum ReleaseOutcome {
+    /// The lease was released; the lock is free now.
+    Released(Fence),
+    /// The token does not hold a valid lease on this lock.
+    Lost,
+}
+
+/// A backend that keeps lock state and changes it atomically.
+///
+/// Implementations must never grant a lock that a valid lease holds, must keep
+/// fences strictly increasing per lock even if they lose their data, and must
+/// answer an error (never a guess) when the backend cannot be reached.
+pub trait LockStore: Send + Sync + 'static {
+    /// Grants the lock if it is free, or reports who holds it.
+    fn acquire(
+        &self,
+        params: AcquireParams<'_>,
+    ) -> impl Future<Output = Result<AcquireOutcome, StoreError>> + Send;
+
+    /// Sets the remaining TTL of a held lease to `ttl`. `max_hold_ms` of 0
+    /// means no limit on the total hold time.
+    fn extend(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        ttl: Ttl,
+        max_hold_ms: u64,
+    ) -> impl Future<Output = Result<ExtendOutcome, StoreError>> + Send;
+
+    /// Frees a held lock at once. Re-sending a release that already succeeded
+    /// reports the same release.
+    fn release(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+    ) -> impl Future<Output = Result<ReleaseOutcome, StoreError>> + Send;
+
+    /// Reads a lock's state without changing it.
+    fn status(
+        &self,
+        name: &LockName,
+    ) -> impl Future<Output = Result<LockStatus, StoreError>> + Send;
+
+    /// Succeeds when the backend answers and is ready to run lock steps.
+    fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+}

@@ -1,0 +1,32 @@
+-- Sets the remaining validity of a held lease to ttl_ms (replace, not add).
+--
+-- KEYS[1] lease hash
+-- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] max_hold_ms (0: no limit)
+--
+-- Returns {1, fence, ttl_ms, expires_at_ms, owner} when extended,
+--         {0} when the token holds no valid lease,
+--         {-1, expires_in_ms} when the max hold would be exceeded.
+-- Re-sending the same extend is harmless: it sets the same kind of expiry.
+
+local lease_key = KEYS[1]
+local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local time = redis.call('TIME')
+local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
+
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'acq', 'exp', 'delay', 'rel')
+if not cur[1] or cur[1] ~= token or cur[7] == '1' then
+  return {0}
+end
+local exp = tonumber(cur[5])
+if exp <= now_ms then
+  return {0}
+end
+local new_exp = now_ms + ttl
+if max_hold > 0 and new_exp > tonumber(cur[4]) + max_hold then
+  return {-1, exp - now_ms}
+end
+
+redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
+redis.call('PEXPIRE', lease_key, ttl + tonumber(cur[6]))
+return {1, tonumber(cur[2]), ttl, new_exp, cur[3]}

@@ -1,0 +1,21 @@
+//! The lockbroker HTTP/JSON service as a library: tests and `main.rs` both run
+//! it through [`Application`].
+//!
+//! # Layout
+//!
+//! - [`config`]: [`Settings`] in layers (defaults, file, environment).
+//! - [`startup`]: [`Application`], which binds, serves and shuts down.
+//! - [`telemetry`]: log output.
+//! - [`http`]: the router and its handlers; [`http::error`] is the one place
+//!   that turns errors into HTTP responses.
+
+pub mod config;
+pub mod http;
+pub mod startup;
+pub mod telemetry;
+
+pub use config::Settings;
+pub use startup::{Application, StartupError};
+
+/// The lock service as this binary runs it: over Redis.
+pub type Service = lockbroker_core::LockService<lockbroker_redis::RedisLockStore>;

@@ -1,0 +1,9 @@
+//! The broker's HTTP contract, tested against a real `redis-server` per test.
+
+mod fences;
+mod leases;
+mod lifecycle;
+mod openapi;
+mod outage;
+mod validation;
+mod waiting;

@@ -1,0 +1,215 @@
+//! [`TestApp`]: the broker in-process on port 0, with HTTP helpers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use lockbroker_server::{Application, Settings};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::redis::RedisServer;
+
+static NEXT_PREFIX: AtomicU32 = AtomicU32::new(0);
+
+/// Settings for a test broker on `redis`: port 0, a key prefix of its own,
+/// short timeouts so outage tests run fast.
+pub fn test_settings(redis: &RedisServer) -> Settings {
+    let mut settings = Settings::default();
+    settings.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    settings.redis.url = redis.url();
+    settings.redis.key_prefix = format!("t{}", NEXT_PREFIX.fetch_add(1, Ordering::Relaxed));
+    settings.redis.command_timeout_ms = 500;
+    settings.redis.connect_timeout_ms = 500;
+    settings.shutdown_grace_ms = 2_000;
+    settings.log.level = "warn".into();
+    settings
+}
+
+/// A broker serving on a loopback port until dropped or shut down.
+pub struct TestApp {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    /// The key prefix this broker writes under.
+    pub prefix: String,
+    /// A client with a short timeout, so a hung request fails the test.
+    pub http: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// A response: status, headers and the JSON body (`Null` if none).
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Response headers.
+    pub headers: reqwest::header::HeaderMap,
+    /// Decoded JSON body.
+    pub body: Value,
+}
+
+impl Reply {
+    /// `body.error.code`, for error replies.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// `body.token`.
+    pub fn token(&self) -> String {
+        self.body["token"]
+            .as_str()
+            .expect("reply has a token")
+            .to_owned()
+    }
+
+    /// `body.fence`.
+    pub fn fence(&self) -> u64 {
+        self.body["fence"].as_u64().expect("reply has a fence")
+    }
+}
+
+impl TestApp {
+    /// A broker with the default test settings on `redis`.
+    pub async fn spawn(redis: &RedisServer) -> Self {
+        Self::spawn_with(test_settings(redis)).await
+    }
+
+    /// A broker with settings the test adjusted.
+    pub async fn spawn_with(settings: Settings) -> Self {
+        lockbroker_server::telemetry::init(&settings.log);
+        let prefix = settings.redis.key_prefix.clone();
+        let app = Application::build(settings).await.expect("broker starts");
+        let base = format!("http://{}", app.local_addr());
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(app.run_until(async {
+            let _ = stopped.await;
+        }));
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("http client");
+        let app = Self {
+            base,
+            prefix,
+            http,
+            stop: Some(stop),
+            task: Some(task),
+        };
+        app.wait_ready().await;
+        app
+    }
+
+    async fn wait_ready(&self) {
+        for _ in 0..200 {
+            if self.get("/readyz").await.status == StatusCode::OK {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("broker never became ready");
+    }
+
+    /// Triggers graceful shutdown and waits for the server to finish.
+    pub async fn shutdown(&mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.expect("server task"),
+            None => Ok(()),
+        }
+    }
+
+    /// Triggers graceful shutdown without waiting for it.
+    pub fn begin_shutdown(&mut self) -> Option<JoinHandle<std::io::Result<()>>> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.take()
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Reply {
+        into_reply(self.http.get(format!("{}{path}", self.base)).send().await).await
+    }
+
+    /// `POST path` with a raw body.
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> Reply {
+        into_reply(
+            self.http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await,
+        )
+        .await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: Value) -> Reply {
+        self.post_raw(path, body.to_string()).await
+    }
+
+    /// `POST /v1/locks/{name}/acquire` with `ttl_ms` and any other fields.
+    pub async fn acquire(&self, name: &str, ttl_ms: u64) -> Reply {
+        self.acquire_with(name, json!({ "ttl_ms": ttl_ms })).await
+    }
+
+    /// `POST /v1/locks/{name}/acquire` with an explicit body.
+    pub async fn acquire_with(&self, name: &str, body: Value) -> Reply {
+        self.post(&format!("/v1/locks/{name}/acquire"), body).await
+    }
+
+    /// `POST /v1/locks/{name}/extend`.
+    pub async fn extend(&self, name: &str, token: &str, ttl_ms: u64) -> Reply {
+        self.post(
+            &format!("/v1/locks/{name}/extend"),
+            json!({ "token": token, "ttl_ms": ttl_ms }),
+        )
+        .await
+    }
+
+    /// `POST /v1/locks/{name}/release`.
+    pub async fn release(&self, name: &str, token: &str) -> Reply {
+        self.post(
+            &format!("/v1/locks/{name}/release"),
+            json!({ "token": token }),
+        )
+        .await
+    }
+
+    /// `GET /v1/locks/{name}`.
+    pub async fn status(&self, name: &str) -> Reply {
+        self.get(&format!("/v1/locks/{name}")).await
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn into_reply(response: reqwest::Result<reqwest::Response>) -> Reply {
+    let response = response.expect("request reaches the broker");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.bytes().await.expect("read body");
+    let body = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| panic!("body is not JSON: {}", String::from_utf8_lossy(&bytes)))
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}

@@ -1,0 +1,33 @@
+//! Test harness: a real `redis-server` per test on a free port, the broker on
+//! port 0, and helpers that keep tests reading like the contract.
+//!
+//! # Layout
+//!
+//! - [`redis`]: [`RedisServer`], a `redis-server` child process the test owns
+//!   (so fault tests may kill, pause or restart it), and [`redis::Conn`], a
+//!   tiny RESP client for looking at what the broker wrote.
+//! - [`app`]: [`TestApp`], a broker started in-process with settings built in
+//!   code, and its HTTP helpers.
+
+pub mod app;
+pub mod redis;
+
+pub use app::{Reply, TestApp};
+pub use redis::RedisServer;
+
+/// The `lockbroker` binary built alongside the tests (`cargo nextest run
+/// --workspace` builds it).
+pub fn broker_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target directory");
+    let binary = dir.join("lockbroker");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with `cargo build --workspace` first",
+        binary.display()
+    );
+    binary
+}

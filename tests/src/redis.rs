@@ -1,0 +1,240 @@
+//! A `redis-server` child process per test, and a minimal RESP client.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` the test started on a free loopback port. Killed on drop.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    extra_args: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server that keeps nothing on disk.
+    pub fn start() -> Self {
+        Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (e.g. AOF settings).
+    pub fn start_with(args: &[&str]) -> Self {
+        let port = free_port();
+        let dir =
+            std::env::temp_dir().join(format!("lockbroker-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create redis dir");
+        let mut server = Self {
+            port,
+            dir,
+            child: None,
+            extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (apt-get install redis-server)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(mut conn) = Conn::open(self.port) {
+                if conn.cmd(&["PING"]).as_text() == Some("PONG") {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A fresh connection for inspecting or changing data directly.
+    pub fn conn(&self) -> Conn {
+        Conn::open(self.port).expect("connect to test redis")
+    }
+
+    /// Kills the server with SIGKILL: everything not persisted is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port after [`RedisServer::kill`].
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open, nothing answers.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a paused server with SIGCONT.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("find a free port")
+}
+
+/// One RESP reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resp {
+    /// `+OK` style text.
+    Simple(String),
+    /// `-ERR` style error.
+    Error(String),
+    /// `:42`.
+    Int(i64),
+    /// `$n` bulk text; `None` for nil.
+    Bulk(Option<String>),
+    /// `*n` array; `None` for a nil array.
+    Array(Option<Vec<Resp>>),
+}
+
+impl Resp {
+    /// The text of a simple or bulk reply.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Self::Simple(s) | Self::Bulk(Some(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value of an integer reply.
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Self::Int(i) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// The items of an array reply.
+    pub fn as_array(&self) -> &[Resp] {
+        match self {
+            Self::Array(Some(items)) => items,
+            _ => &[],
+        }
+    }
+}
+
+/// A blocking RESP2 connection, for test assertions on what is in Redis.
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    /// Connects to a loopback port.
+    pub fn open(port: u16) -> std::io::Result<Self> {
+        let stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(Self {
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// Sends one command and reads its reply.
+    pub fn cmd(&mut self, args: &[&str]) -> Resp {
+        let mut out = format!("*{}\r\n", args.len());
+        for arg in args {
+            out.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        self.reader
+            .get_mut()
+            .write_all(out.as_bytes())
+            .expect("write to redis");
+        self.read()
+    }
+
+    /// All keys matching `pattern` (tests only: KEYS is fine on a tiny dataset).
+    pub fn keys(&mut self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .cmd(&["KEYS", pattern])
+            .as_array()
+            .iter()
+            .filter_map(|r| r.as_text().map(str::to_owned))
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    fn read(&mut self) -> Resp {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).expect("read from redis");
+        let line = line.trim_end_matches("\r\n");
+        let (kind, rest) = line.split_at(1);
+        match kind {
+            "+" => Resp::Simple(rest.to_owned()),
+            "-" => Resp::Error(rest.to_owned()),
+            ":" => Resp::Int(rest.parse().expect("integer reply")),
+            "$" => {
+                let len: i64 = rest.parse().expect("bulk length");
+                if len < 0 {
+                    return Resp::Bulk(None);
+                }
+                let mut buf = vec![0; usize::try_from(len).expect("length") + 2];
+                self.reader.read_exact(&mut buf).expect("bulk body");
+                buf.truncate(buf.len() - 2);
+                Resp::Bulk(Some(String::from_utf8_lossy(&buf).into_owned()))
+            }
+            "*" => {
+                let len: i64 = rest.parse().expect("array length");
+                if len < 0 {
+                    return Resp::Array(None);
+                }
+                Resp::Array(Some((0..len).map(|_| self.read()).collect()))
+            }
+            other => panic!("unexpected RESP type {other:?}"),
+        }
+    }
+}
