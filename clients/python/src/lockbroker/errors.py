@@ -1,0 +1,171 @@
+"""The exceptions the client raises, and the one table from broker answers to them.
+
+Every error the broker sends has the shape ``{"error": {"code": ..., "message": ...}}``;
+:func:`error_from_response` turns one into the matching exception class. Transport
+failures (refused, reset, timed out) become :class:`BrokerUnavailable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional, Type
+
+
+class LockBrokerError(Exception):
+    """Base of every error this package raises.
+
+    ``code`` is the broker's stable error code (or ``"transport"`` when no answer came
+    back), ``status`` the HTTP status (``None`` without an answer), ``details`` the
+    rest of the error object, and ``retry_after`` the ``Retry-After`` header in seconds.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "error",
+        status: Optional[int] = None,
+        details: Optional[Mapping[str, Any]] = None,
+        retry_after: Optional[float] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+        self.details: Dict[str, Any] = dict(details or {})
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        if self.status is None:
+            return f"{self.code}: {self.message}"
+        return f"{self.code} ({self.status}): {self.message}"
+
+
+class LockBusy(LockBrokerError):
+    """The lock is held by another lease (423 ``lock_busy``), also after waiting.
+
+    ``owner`` and ``fence`` describe the holder; ``available_in`` is when the lock
+    may be free again, in seconds (it includes any lock-delay).
+    """
+
+    @property
+    def owner(self) -> Optional[str]:
+        """The holder's ``owner`` label, if it gave one."""
+        return self.details.get("owner")
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The holder's fence."""
+        return self.details.get("fence")
+
+    @property
+    def expires_in(self) -> Optional[float]:
+        """Seconds until the holder's lease expires unless renewed."""
+        return _seconds(self.details.get("expires_in_ms"))
+
+    @property
+    def available_in(self) -> Optional[float]:
+        """Seconds until the lock can next be granted (expiry plus lock-delay)."""
+        return _seconds(self.details.get("available_in_ms"))
+
+
+class LeaseLost(LockBrokerError):
+    """The token no longer holds the lease (409 ``lease_lost``).
+
+    The lease expired or was taken: another holder may already have run, so treat
+    the work done under this lease as possibly duplicated.
+    """
+
+
+class MaxHoldExceeded(LockBrokerError):
+    """The broker refuses to extend the lease past its maximum hold (409).
+
+    The lease stays valid until it expires, ``expires_in`` seconds from the answer.
+    """
+
+    @property
+    def expires_in(self) -> Optional[float]:
+        """Seconds the lease still has."""
+        return _seconds(self.details.get("expires_in_ms"))
+
+
+class BrokerUnavailable(LockBrokerError):
+    """The broker could not be reached or cannot serve now: connection failures,
+    timeouts, ``backend_unavailable``, ``shutting_down``, ``too_many_waiters`` and any
+    5xx. Nothing was granted; retrying later is safe."""
+
+
+class InvalidRequest(LockBrokerError):
+    """The broker rejected the request itself (400, 404, 405, 413): a bad lock name,
+    TTL or other field. ``field`` names the offending field when the broker said."""
+
+    @property
+    def field(self) -> Optional[str]:
+        """The field the broker rejected."""
+        return self.details.get("field")
+
+
+class AuthError(LockBrokerError):
+    """The API key is missing or wrong (401 ``unauthorized``) or may not do this
+    (403 ``forbidden``)."""
+
+
+_BY_CODE: Dict[str, Type[LockBrokerError]] = {
+    "lock_busy": LockBusy,
+    "lease_lost": LeaseLost,
+    "max_hold_exceeded": MaxHoldExceeded,
+    "backend_unavailable": BrokerUnavailable,
+    "shutting_down": BrokerUnavailable,
+    "too_many_waiters": BrokerUnavailable,
+    "invalid_request": InvalidRequest,
+    "payload_too_large": InvalidRequest,
+    "not_found": InvalidRequest,
+    "method_not_allowed": InvalidRequest,
+    "unauthorized": AuthError,
+    "forbidden": AuthError,
+}
+
+_BY_STATUS: Dict[int, Type[LockBrokerError]] = {
+    400: InvalidRequest,
+    401: AuthError,
+    403: AuthError,
+    404: InvalidRequest,
+    405: InvalidRequest,
+    413: InvalidRequest,
+    423: LockBusy,
+    429: BrokerUnavailable,
+}
+
+
+def error_from_response(
+    status: int, body: Any, retry_after: Optional[str] = None
+) -> LockBrokerError:
+    """The exception for a non-2xx answer: by the error ``code`` when the body has
+    one, else by HTTP status (a proxy's HTML 502 is still ``BrokerUnavailable``)."""
+    detail: Dict[str, Any] = {}
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        detail = dict(body["error"])
+    code = str(detail.pop("code", "") or f"http_{status}")
+    message = str(detail.pop("message", "") or f"the broker answered HTTP {status}")
+    cls = _BY_CODE.get(code) or _BY_STATUS.get(status)
+    if cls is None:
+        cls = BrokerUnavailable if status >= 500 else LockBrokerError
+    return cls(
+        message,
+        code=code,
+        status=status,
+        details=detail,
+        retry_after=_parse_retry_after(retry_after),
+    )
+
+
+def _parse_retry_after(value: Optional[str]) -> Optional[float]:
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        return None  # an HTTP date: rare from a broker, and not worth a parser
+
+
+def _seconds(ms: Any) -> Optional[float]:
+    return None if ms is None else ms / 1000.0

@@ -1,0 +1,264 @@
+"""Test harness: a real ``redis-server`` and a real ``lockbroker`` binary, each
+started by the tests on a free loopback port and stopped afterwards.
+
+The broker binary is ``$LOCKBROKER_BIN`` or ``<repo>/target/debug/lockbroker``
+(``cargo build -p lockbroker-server``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional
+
+import pytest
+
+from lockbroker import Client
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"{what} within {timeout}s")
+
+
+class RedisServer:
+    """A ``redis-server`` that keeps nothing on disk, plus a tiny RESP client."""
+
+    def __init__(self, workdir: Path) -> None:
+        if shutil.which("redis-server") is None:
+            pytest.fail("redis-server is not installed (apt-get install redis-server)")
+        self.port = free_port()
+        self.dir = workdir / f"redis-{self.port}"
+        self.dir.mkdir(parents=True)
+        self.process: Optional[subprocess.Popen] = None
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", str(self.dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._pings, 10, f"redis-server did not answer on {self.port}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+    def _pings(self) -> bool:
+        try:
+            return self.command("PING") == "PONG"
+        except OSError:
+            return False
+
+    def command(self, *args: str):
+        """Sends one command; returns a str, int, list or None."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+            wire = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
+            sock.sendall(wire.encode())
+            return _read_reply(sock.makefile("rb"))
+
+
+def _read_reply(stream):
+    line = stream.readline().rstrip(b"\r\n")
+    kind, rest = line[:1], line[1:].decode()
+    if kind == b"+":
+        return rest
+    if kind == b"-":
+        raise RuntimeError(f"redis error: {rest}")
+    if kind == b":":
+        return int(rest)
+    if kind == b"$":
+        size = int(rest)
+        if size < 0:
+            return None
+        data = stream.read(size + 2)[:-2]
+        return data.decode()
+    if kind == b"*":
+        return [_read_reply(stream) for _ in range(int(rest))]
+    raise RuntimeError(f"unexpected redis reply {line!r}")
+
+
+class Broker:
+    """A ``lockbroker`` process on a free port, pointed at ``redis``."""
+
+    def __init__(self, binary: Path, redis: RedisServer, workdir: Path,
+                 env: Optional[Dict[str, str]] = None) -> None:
+        self.binary = binary
+        self.redis = redis
+        self.extra_env = dict(env or {})
+        self.log_path = workdir / f"broker-{uuid.uuid4().hex[:8]}.log"
+        self.process: Optional[subprocess.Popen] = None
+        self.port = 0
+        self.paused = False
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        for _ in range(3):  # a free port can be taken between probe and bind
+            self.port = free_port()
+            env = {
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "LOCKBROKER_LISTEN": f"127.0.0.1:{self.port}",
+                "LOCKBROKER_REDIS_URL": self.redis.url,
+                "LOCKBROKER_LOG_LEVEL": "info",
+                **self.extra_env,
+            }
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [str(self.binary)], env=env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            try:
+                wait_until(self._ready, 15, "the broker did not become ready")
+                return
+            except TimeoutError:
+                self.stop()
+        pytest.fail(f"lockbroker did not start; its log:\n{self.log_path.read_text()[-3000:]}")
+
+    def _ready(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            raise TimeoutError("the broker exited")
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def pause(self) -> None:
+        """SIGSTOP: the port stays open but nothing answers."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.paused:
+            self.resume()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+@pytest.fixture(scope="session")
+def workdir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="lockbroker-pytest-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def broker_bin() -> Path:
+    path = Path(os.environ.get("LOCKBROKER_BIN") or REPO / "target" / "debug" / "lockbroker")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"no broker binary at {path}: run `cargo build -p lockbroker-server` "
+                    "or set LOCKBROKER_BIN")
+    return path
+
+
+@pytest.fixture(scope="session")
+def redis(workdir: Path) -> Iterator[RedisServer]:
+    server = RedisServer(workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(broker_bin: Path, redis: RedisServer, workdir: Path) -> Iterator[Broker]:
+    """The shared broker with default settings. Tests must not pause or stop it."""
+    server = Broker(broker_bin, redis, workdir)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_broker(broker_bin: Path, redis: RedisServer, workdir: Path):
+    """Starts brokers of the test's own (to pause, stop or configure); stops them after."""
+    started: List[Broker] = []
+
+    def make(env: Optional[Dict[str, str]] = None, redis_server: Optional[RedisServer] = None):
+        server = Broker(broker_bin, redis_server or redis, workdir, env)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def make_redis(workdir: Path):
+    """Starts Redis servers of the test's own; stops them after."""
+    started: List[RedisServer] = []
+
+    def make() -> RedisServer:
+        server = RedisServer(workdir)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def client(broker: Broker) -> Iterator[Client]:
+    with Client(broker.url, timeout=5) as c:
+        yield c
+
+
+@pytest.fixture
+def name(request) -> str:
+    """A lock name of the test's own."""
+    base = re.sub(r"[^A-Za-z0-9._:-]", "-", request.node.name)[:60]
+    return f"{base}-{uuid.uuid4().hex[:8]}"
+
+
+def lease_key(lock: str) -> str:
+    """Where the broker keeps a lock's lease (default key prefix)."""
+    return f"lockbroker:{{{lock}}}:lease"

@@ -1,0 +1,279 @@
+"""Static checks of the deploy files, for machines without Docker or Kubernetes.
+
+Parses every YAML file under deploy/, then checks what each file promises: the
+Dockerfile is multi-stage, runs as a non-root user and health-checks /healthz; the
+compose file runs Redis with an append-only file, the broker and Prometheus; the
+Kubernetes objects probe /readyz and /healthz, select each other's pods and lock
+down their containers; the broker settings in the ConfigMap name only keys that
+config/lockbroker.toml documents. Prints one line per check; exits 1 on any failure.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+import yaml
+
+DEPLOY = Path(__file__).resolve().parent
+REPO = DEPLOY.parent
+
+failures: List[str] = []
+passes = 0
+
+
+def check(label: str, condition: Any, detail: str = "") -> None:
+    global passes
+    if condition:
+        passes += 1
+        print(f"ok   {label}")
+    else:
+        failures.append(label)
+        print(f"FAIL {label}{': ' + detail if detail else ''}")
+
+
+def section(title: str, body: Callable[[], None]) -> None:
+    print(f"--- {title}")
+    try:
+        body()
+    except Exception as error:  # a malformed file fails its section, not the run
+        check(f"{title} could be checked", False, f"{type(error).__name__}: {error}")
+
+
+# -- YAML ------------------------------------------------------------------------------
+
+def yaml_files() -> List[Path]:
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml"))
+
+
+def load_all(path: Path) -> List[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def check_yaml_parses() -> None:
+    for path in yaml_files():
+        rel = path.relative_to(REPO)
+        try:
+            docs = load_all(path)
+        except yaml.YAMLError as error:
+            check(f"{rel} parses", False, str(error).replace("\n", " "))
+            continue
+        check(f"{rel} parses", docs, "no documents")
+
+
+# -- Dockerfile ------------------------------------------------------------------------
+
+INSTRUCTIONS = {
+    "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
+    "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL",
+}
+
+
+def dockerfile_instructions(text: str) -> List[tuple]:
+    """``(INSTRUCTION, arguments)`` pairs, with continuation lines joined and
+    comments and parser directives dropped."""
+    result, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if pending and line.startswith("#"):
+            continue  # comments may sit inside a continued instruction
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        full = (pending + line).strip()
+        pending = ""
+        keyword, _, rest = full.partition(" ")
+        result.append((keyword.upper(), rest.strip()))
+    if pending:
+        result.append(("<unterminated>", pending))
+    return result
+
+
+def check_dockerfile() -> None:
+    path = DEPLOY / "Dockerfile"
+    steps = dockerfile_instructions(path.read_text())
+    unknown = [k for k, _ in steps if k not in INSTRUCTIONS]
+    check("Dockerfile: every instruction is known", not unknown, ", ".join(unknown))
+    froms = [args for k, args in steps if k == "FROM"]
+    check("Dockerfile: multi-stage (two FROM or more)", len(froms) >= 2, f"{len(froms)} FROM")
+    stages = [re.split(r"\s+[Aa][Ss]\s+", a)[-1] for a in froms if re.search(r"\s[Aa][Ss]\s", a)]
+    copies_from = [re.search(r"--from=(\S+)", a).group(1) for k, a in steps
+                   if k == "COPY" and "--from=" in a]
+    check("Dockerfile: the runtime copies from a named build stage",
+          copies_from and all(c in stages for c in copies_from), f"stages {stages}")
+    check("Dockerfile: the runtime image is Debian slim", "slim" in froms[-1], froms[-1])
+    last_stage = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM"):]
+    users = [a for k, a in last_stage if k == "USER"]
+    check("Dockerfile: the runtime runs as a non-root user",
+          users and users[-1].split(":")[0] not in ("root", "0"), f"USER {users}")
+    health = [a for k, a in last_stage if k == "HEALTHCHECK"]
+    check("Dockerfile: HEALTHCHECK on /healthz", health and "/healthz" in health[-1])
+    check("Dockerfile: has an ENTRYPOINT or CMD",
+          any(k in ("ENTRYPOINT", "CMD") for k, _ in last_stage))
+    for _, args in [(k, a) for k, a in steps if k == "COPY" and "--from=" not in a]:
+        sources = [s for s in args.split()[:-1] if not s.startswith("--")]
+        missing = [s for s in sources if not (REPO / s).exists()]
+        check(f"Dockerfile: COPY {' '.join(sources)} exists in the build context",
+              not missing, f"missing {missing}")
+
+
+# -- docker compose and Prometheus -----------------------------------------------------
+
+def check_compose() -> None:
+    compose = load_all(DEPLOY / "docker-compose.yml")[0]
+    services: Dict[str, Any] = compose.get("services", {})
+    check("compose: services redis, lockbroker, prometheus",
+          {"redis", "lockbroker", "prometheus"} <= set(services), str(sorted(services)))
+    redis_cmd = " ".join(map(str, services["redis"].get("command", [])))
+    check("compose: Redis runs with an append-only file", "--appendonly yes" in redis_cmd,
+          redis_cmd)
+    check("compose: Redis keeps its data in a volume",
+          any(str(v).endswith(":/data") for v in services["redis"].get("volumes", [])))
+    build = services["lockbroker"].get("build", {})
+    dockerfile = (DEPLOY / build.get("context", ".") / build.get("dockerfile", "Dockerfile"))
+    check("compose: the broker builds from deploy/Dockerfile", dockerfile.resolve().is_file(),
+          str(dockerfile))
+    env = services["lockbroker"].get("environment", {})
+    check("compose: the broker reaches Redis by service name",
+          str(env.get("LOCKBROKER_REDIS_URL", "")).startswith("redis://redis:"))
+    mounts = [str(v).split(":")[0] for v in services["prometheus"].get("volumes", [])]
+    check("compose: Prometheus mounts deploy/prometheus",
+          any((DEPLOY / m).resolve() == DEPLOY / "prometheus" for m in mounts if m.startswith(".")))
+
+    prometheus = load_all(DEPLOY / "prometheus" / "prometheus.yml")[0]
+    jobs = {job["job_name"]: job for job in prometheus.get("scrape_configs", [])}
+    job = jobs.get("lockbroker", {})
+    targets = [t for sc in job.get("static_configs", []) for t in sc.get("targets", [])]
+    check("prometheus: scrapes lockbroker:7700/metrics",
+          "lockbroker:7700" in targets and job.get("metrics_path", "/metrics") == "/metrics",
+          str(targets))
+
+
+# -- Kubernetes ------------------------------------------------------------------------
+
+def check_k8s() -> None:
+    k8s = DEPLOY / "k8s"
+    objects: Dict[str, Dict[str, Any]] = {}
+    for path in sorted(k8s.glob("*.y*ml")):
+        for doc in load_all(path):
+            kind = doc.get("kind")
+            if kind == "Kustomization":
+                missing = [r for r in doc.get("resources", []) if not (k8s / r).exists()]
+                check("k8s: kustomization lists only existing files", not missing, str(missing))
+                listed = set(doc.get("resources", []))
+                others = {p.name for p in k8s.glob("*.y*ml")} - {path.name}
+                check("k8s: kustomization lists every manifest", others <= listed,
+                      str(sorted(others - listed)))
+                continue
+            ok = doc.get("apiVersion") and kind and doc.get("metadata", {}).get("name")
+            check(f"k8s: {path.name} {kind} has apiVersion, kind and metadata.name", ok)
+            objects[kind] = doc
+    check("k8s: Deployment, Service, ConfigMap and PodDisruptionBudget",
+          {"Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} <= set(objects),
+          str(sorted(objects)))
+
+    deployment = objects["Deployment"]
+    pod = deployment["spec"]["template"]
+    pod_labels = pod["metadata"]["labels"]
+    selects = lambda selector: selector and all(pod_labels.get(k) == v for k, v in selector.items())
+    check("k8s: the Deployment selects its own pods",
+          selects(deployment["spec"]["selector"]["matchLabels"]))
+    check("k8s: the Service selects the broker pods", selects(objects["Service"]["spec"]["selector"]))
+    check("k8s: the PodDisruptionBudget selects the broker pods",
+          selects(objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"]))
+    replicas = deployment["spec"].get("replicas", 1)
+    min_available = objects["PodDisruptionBudget"]["spec"].get("minAvailable", 0)
+    check("k8s: the PodDisruptionBudget still allows a drain", int(min_available) < replicas,
+          f"minAvailable {min_available} of {replicas}")
+
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        http = container.get(probe, {}).get("httpGet", {})
+        check(f"k8s: {probe} is GET {path}", http.get("path") == path, str(http))
+        check(f"k8s: {probe} uses a declared port", http.get("port") in ports
+              or http.get("port") in ports.values())
+    service_ports = objects["Service"]["spec"]["ports"]
+    check("k8s: the Service targets the container's port",
+          all(p.get("targetPort") in ports or p.get("targetPort") in ports.values()
+              for p in service_ports))
+    pod_security = spec.get("securityContext", {})
+    security = container.get("securityContext", {})
+    check("k8s: pods run as non-root", pod_security.get("runAsNonRoot") is True
+          and pod_security.get("runAsUser", 0) != 0)
+    check("k8s: read-only root filesystem", security.get("readOnlyRootFilesystem") is True)
+    check("k8s: no privilege escalation", security.get("allowPrivilegeEscalation") is False)
+    check("k8s: all capabilities dropped",
+          "ALL" in security.get("capabilities", {}).get("drop", []))
+    check("k8s: seccomp RuntimeDefault",
+          pod_security.get("seccompProfile", {}).get("type") == "RuntimeDefault")
+    check("k8s: memory limit set", container.get("resources", {}).get("limits", {}).get("memory"))
+
+    config_maps = {v["configMap"]["name"] for v in spec.get("volumes", []) if "configMap" in v}
+    check("k8s: the ConfigMap the pods mount exists",
+          objects["ConfigMap"]["metadata"]["name"] in config_maps, str(config_maps))
+    check_broker_settings(objects["ConfigMap"]["data"]["lockbroker.toml"], "k8s ConfigMap")
+
+
+def check_broker_settings(text: str, where: str) -> None:
+    """The settings parse as TOML and use only keys config/lockbroker.toml has."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        print(f"skipped: {where} settings (tomllib needs Python 3.11)")
+        return
+    settings = tomllib.loads(text)
+    reference = tomllib.loads((REPO / "config" / "lockbroker.toml").read_text())
+
+    def unknown(table: Dict[str, Any], known: Dict[str, Any], prefix: str = "") -> List[str]:
+        found = []
+        for key, value in table.items():
+            if key not in known:
+                found.append(prefix + key)
+            elif isinstance(value, dict) and isinstance(known[key], dict):
+                found += unknown(value, known[key], f"{prefix}{key}.")
+        return found
+
+    bad = unknown(settings, reference)
+    check(f"{where}: broker settings use only documented keys", not bad, str(bad))
+    check(f"{where}: broker listens on every interface",
+          str(settings.get("listen", "")).startswith("0.0.0.0:"))
+
+
+# -- systemd ---------------------------------------------------------------------------
+
+def check_systemd_unit() -> None:
+    unit = (DEPLOY / "systemd" / "lockbroker.service").read_text()
+    keys = {}
+    for line in unit.splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";")):
+            key, _, value = line.partition("=")
+            keys.setdefault(key.strip(), value.strip())
+    expected = {
+        "NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
+        "PrivateTmp": "yes", "PrivateDevices": "yes", "RestrictNamespaces": "yes",
+        "MemoryDenyWriteExecute": "yes", "CapabilityBoundingSet": "",
+    }
+    wrong = {k: keys.get(k) for k, v in expected.items() if keys.get(k) != v}
+    check("systemd: hardening settings", not wrong, str(wrong))
+    check("systemd: runs unprivileged", keys.get("DynamicUser") == "yes" or keys.get("User"))
+    check("systemd: restarts on failure", keys.get("Restart") in ("on-failure", "always"))
+
+
+def main() -> int:
+    section("YAML", check_yaml_parses)
+    section("Dockerfile", check_dockerfile)
+    section("docker compose and Prometheus", check_compose)
+    section("Kubernetes", check_k8s)
+    section("systemd", check_systemd_unit)
+    print(f"deploy checks: {passes} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

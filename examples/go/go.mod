@@ -1,0 +1,3 @@
+module lockbroker.example/lock
+
+go 1.19
