@@ -125,3 +125,242 @@ async fn waiters_beyond_the_per_lock_limit_get_too_many_waiters() {
     );
     assert_eq!(first.await.expect("task").code(), "lock_busy");
 }
+
+/// Starts a waiter for `name` that, once granted, records `index` and releases
+/// after `hold`.
+fn queued_waiter(
+    app: &Arc<TestApp>,
+    name: &'static str,
+    index: usize,
+    body: serde_json::Value,
+    order: &Arc<std::sync::Mutex<Vec<usize>>>,
+) -> tokio::task::JoinHandle<()> {
+    let app = Arc::clone(app);
+    let order = Arc::clone(order);
+    tokio::spawn(async move {
+        let lease = app.acquire_with(name, body).await;
+        assert_eq!(
+            lease.status,
+            StatusCode::OK,
+            "waiter {index}: {:?}",
+            lease.body
+        );
+        order.lock().expect("order").push(index);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(
+            app.release(name, &lease.token()).await.status,
+            StatusCode::OK
+        );
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_waiters_on_one_broker_are_granted_in_arrival_order() {
+    let redis = RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let holder = app.acquire("job", 30_000).await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+
+    let mut waiters = Vec::new();
+    for index in 0..20 {
+        let body = json!({"ttl_ms": 10_000, "wait_ms": 30_000, "owner": format!("w{index}")});
+        waiters.push(queued_waiter(&app, "job", index, body, &order));
+        // Let each waiter arrive before the next.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    app.release("job", &holder.token()).await;
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+
+    assert_eq!(*order.lock().expect("order"), (0..20).collect::<Vec<_>>());
+}
+
+/// A second broker on the same Redis and key prefix as `app`.
+async fn second_broker(redis: &RedisServer, app: &TestApp) -> Arc<TestApp> {
+    let mut settings = test_settings(redis);
+    settings.redis.key_prefix = app.prefix.clone();
+    Arc::new(TestApp::spawn_with(settings).await)
+}
+
+#[tokio::test]
+async fn a_release_on_one_broker_wakes_a_waiter_on_another() {
+    let redis = RedisServer::start();
+    let first = TestApp::spawn(&redis).await;
+    let second = second_broker(&redis, &first).await;
+    let holder = first.acquire("job", 30_000).await;
+
+    let waiter = {
+        let second = Arc::clone(&second);
+        tokio::spawn(async move { second.acquire_with("job", json!({"wait_ms": 20_000})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    first.release("job", &holder.token()).await;
+
+    let granted = waiter.await.expect("waiter");
+    assert_eq!(granted.status, StatusCode::OK);
+    assert!(granted.fence() > holder.fence());
+    assert!(
+        released_at.elapsed() < Duration::from_secs(10),
+        "woken by the announcement, not by the 30 s expiry or the 20 s wait"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_across_two_brokers_are_granted_in_arrival_order() {
+    let redis = RedisServer::start();
+    let first = Arc::new(TestApp::spawn(&redis).await);
+    let second = second_broker(&redis, &first).await;
+    let holder = first.acquire("job", 30_000).await;
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+
+    let mut waiters = Vec::new();
+    for index in 0..8 {
+        let broker = if index % 2 == 0 { &first } else { &second };
+        let body = json!({"ttl_ms": 10_000, "wait_ms": 30_000, "fair": true});
+        waiters.push(queued_waiter(broker, "job", index, body, &order));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    first.release("job", &holder.token()).await;
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+
+    assert_eq!(*order.lock().expect("order"), (0..8).collect::<Vec<_>>());
+    let queue = format!("{}:{{job}}:queue", first.prefix);
+    assert_eq!(
+        redis.conn().cmd(&["ZCARD", &queue]).as_int(),
+        Some(0),
+        "the queue is empty again"
+    );
+}
+
+#[tokio::test]
+async fn a_fair_queue_is_respected_by_acquires_that_do_not_wait() {
+    let redis = RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let holder = app.acquire("job", 30_000).await;
+    let fair = {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move {
+            app.acquire_with("job", json!({"wait_ms": 20_000, "fair": true}))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    app.release("job", &holder.token()).await;
+    let barging = app.acquire("job", 1_000).await;
+
+    let fair = fair.await.expect("fair waiter");
+    assert_eq!(
+        fair.status,
+        StatusCode::OK,
+        "the queued waiter got the lock"
+    );
+    assert_eq!(barging.code(), "lock_busy", "no jumping the queue");
+}
+
+#[tokio::test]
+async fn lock_delay_holds_back_a_waiter_after_the_holder_expires() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    app.acquire_with("job", json!({"ttl_ms": 200, "lock_delay_ms": 500}))
+        .await;
+
+    let started = Instant::now();
+    let granted = app.acquire_with("job", json!({"wait_ms": 20_000})).await;
+
+    assert_eq!(granted.status, StatusCode::OK);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(650),
+        "TTL plus lock-delay: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_secs(10),
+        "at the end of the delay, not at wait_ms"
+    );
+}
+
+#[tokio::test]
+async fn a_waiter_that_disconnects_stops_waiting_and_leaves_nothing_behind() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let holder = app.acquire("job", 30_000).await;
+
+    for fair in [false, true] {
+        let gone = app
+            .http
+            .post(format!("{}/v1/locks/job/acquire", app.base))
+            .json(&json!({"wait_ms": 20_000, "ttl_ms": 30_000, "fair": fair}))
+            .timeout(Duration::from_millis(300))
+            .send()
+            .await;
+        assert!(gone.is_err(), "the client gave up");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let queue = format!("{}:{{job}}:queue", app.prefix);
+    assert_eq!(
+        redis.conn().cmd(&["ZCARD", &queue]).as_int(),
+        Some(0),
+        "left the fair queue"
+    );
+
+    app.release("job", &holder.token()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = app.status("job").await;
+    assert_eq!(
+        status.body["held"], false,
+        "no lease was granted to a departed waiter"
+    );
+    assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_costs_constant_redis_work_however_many_wait() {
+    let redis = RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let holder = app.acquire("job", 30_000).await;
+    let waiters: Vec<_> = (0..200)
+        .map(|_| {
+            let app = Arc::clone(&app);
+            tokio::spawn(async move { app.acquire_with("job", json!({"wait_ms": 20_000})).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+
+    let mut conn = redis.conn();
+    conn.cmd(&["CONFIG", "RESETSTAT"]);
+    app.release("job", &holder.token()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let info = conn.cmd(&["INFO", "commandstats"]);
+    let scripts_run: u64 = info
+        .as_text()
+        .unwrap_or("")
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+
+    assert_eq!(
+        app.status("job").await.body["held"],
+        true,
+        "one waiter got it"
+    );
+    assert!(
+        scripts_run <= 4,
+        "one release and one attempt, not one per waiter: {scripts_run}"
+    );
+    for waiter in waiters {
+        waiter.abort();
+    }
+}

@@ -93,14 +93,7 @@ pub struct LeaseToken(String);
 impl LeaseToken {
     /// A fresh token: 128 bits from the operating system's CSPRNG, as lowercase hex.
     pub fn generate() -> Self {
-        let mut bytes = [0u8; TOKEN_BYTES];
-        rand::rngs::OsRng.fill_bytes(&mut bytes);
-        let mut text = String::with_capacity(TOKEN_BYTES * 2);
-        for byte in bytes {
-            text.push(HEX[usize::from(byte >> 4)] as char);
-            text.push(HEX[usize::from(byte & 0x0f)] as char);
-        }
-        Self(text)
+        Self(random_hex::<TOKEN_BYTES>())
     }
 
     /// Accepts a token sent back by a caller: 1 to 128 URL-safe characters.
@@ -129,6 +122,18 @@ impl LeaseToken {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `N` bytes from the operating system's CSPRNG as lowercase hex.
+pub fn random_hex<const N: usize>() -> String {
+    let mut bytes = [0u8; N];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let mut text = String::with_capacity(N * 2);
+    for byte in bytes {
+        text.push(HEX[usize::from(byte >> 4)] as char);
+        text.push(HEX[usize::from(byte & 0x0f)] as char);
+    }
+    text
+}
 
 impl fmt::Debug for LeaseToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -5,6 +5,7 @@
 //! - [`name`]: [`LockName`], the only way a lock name enters the system.
 //! - [`lease`]: the values a lease is made of ([`Ttl`], [`Fence`], [`LeaseToken`],
 //!   [`Owner`], [`RequestId`]) and what the store hands back ([`Lease`], [`Holder`]).
+//! - [`listing`]: what an operator's listing of locks asks for and gets back.
 //! - [`store`]: the [`LockStore`] trait, the atomic steps a backend must provide.
 //! - [`service`]: [`LockService`], the rules around those steps (limits, waiting,
 //!   max hold) that every transport shares.
@@ -15,6 +16,7 @@
 
 pub mod error;
 pub mod lease;
+pub mod listing;
 pub mod name;
 pub mod service;
 pub mod store;
@@ -22,6 +24,11 @@ pub mod wait;
 
 pub use error::{LockError, StoreError, ValidationError};
 pub use lease::{Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, RequestId, Ttl};
-pub use name::LockName;
-pub use service::{AcquireRequest, LockPolicy, LockService};
-pub use store::{AcquireOutcome, AcquireParams, ExtendOutcome, LockStore, ReleaseOutcome};
+pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
+pub use name::{LockName, LockPrefix};
+pub use service::{AcquireRequest, Grant, LockPolicy, LockService};
+pub use store::ForceReleaseOutcome;
+pub use store::{
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, ReleaseOutcome,
+};
+pub use wait::Wake;

@@ -42,6 +42,52 @@ impl LockName {
     }
 }
 
+/// The start of lock names, for listing locks by family: 0 to 200 characters of
+/// the lock name alphabet, so it can never be a glob pattern or leave its hash
+/// tag. The empty prefix matches every name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LockPrefix(String);
+
+impl LockPrefix {
+    /// Checks `raw` against the name alphabet; the error names `field`.
+    pub fn parse(field: &'static str, raw: &str) -> Result<Self, ValidationError> {
+        if raw.len() > MAX_NAME_LEN {
+            return Err(ValidationError::new(
+                field,
+                format!("must be at most {MAX_NAME_LEN} characters"),
+            ));
+        }
+        if let Some(bad) = raw.chars().find(|c| !is_name_char(*c)) {
+            return Err(ValidationError::new(
+                field,
+                format!("may contain only A-Z a-z 0-9 . _ - : (found {bad:?})"),
+            ));
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The prefix as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `name` starts with this prefix.
+    pub fn matches(&self, name: &LockName) -> bool {
+        name.as_str().starts_with(&self.0)
+    }
+
+    /// Whether every name this prefix matches is also matched by `outer`.
+    pub fn within(&self, outer: &LockPrefix) -> bool {
+        self.0.starts_with(&outer.0)
+    }
+}
+
+impl fmt::Display for LockPrefix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')
 }
@@ -72,6 +118,21 @@ mod tests {
     fn accepts_the_documented_alphabet() {
         for ok in ["a", "job-1", "billing:invoice.42", "A_B", &"x".repeat(200)] {
             assert_eq!(LockName::parse(ok).expect(ok).as_str(), ok);
+        }
+    }
+
+    #[test]
+    fn prefixes_use_the_name_alphabet_and_may_be_empty() {
+        let all = LockPrefix::parse("prefix", "").expect("empty");
+        let billing = LockPrefix::parse("prefix", "billing:").expect("valid");
+        let name = LockName::parse("billing:42").expect("valid");
+        assert!(all.matches(&name) && billing.matches(&name));
+        assert!(billing.within(&all) && !all.within(&billing));
+        for bad in ["a*", "{", "a b", "é", &"x".repeat(201)] {
+            assert_eq!(
+                LockPrefix::parse("prefix", bad).expect_err(bad).field,
+                "prefix"
+            );
         }
     }
 

@@ -1,6 +1,8 @@
 //! [`LockService`]: the rules every transport shares, on top of a [`LockStore`].
 
+use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -8,11 +10,16 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError, ValidationError};
 use crate::lease::{
-    Fence, Lease, LeaseToken, LockDelay, LockStatus, Owner, Renewal, RequestId, Ttl,
+    random_hex, Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Renewal, RequestId,
+    Ttl,
 };
+use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
-use crate::store::{AcquireOutcome, AcquireParams, ExtendOutcome, LockStore, ReleaseOutcome};
-use crate::wait::{WaiterLimits, Waiters};
+use crate::store::ForceReleaseOutcome;
+use crate::store::{
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, ReleaseOutcome,
+};
+use crate::wait::{WaitMode, WaiterLimits, Waiters, Wake};
 
 /// The limits and defaults that apply to every request, from configuration.
 #[derive(Clone, Debug)]
@@ -29,6 +36,12 @@ pub struct LockPolicy {
     pub max_lock_delay_ms: u64,
     /// If set, no lease is extended past its acquisition time plus this.
     pub max_hold_ms: Option<u64>,
+    /// A grant that reaches the broker with less validity left than this
+    /// (the store answered slowly) is given back instead of handed out.
+    pub min_validity_ms: u64,
+    /// A fair waiter's queue entry in the store lives this long unless
+    /// refreshed; waiters refresh it three times per period.
+    pub fair_entry_ttl_ms: u64,
     /// Caps on concurrent waiters.
     pub waiters: WaiterLimits,
 }
@@ -42,6 +55,8 @@ impl Default for LockPolicy {
             default_lock_delay_ms: 0,
             max_lock_delay_ms: 60_000,
             max_hold_ms: None,
+            min_validity_ms: 50,
+            fair_entry_ttl_ms: 3_000,
             waiters: WaiterLimits {
                 max_waiters: 10_000,
                 max_waiters_per_lock: 1_000,
@@ -64,6 +79,8 @@ pub struct AcquireRequest {
     pub request_id: Option<String>,
     /// Lock-delay if the lease expires unreleased; the policy default when absent.
     pub lock_delay_ms: Option<u64>,
+    /// Wait in the store's queue, in arrival order across all brokers.
+    pub fair: bool,
 }
 
 /// The checked form of an [`AcquireRequest`].
@@ -73,6 +90,16 @@ struct AcquirePlan {
     owner: Option<Owner>,
     request_id: Option<RequestId>,
     lock_delay: LockDelay,
+    fair: bool,
+}
+
+/// One waiting or non-waiting acquire: its token and, for a fair waiter, its
+/// queue id, kept for every attempt.
+struct Attempt<'a> {
+    name: &'a LockName,
+    token: LeaseToken,
+    plan: AcquirePlan,
+    fair_id: Option<String>,
 }
 
 /// Takes, renews and gives back leases through a [`LockStore`], applying the
@@ -80,16 +107,93 @@ struct AcquirePlan {
 pub struct LockService<S> {
     store: S,
     policy: LockPolicy,
-    waiters: Waiters,
+    waiters: Arc<Waiters>,
     shutdown: watch::Sender<bool>,
 }
 
+/// A granted lease on its way to the caller. If it is dropped before
+/// [`Grant::delivered`] (the caller went away while the grant was in flight),
+/// the lease is released at once so nobody waits for a holder that never was.
+pub struct Grant<S: LockStore> {
+    lease: Lease,
+    service: Arc<LockService<S>>,
+    armed: bool,
+}
+
+impl<S: LockStore> Grant<S> {
+    /// The lease granted.
+    pub fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The lease reached the caller: keep it.
+    pub fn delivered(mut self) -> Lease {
+        self.armed = false;
+        self.lease.clone()
+    }
+}
+
+impl<S: LockStore> Drop for Grant<S> {
+    fn drop(&mut self) {
+        if self.armed {
+            let service = Arc::clone(&self.service);
+            let name = self.lease.name.clone();
+            let token = self.lease.token.clone();
+            spawn_detached(async move {
+                let _ = service.release(&name, &token).await;
+            });
+        }
+    }
+}
+
+/// Takes a fair waiter out of the store's queue if it gives up (deadline,
+/// disconnect, shutdown), so it does not block the line until its entry expires.
+struct QueueExit<'a, S: LockStore> {
+    service: &'a Arc<LockService<S>>,
+    name: &'a LockName,
+    waiter_id: &'a str,
+    armed: bool,
+}
+
+impl<S: LockStore> Drop for QueueExit<'_, S> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let service = Arc::clone(self.service);
+        let name = self.name.clone();
+        let waiter_id = self.waiter_id.to_owned();
+        spawn_detached(async move {
+            let _ = service.store.leave_queue(&name, &waiter_id).await;
+        });
+    }
+}
+
+/// Runs clean-up work from a `Drop`, if a runtime is there to run it.
+fn spawn_detached(work: impl Future<Output = ()> + Send + 'static) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(work);
+    }
+}
+
 impl<S: LockStore> LockService<S> {
-    /// A service over `store` with `policy`.
+    /// A service over `store` with `policy`. Inside a Tokio runtime it also
+    /// starts listening to the store's release announcements.
     pub fn new(store: S, policy: LockPolicy) -> Self {
+        let waiters = Arc::new(Waiters::new(policy.waiters));
+        if let (Some(mut wakes), Ok(runtime)) =
+            (store.take_wakes(), tokio::runtime::Handle::try_current())
+        {
+            let waiters = Arc::clone(&waiters);
+            runtime.spawn(async move {
+                while let Some(wake) = wakes.recv().await {
+                    waiters.wake(&wake);
+                }
+            });
+        }
         Self {
             store,
-            waiters: Waiters::new(policy.waiters),
+            waiters,
             policy,
             shutdown: watch::Sender::new(false),
         }
@@ -111,53 +215,148 @@ impl<S: LockStore> LockService<S> {
     }
 
     /// Grants `name` to the caller, waiting up to `wait_ms` for it to free.
+    ///
+    /// Waiters on this broker are served in arrival order; fair waiters in
+    /// arrival order across every broker sharing the store.
     pub async fn acquire(
-        &self,
+        self: &Arc<Self>,
         name: &LockName,
         request: AcquireRequest,
-    ) -> Result<Lease, LockError> {
+    ) -> Result<Grant<S>, LockError> {
         let plan = self.plan(request)?;
+        let fair_id = (plan.fair && !plan.wait.is_zero()).then(random_hex::<12>);
         // One token for every attempt of this request: an attempt that Redis ran
         // but whose answer was lost is recognised as ours by the next one.
-        let token = LeaseToken::generate();
-        let params = || AcquireParams {
+        let attempt = Attempt {
             name,
-            token: &token,
+            token: LeaseToken::generate(),
+            plan,
+            fair_id,
+        };
+        if attempt.plan.wait.is_zero() {
+            return match self.attempt(&attempt).await? {
+                Ok(grant) => Ok(grant),
+                Err((holder, _)) => Err(LockError::Busy(holder)),
+            };
+        }
+        self.wait_for(&attempt).await
+    }
+
+    async fn wait_for(self: &Arc<Self>, attempt: &Attempt<'_>) -> Result<Grant<S>, LockError> {
+        let deadline = Instant::now() + attempt.plan.wait;
+        let mode = match &attempt.fair_id {
+            Some(id) => WaitMode::Fair(id.clone()),
+            None => WaitMode::Local,
+        };
+        let ticket = self.waiters.join(attempt.name, mode)?;
+        let mut queue_exit = attempt.fair_id.as_deref().map(|waiter_id| QueueExit {
+            service: self,
+            name: attempt.name,
+            waiter_id,
+            armed: true,
+        });
+        let heartbeat = Duration::from_millis((self.policy.fair_entry_ttl_ms / 3).max(1));
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            // Listen before trying, so a wake-up between a failed attempt and
+            // the sleep below is kept as a permit.
+            let mut woken = pin!(ticket.notify().notified());
+            woken.as_mut().enable();
+            let mut wake_at = deadline;
+            if ticket.may_attempt() || Instant::now() >= deadline {
+                match self.attempt(attempt).await? {
+                    Ok(grant) => {
+                        // The store took the entry out of its queue with the grant.
+                        if let Some(exit) = &mut queue_exit {
+                            exit.armed = false;
+                        }
+                        return Ok(grant);
+                    }
+                    Err((holder, queue_position)) => {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            return Err(LockError::Busy(holder));
+                        }
+                        // The holder's expiry (plus lock-delay) frees the lock
+                        // without a release to announce it: the next in line
+                        // wakes for it. Fair waiters further back wait to be named.
+                        if queue_position.unwrap_or(0) == 0 {
+                            wake_at = now + Duration::from_millis(holder.available_in_ms.max(1));
+                        }
+                        if attempt.fair_id.is_some() {
+                            wake_at = wake_at.min(now + heartbeat);
+                        }
+                        wake_at = wake_at.min(deadline);
+                    }
+                }
+            }
+            tokio::select! {
+                () = woken => {}
+                () = sleep_until(wake_at) => {}
+                _ = shutdown.wait_for(|stopping| *stopping) => return Err(LockError::ShuttingDown),
+            }
+        }
+    }
+
+    /// One try at the store. `Ok(Err(..))` is a busy answer.
+    async fn attempt(
+        self: &Arc<Self>,
+        attempt: &Attempt<'_>,
+    ) -> Result<Result<Grant<S>, (Holder, Option<u64>)>, LockError> {
+        let plan = &attempt.plan;
+        let params = AcquireParams {
+            name: attempt.name,
+            token: &attempt.token,
             ttl: plan.ttl,
             owner: plan.owner.as_ref(),
             request_id: plan.request_id.as_ref(),
             lock_delay: plan.lock_delay,
+            fair: attempt.fair_id.as_deref().map(|waiter_id| FairEntry {
+                waiter_id,
+                entry_ttl_ms: self.policy.fair_entry_ttl_ms,
+            }),
         };
-        if plan.wait.is_zero() {
-            return match self.store.acquire(params()).await? {
-                AcquireOutcome::Granted(lease) => Ok(lease),
-                AcquireOutcome::Busy(holder) => Err(LockError::Busy(holder)),
-            };
-        }
-
-        let deadline = Instant::now() + plan.wait;
-        let ticket = self.waiters.join(name)?;
-        let mut shutdown = self.shutdown.subscribe();
-        loop {
-            // Listen before trying, so a release between the failed attempt and
-            // the sleep below still wakes this waiter.
-            let mut released = pin!(ticket.notify().notified());
-            released.as_mut().enable();
-            let holder = match self.store.acquire(params()).await? {
-                AcquireOutcome::Granted(lease) => return Ok(lease),
-                AcquireOutcome::Busy(holder) => holder,
-            };
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(LockError::Busy(holder));
+        // Armed from before the call: if this future is dropped while the
+        // script runs, a grant it made is released.
+        let in_flight = Grant {
+            lease: Lease {
+                name: attempt.name.clone(),
+                token: attempt.token.clone(),
+                fence: Fence::new(0),
+                ttl_ms: 0,
+                expires_at_ms: 0,
+                owner: None,
+            },
+            service: Arc::clone(self),
+            armed: true,
+        };
+        let started = Instant::now();
+        let outcome = self.store.acquire(params).await;
+        let mut grant = in_flight;
+        match outcome {
+            Ok(AcquireOutcome::Granted(lease)) => {
+                let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                let min_validity = self.policy.min_validity_ms.min(lease.ttl_ms / 2);
+                grant.lease = lease;
+                if grant.lease.ttl_ms.saturating_sub(elapsed) < min_validity {
+                    // Dropping the grant releases it.
+                    return Err(LockError::Store(StoreError::Unavailable(format!(
+                        "the grant took {elapsed} ms to arrive, leaving less than {min_validity} ms of validity"
+                    ))));
+                }
+                Ok(Ok(grant))
             }
-            // The holder's expiry (plus lock-delay) frees the lock without any
-            // release to wake us, so sleep no longer than that.
-            let frees_at = now + Duration::from_millis(holder.available_in_ms.max(1));
-            tokio::select! {
-                () = released => {}
-                () = sleep_until(frees_at.min(deadline)) => {}
-                _ = shutdown.wait_for(|stopping| *stopping) => return Err(LockError::ShuttingDown),
+            Ok(AcquireOutcome::Busy {
+                holder,
+                queue_position,
+            }) => {
+                grant.armed = false;
+                Ok(Err((holder, queue_position)))
+            }
+            Err(error) => {
+                // The store itself cleans up after an answer it lost.
+                grant.armed = false;
+                Err(error.into())
             }
         }
     }
@@ -189,7 +388,10 @@ impl<S: LockStore> LockService<S> {
     pub async fn release(&self, name: &LockName, token: &LeaseToken) -> Result<Fence, LockError> {
         match self.store.release(name, token).await? {
             ReleaseOutcome::Released(fence) => {
-                self.waiters.wake(name);
+                self.waiters.wake(&Wake::Released {
+                    name: name.clone(),
+                    next_fair: None,
+                });
                 Ok(fence)
             }
             ReleaseOutcome::Lost => Err(LockError::LeaseLost),
@@ -199,6 +401,24 @@ impl<S: LockStore> LockService<S> {
     /// Reads a lock's state; never reveals a token.
     pub async fn status(&self, name: &LockName) -> Result<LockStatus, LockError> {
         Ok(self.store.status(name).await?)
+    }
+
+    /// Lists held locks for an operator, one bounded page at a time.
+    pub async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
+        self.store.list(request).await
+    }
+
+    /// Ends whatever lease holds `name` (an operator override) and wakes the
+    /// lock's waiters exactly as a release does.
+    pub async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, LockError> {
+        let outcome = self.store.force_release(name).await?;
+        if let ForceReleaseOutcome::Released { .. } = outcome {
+            self.waiters.wake(&Wake::Released {
+                name: name.clone(),
+                next_fair: None,
+            });
+        }
+        Ok(outcome)
     }
 
     /// Succeeds when the store can serve lock steps.
@@ -253,6 +473,7 @@ impl<S: LockStore> LockService<S> {
             owner,
             request_id,
             lock_delay,
+            fair: request.fair,
         })
     }
 }

@@ -3,11 +3,15 @@
 
 use std::future::Future;
 
+use tokio::sync::mpsc::UnboundedReceiver;
+
 use crate::error::StoreError;
 use crate::lease::{
     Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Renewal, RequestId, Ttl,
 };
+use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
+use crate::wait::Wake;
 
 /// Everything the store needs to try one grant.
 #[derive(Debug)]
@@ -25,6 +29,19 @@ pub struct AcquireParams<'a> {
     pub request_id: Option<&'a RequestId>,
     /// How long the lock stays unavailable if this lease expires unreleased.
     pub lock_delay: LockDelay,
+    /// Set for a fair waiter: its id in the lock's queue in the store, and
+    /// how long that queue entry lives without being refreshed.
+    pub fair: Option<FairEntry<'a>>,
+}
+
+/// A fair waiter's place in a lock's queue in the store.
+#[derive(Clone, Copy, Debug)]
+pub struct FairEntry<'a> {
+    /// The waiter's id, unique per waiting request.
+    pub waiter_id: &'a str,
+    /// The entry expires unless refreshed within this, so a waiter whose broker
+    /// died stops blocking the line.
+    pub entry_ttl_ms: u64,
 }
 
 /// The result of one grant attempt.
@@ -32,8 +49,14 @@ pub struct AcquireParams<'a> {
 pub enum AcquireOutcome {
     /// The lock is ours (or already was, for a retried request).
     Granted(Lease),
-    /// Another lease, or its lock-delay, is in the way.
-    Busy(Holder),
+    /// Another lease, its lock-delay, or an earlier fair waiter is in the way.
+    Busy {
+        /// The lease in the way (for a free lock owed to a fair waiter: no
+        /// owner, the last fence, and zero times).
+        holder: Holder,
+        /// For a fair waiter: how many waiters are ahead of it in the queue.
+        queue_position: Option<u64>,
+    },
 }
 
 /// The result of an extend.
@@ -57,6 +80,20 @@ pub enum ReleaseOutcome {
     Released(Fence),
     /// The token does not hold a valid lease on this lock.
     Lost,
+}
+
+/// The result of a force release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForceReleaseOutcome {
+    /// A lease (or its lock-delay) was in place and is gone now.
+    Released {
+        /// The fence of the lease that was ended.
+        fence: Fence,
+        /// Its holder's label, if it gave one.
+        owner: Option<String>,
+    },
+    /// Nothing held the lock.
+    NotHeld,
 }
 
 /// A backend that keeps lock state and changes it atomically.
@@ -97,4 +134,33 @@ pub trait LockStore: Send + Sync + 'static {
 
     /// Succeeds when the backend answers and is ready to run lock steps.
     fn ping(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Lists the locks whose names start with `request.prefix` and that are
+    /// held or waiting out a lock-delay, one bounded page at a time. Never
+    /// reveals a token, and never blocks the backend for long.
+    fn list(
+        &self,
+        request: &ListRequest,
+    ) -> impl Future<Output = Result<LockPage, StoreError>> + Send;
+
+    /// Frees a lock whoever holds it (an operator override). The former
+    /// holder's token stops working at once: its extend and release answer
+    /// lost. Re-sending it reports that nothing was held.
+    fn force_release(
+        &self,
+        name: &LockName,
+    ) -> impl Future<Output = Result<ForceReleaseOutcome, StoreError>> + Send;
+
+    /// Removes a fair waiter that gave up from the lock's queue, and announces
+    /// the next one if the lock is free.
+    fn leave_queue(
+        &self,
+        name: &LockName,
+        waiter_id: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// The stream of release announcements from every broker sharing this
+    /// store, taken once by the service that owns the store. `None` for a
+    /// store that cannot announce releases (waiters then wake on expiry only).
+    fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>>;
 }

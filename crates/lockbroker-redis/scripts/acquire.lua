@@ -1,25 +1,38 @@
--- Grants a lock if no valid lease or lock-delay is in the way.
+-- Grants a lock if no valid lease, lock-delay or earlier fair waiter is in the way.
 --
--- KEYS[1] lease hash   KEYS[2] last issued fence
+-- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] fair queue  KEYS[4] queue expiries
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] owner ('' for none)
 -- ARGV[4] request_id ('' for none)  ARGV[5] lock_delay_ms  ARGV[6] fence_idle_ms
 -- ARGV[7] fence floor: the highest fence the calling broker has seen
+-- ARGV[8] fair waiter id ('' for none)  ARGV[9] queue entry ttl_ms
+-- ARGV[10] wake channel  ARGV[11] calling broker id  ARGV[12] lock name
 --
 -- Returns {1, token, fence, ttl_ms, expires_at_ms, owner} when granted,
---         {0, owner, fence, expires_in_ms, available_in_ms} when busy.
+--         {0, owner, fence, expires_in_ms, available_in_ms, queue_position}
+--         when busy (queue_position -1 for a caller not in the fair queue).
 --
 -- The lease hash holds: token, fence, owner, rid, acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms) and rel ('1' once released).
 -- The key lives until exp + delay, so an expired lease keeps the lock
 -- unavailable for its lock-delay; a released one frees it at once.
 
-local lease_key, fence_key = KEYS[1], KEYS[2]
+local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local delay, fence_idle, floor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
+local channel, broker_id, name = ARGV[10], ARGV[11], ARGV[12]
 
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local now_ms = math.floor(now_us / 1000)
+
+-- A fair waiter that is turned away keeps (or takes) its place in the queue.
+local function wait_in_line()
+  if waiter_id == '' then
+    return -1
+  end
+  return queue_join(queue_key, expiry_key, waiter_id, now_us, now_ms, entry_ttl)
+end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel')
 if cur[1] and cur[6] ~= '1' then
@@ -31,18 +44,31 @@ if cur[1] and cur[6] ~= '1' then
     if cur[1] == token or (rid ~= '' and cur[4] == rid and cur[3] == owner) then
       return {1, cur[1], tonumber(cur[2]), exp - now_ms, exp, cur[3]}
     end
-    return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in}
+    return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in, wait_in_line()}
   end
   -- Expired unreleased: the lock-delay keeps the lock unavailable until the key
   -- itself expires.
   if available_in > 0 then
-    return {0, cur[3], tonumber(cur[2]), 0, available_in}
+    return {0, cur[3], tonumber(cur[2]), 0, available_in, wait_in_line()}
+  end
+end
+
+local last = math.max(tonumber(redis.call('GET', fence_key) or '0'), tonumber(cur[2] or '0'))
+
+-- The lock is free. Once fair waiters queue for it, they go first, in arrival
+-- order, whoever else asks.
+if redis.call('EXISTS', queue_key) == 1 then
+  local head = queue_head(queue_key, expiry_key, now_ms)
+  if head and head ~= waiter_id then
+    return {0, '', last, 0, 0, wait_in_line()}
+  end
+  if head then
+    queue_leave(queue_key, expiry_key, waiter_id)
   end
 end
 
 -- The fence exceeds the last one issued, the time in microseconds and the
 -- broker's floor, so it grows even when Redis lost the counter.
-local last = math.max(tonumber(redis.call('GET', fence_key) or '0'), tonumber(cur[2] or '0'))
 local fence = math.max(last + 1, now_us, floor + 1)
 if fence >= 9007199254740992 then
   return redis.error_reply('ERR lockbroker fence would exceed 2^53')
@@ -57,4 +83,13 @@ redis.call('HSET', lease_key,
   'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
   'delay', string.format('%d', delay))
 redis.call('PEXPIRE', lease_key, ttl + delay)
+
+-- The fair waiter now first in line learns it, so it can sleep until this
+-- lease frees instead of until its next refresh.
+if waiter_id ~= '' then
+  local next_head = queue_head(queue_key, expiry_key, now_ms)
+  if next_head then
+    redis.call('PUBLISH', channel, broker_id .. ' turn ' .. name .. ' ' .. next_head)
+  end
+end
 return {1, token, fence, ttl, exp, owner}

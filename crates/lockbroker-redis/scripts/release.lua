@@ -1,14 +1,16 @@
--- Frees a held lock at once.
+-- Frees a held lock at once and announces it to every broker.
 --
--- KEYS[1] lease hash
+-- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
 -- ARGV[1] token  ARGV[2] memo_ms: how long a released lease is remembered so
 --         that a re-sent release reports success instead of a lost lease
+-- ARGV[3] wake channel  ARGV[4] calling broker id  ARGV[5] lock name
 --
 -- Returns {1, fence} when released (now or by an earlier send of the same
 -- release), {0} when the token holds no valid lease.
 
-local lease_key = KEYS[1]
+local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local token, memo_ms = ARGV[1], tonumber(ARGV[2])
+local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
 
 local time = redis.call('TIME')
 local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
@@ -27,4 +29,12 @@ end
 -- Keep the hash as a short memo marked released; acquire treats it as free.
 redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms))
 redis.call('PEXPIRE', lease_key, memo_ms)
+
+-- One message for all brokers: each wakes its first waiter for this lock, and
+-- the one holding the head of the fair queue wakes that waiter.
+local head = '-'
+if redis.call('EXISTS', queue_key) == 1 then
+  head = queue_head(queue_key, expiry_key, now_ms) or '-'
+end
+redis.call('PUBLISH', channel, broker_id .. ' released ' .. name .. ' ' .. head)
 return {1, tonumber(cur[2])}

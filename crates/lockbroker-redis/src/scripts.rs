@@ -16,21 +16,42 @@ pub struct Scripts {
     pub release: Script,
     /// Reads a lock's state.
     pub status: Script,
+    /// Takes a fair waiter out of a lock's queue.
+    pub leave_queue: Script,
+    /// Ends whatever lease holds a lock, for operators.
+    pub force_release: Script,
+}
+
+/// Helpers shared by the scripts that touch the fair queue; Redis has no
+/// `require`, so they are prepended to each script's text.
+const QUEUE_PRELUDE: &str = include_str!("../scripts/queue.lua");
+
+fn with_queue_helpers(body: &str) -> Script {
+    Script::from_lua(format!("{QUEUE_PRELUDE}\n{body}"))
 }
 
 impl Scripts {
     /// Hashes the embedded scripts.
     pub fn new() -> Self {
         Self {
-            acquire: Script::from_lua(include_str!("../scripts/acquire.lua")),
+            acquire: with_queue_helpers(include_str!("../scripts/acquire.lua")),
             extend: Script::from_lua(include_str!("../scripts/extend.lua")),
-            release: Script::from_lua(include_str!("../scripts/release.lua")),
+            release: with_queue_helpers(include_str!("../scripts/release.lua")),
             status: Script::from_lua(include_str!("../scripts/status.lua")),
+            leave_queue: with_queue_helpers(include_str!("../scripts/leave_queue.lua")),
+            force_release: with_queue_helpers(include_str!("../scripts/force_release.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 4] {
-        [&self.acquire, &self.extend, &self.release, &self.status]
+    fn all(&self) -> [&Script; 6] {
+        [
+            &self.acquire,
+            &self.extend,
+            &self.release,
+            &self.status,
+            &self.leave_queue,
+            &self.force_release,
+        ]
     }
 
     /// Makes sure Redis has every script cached, loading those it lacks.

@@ -1,19 +1,32 @@
 //! [`RedisLockStore`]: lock steps as Lua scripts over a pool of fred clients.
 
+use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fred::clients::{Client, Pool};
+use fred::clients::{Client, Pool, SubscriberClient};
 use fred::error::{Error as RedisError, ErrorKind};
-use fred::interfaces::ClientLike;
+use fred::interfaces::KeysInterface;
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::rustls::crypto::ring;
+use fred::rustls::pki_types::pem::PemObject;
+use fred::rustls::pki_types::CertificateDer;
+use fred::rustls::{ClientConfig, RootCertStore};
+use fred::types::config::TlsConnector;
 use fred::types::config::{Config, ReconnectPolicy, UnresponsiveConfig};
 use fred::types::{Builder, Value};
+use lockbroker_core::lease::random_hex;
 use lockbroker_core::lease::Renewal;
+use lockbroker_core::Wake;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, Fence, Holder, Lease, LeaseToken, LockName,
     LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl,
 };
+use lockbroker_core::{ForceReleaseOutcome, ListCursor, ListRequest, LockEntry, LockPage};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::{sleep, Instant};
 
 use crate::keys::KeyLayout;
@@ -38,6 +51,56 @@ pub struct RedisSettings {
     /// How long a released lease is remembered so a re-sent release still
     /// reports success.
     pub release_memo: Duration,
+    /// Credentials for Redis `AUTH` (ACL user and password); they replace any
+    /// in the URL. `Debug` never prints the password.
+    pub auth: RedisAuth,
+    /// PEM file of the CA certificates that sign the Redis server certificate.
+    /// Setting it turns TLS on even for a `redis://` URL; without it a
+    /// `rediss://` URL trusts the system's roots.
+    pub tls_ca_path: Option<PathBuf>,
+}
+
+/// Redis credentials. `Debug` redacts the password.
+#[derive(Clone, Default)]
+pub struct RedisAuth {
+    /// The ACL user, `default` when only a password is set.
+    pub username: Option<String>,
+    /// The password.
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for RedisAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// A TLS connector trusting only the CA certificates in `ca_path`.
+fn tls_connector(ca_path: &Path) -> Result<TlsConnector, StoreError> {
+    let invalid = |message: String| {
+        StoreError::Unavailable(format!(
+            "redis TLS CA file {}: {message}",
+            ca_path.display()
+        ))
+    };
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca_path).map_err(|e| invalid(e.to_string()))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| invalid(e.to_string()))?;
+        roots.add(cert).map_err(|e| invalid(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(invalid("holds no certificate".into()));
+    }
+    let config = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(config))
 }
 
 impl Default for RedisSettings {
@@ -50,6 +113,8 @@ impl Default for RedisSettings {
             key_prefix: "lockbroker".to_owned(),
             fence_idle: Duration::from_secs(7 * 24 * 3600),
             release_memo: Duration::from_secs(30),
+            auth: RedisAuth::default(),
+            tls_ca_path: None,
         }
     }
 }
@@ -71,6 +136,14 @@ struct Inner {
     /// floor, so a Redis that lost its data *and* runs on a clock behind the
     /// old one still issues fences above those this broker handed out.
     fence_floor: AtomicU64,
+    /// This process's id in release announcements, so it can tell its own.
+    broker_id: String,
+    /// The Pub/Sub channel for release announcements.
+    wake_channel: String,
+    /// The one subscription of this process, feeding the announcements here
+    /// until the service takes them.
+    wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
+    subscriber: SubscriberClient,
 }
 
 impl RedisLockStore {
@@ -81,12 +154,25 @@ impl RedisLockStore {
     pub fn connect(settings: RedisSettings) -> Result<Self, StoreError> {
         let mut config = Config::from_url(&settings.url)
             .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {}", e.details())))?;
+        if let Some(username) = &settings.auth.username {
+            config.username = Some(username.clone());
+        }
+        if let Some(password) = &settings.auth.password {
+            config.password = Some(password.clone());
+        }
+        if let Some(ca_path) = &settings.tls_ca_path {
+            config.tls = Some(tls_connector(ca_path)?.into());
+        }
         // Keep trying on the first connection too, instead of giving up.
         config.fail_fast = false;
         let command_timeout = settings.command_timeout;
-        let pool = Builder::from_config(config)
+        let mut builder = Builder::from_config(config);
+        builder
             .with_performance_config(|perf| {
                 perf.default_command_timeout = command_timeout;
+                // Release announcements arrive through a broadcast channel;
+                // room for bursts, and a lag is answered with a resync.
+                perf.broadcast_channel_capacity = 4_096;
             })
             .with_connection_config(|conn| {
                 conn.connection_timeout = settings.connect_timeout;
@@ -103,25 +189,47 @@ impl RedisLockStore {
                 // cannot make requests pile up in memory.
                 conn.max_command_buffer_len = 10_000;
             })
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 1_000, 2))
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 1_000, 2));
+        let build_error = |e: RedisError| {
+            StoreError::Unavailable(format!("cannot build Redis client: {}", e.details()))
+        };
+        let pool = builder
             .build_pool(settings.pool_size.max(1))
-            .map_err(|e| {
-                StoreError::Unavailable(format!("cannot build Redis pool: {}", e.details()))
-            })?;
+            .map_err(build_error)?;
+        let subscriber = builder.build_subscriber_client().map_err(build_error)?;
         drop(pool.connect());
+        drop(subscriber.connect());
+
+        let keys = KeyLayout::new(settings.key_prefix.clone());
+        let wake_channel = keys.wake_channel();
+        let broker_id = random_hex::<8>();
+        let (wake_tx, wake_rx) = unbounded_channel();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(forward_wakes(
+                subscriber.clone(),
+                wake_channel.clone(),
+                broker_id.clone(),
+                wake_tx,
+            ));
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                keys: KeyLayout::new(settings.key_prefix.clone()),
+                keys,
                 scripts: Scripts::new(),
                 settings,
                 fence_floor: AtomicU64::new(0),
+                broker_id,
+                wake_channel,
+                wakes: Mutex::new(Some(wake_rx)),
+                subscriber,
             }),
         })
     }
 
     /// Closes every connection.
     pub async fn disconnect(&self) {
+        let _ = self.inner.subscriber.quit().await;
         let _ = self.inner.pool.quit().await;
     }
 
@@ -166,8 +274,18 @@ impl RedisLockStore {
             .release
             .evalsha_with_reload(
                 client,
-                vec![inner.keys.lease(name)],
-                vec![Value::from(token.expose()), Value::from(memo_ms)],
+                vec![
+                    inner.keys.lease(name),
+                    inner.keys.queue(name),
+                    inner.keys.queue_expiry(name),
+                ],
+                vec![
+                    Value::from(token.expose()),
+                    Value::from(memo_ms),
+                    Value::from(inner.wake_channel.as_str()),
+                    Value::from(inner.broker_id.as_str()),
+                    Value::from(name.as_str()),
+                ],
             )
             .await
             .map_err(unavailable)?;
@@ -191,8 +309,18 @@ impl LockStore for RedisLockStore {
             Value::from(millis_u64(params.lock_delay.as_millis())),
             Value::from(millis(inner.settings.fence_idle)),
             Value::from(millis_u64(inner.fence_floor.load(Ordering::Relaxed))),
+            Value::from(params.fair.map_or("", |f| f.waiter_id)),
+            Value::from(millis_u64(params.fair.map_or(0, |f| f.entry_ttl_ms))),
+            Value::from(inner.wake_channel.as_str()),
+            Value::from(inner.broker_id.as_str()),
+            Value::from(params.name.as_str()),
         ];
-        let keys = vec![inner.keys.lease(params.name), inner.keys.fence(params.name)];
+        let keys = vec![
+            inner.keys.lease(params.name),
+            inner.keys.fence(params.name),
+            inner.keys.queue(params.name),
+            inner.keys.queue_expiry(params.name),
+        ];
         let reply: Value = match inner
             .scripts
             .acquire
@@ -231,12 +359,16 @@ impl LockStore for RedisLockStore {
             let owner = non_empty(reply.text()?);
             let fence = reply.uint()?;
             self.observe_fence(fence);
-            Ok(AcquireOutcome::Busy(Holder {
+            let holder = Holder {
                 owner,
                 fence: Fence::new(fence),
                 expires_in_ms: reply.uint()?,
                 available_in_ms: reply.uint()?,
-            }))
+            };
+            Ok(AcquireOutcome::Busy {
+                holder,
+                queue_position: u64::try_from(reply.int()?).ok(),
+            })
         }
     }
 
@@ -319,6 +451,204 @@ impl LockStore for RedisLockStore {
             .await
             .map_err(unavailable)
     }
+
+    async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
+        let inner = &self.inner;
+        let client = inner.pool.next();
+        let pattern = inner.keys.lease_pattern(&request.prefix);
+        let limit = request.limit.get();
+        let count = u32::try_from(limit).unwrap_or(u32::MAX);
+        let mut cursor = request.cursor.get();
+        let mut names = Vec::new();
+        // SCAN, never KEYS: each round visits about `limit` keys. A few rounds
+        // fill a page when matches are sparse, and no more, so a keyspace full
+        // of other keys cannot make one request slow.
+        for _ in 0..MAX_SCAN_ROUNDS {
+            let reply: Value = client
+                .scan_page(cursor.to_string(), pattern.as_str(), Some(count), None)
+                .await
+                .map_err(unavailable)?;
+            let (next, keys) = scan_reply(reply)?;
+            names.extend(
+                keys.iter()
+                    .filter_map(|key| inner.keys.lock_of_lease_key(key)),
+            );
+            cursor = next;
+            if cursor == 0 || names.len() >= limit {
+                break;
+            }
+        }
+        names.sort();
+        names.dedup();
+        // Each lock is read by the status script, one key set per call, so the
+        // listing also works where a lock's keys live on their own Cluster slot.
+        let mut reads = tokio::task::JoinSet::new();
+        for name in names {
+            let store = self.clone();
+            reads.spawn(async move {
+                let status = store.status(&name).await;
+                (name, status)
+            });
+        }
+        let mut locks = Vec::new();
+        while let Some(read) = reads.join_next().await {
+            let (name, status) = read.map_err(|e| StoreError::Protocol(e.to_string()))?;
+            let status = status?;
+            if status.held || status.available_in_ms > 0 {
+                locks.push(LockEntry { name, status });
+            }
+        }
+        locks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(LockPage {
+            locks,
+            next_cursor: (cursor != 0).then_some(ListCursor::new(cursor)),
+        })
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
+        let inner = &self.inner;
+        let reply: Value = inner
+            .scripts
+            .force_release
+            .evalsha_with_reload(
+                inner.pool.next(),
+                vec![
+                    inner.keys.lease(name),
+                    inner.keys.queue(name),
+                    inner.keys.queue_expiry(name),
+                ],
+                vec![
+                    Value::from(inner.wake_channel.as_str()),
+                    Value::from(inner.broker_id.as_str()),
+                    Value::from(name.as_str()),
+                ],
+            )
+            .await
+            .map_err(unavailable)?;
+        let mut reply = Reply::new(reply)?;
+        Ok(match reply.int()? {
+            1 => ForceReleaseOutcome::Released {
+                fence: Fence::new(reply.uint()?),
+                owner: non_empty(reply.text()?),
+            },
+            _ => ForceReleaseOutcome::NotHeld,
+        })
+    }
+
+    async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let _: Value = inner
+            .scripts
+            .leave_queue
+            .evalsha_with_reload(
+                inner.pool.next(),
+                vec![
+                    inner.keys.lease(name),
+                    inner.keys.queue(name),
+                    inner.keys.queue_expiry(name),
+                ],
+                vec![
+                    Value::from(waiter_id),
+                    Value::from(inner.wake_channel.as_str()),
+                    Value::from(inner.broker_id.as_str()),
+                    Value::from(name.as_str()),
+                ],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
+        self.inner
+            .wakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Keeps this process subscribed to the wake channel (once; fred subscribes
+/// again after every reconnect) and turns announcements into [`Wake`]s.
+async fn forward_wakes(
+    subscriber: SubscriberClient,
+    channel: String,
+    broker_id: String,
+    wakes: UnboundedSender<Wake>,
+) {
+    let mut messages = subscriber.message_rx();
+    let mut reconnects = subscriber.reconnect_rx();
+    let _resubscribe = subscriber.manage_subscriptions();
+    let mut backoff = Duration::from_millis(50);
+    while subscriber.subscribe(channel.as_str()).await.is_err() {
+        sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+    loop {
+        let wake = tokio::select! {
+            message = messages.recv() => match message {
+                Ok(message) => message.value.as_str().and_then(|text| parse_wake(&text, &broker_id)),
+                // Announcements were dropped: every waiter looks again.
+                Err(RecvError::Lagged(_)) => Some(Wake::Resync),
+                Err(RecvError::Closed) => return,
+            },
+            reconnect = reconnects.recv() => match reconnect {
+                // Releases announced while disconnected were missed.
+                Ok(_) | Err(RecvError::Lagged(_)) => Some(Wake::Resync),
+                Err(RecvError::Closed) => return,
+            },
+        };
+        if let Some(wake) = wake {
+            if wakes.send(wake).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Reads `<broker id> released|turn <lock name> <fair waiter id or ->`.
+///
+/// This broker's own releases already woke its local waiters, so from its
+/// own announcement only the fair waiter named is woken.
+fn parse_wake(text: &str, own_broker_id: &str) -> Option<Wake> {
+    let mut parts = text.split(' ');
+    let (origin, kind, name, head) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let next_fair = (head != "-").then(|| head.to_owned());
+    match kind {
+        "released" if origin != own_broker_id => Some(Wake::Released {
+            name: LockName::parse(name).ok()?,
+            next_fair,
+        }),
+        "released" | "turn" => next_fair.map(|waiter_id| Wake::Turn { waiter_id }),
+        _ => None,
+    }
+}
+
+/// The most `SCAN` calls one page of a listing makes.
+const MAX_SCAN_ROUNDS: usize = 8;
+
+/// Reads a `SCAN` reply: the next cursor and the keys of this round.
+fn scan_reply(reply: Value) -> Result<(u64, Vec<String>), StoreError> {
+    let malformed = || StoreError::Protocol("malformed SCAN reply".into());
+    let Value::Array(mut parts) = reply else {
+        return Err(malformed());
+    };
+    if parts.len() != 2 {
+        return Err(malformed());
+    }
+    let keys = parts.pop().ok_or_else(malformed)?;
+    let cursor = parts
+        .pop()
+        .and_then(|c| c.as_string())
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(malformed)?;
+    let Value::Array(keys) = keys else {
+        return Err(malformed());
+    };
+    Ok((
+        cursor,
+        keys.into_iter().filter_map(Value::into_string).collect(),
+    ))
 }
 
 /// Whether a failed command may still have run on Redis.

@@ -2,13 +2,15 @@
 //! `LOCKBROKER_*` environment variables. Unknown keys in the file are errors.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use lockbroker_core::wait::WaiterLimits;
 use lockbroker_core::LockPolicy;
-use lockbroker_redis::RedisSettings;
+use lockbroker_redis::{RedisAuth, RedisSettings};
 use serde::{Deserialize, Serialize};
+
+use crate::auth::{ApiKeyConfig, KeyConfigError, KeyRing};
 
 /// The prefix of every environment variable the broker reads.
 pub const ENV_PREFIX: &str = "LOCKBROKER_";
@@ -50,6 +52,8 @@ pub struct Settings {
     pub locks: LockConfig,
     /// Log output.
     pub log: LogSettings,
+    /// API keys and who may do what.
+    pub auth: AuthConfig,
 }
 
 /// Limits on HTTP requests.
@@ -61,6 +65,43 @@ pub struct HttpSettings {
     /// Longest time any request may take, waiting included; must exceed
     /// `locks.max_wait_ms`.
     pub request_timeout_ms: u64,
+    /// Longest time to receive a request's headers (and to finish the TLS
+    /// handshake); slower connections are closed, against slowloris.
+    pub header_read_timeout_ms: u64,
+    /// Longest time to receive a request body once its headers are in;
+    /// slower bodies get `408`.
+    pub body_read_timeout_ms: u64,
+    /// Requests served at once, waiting acquires included; more get `503`.
+    /// Must exceed `locks.max_waiters` so waiters never crowd out the rest.
+    pub max_concurrent_requests: usize,
+    /// Open connections at once; further ones wait in the accept queue.
+    pub max_connections: usize,
+    /// PEM certificate chain of the HTTPS listener; with `tls_key_path`,
+    /// the broker serves HTTPS only. Empty for plain HTTP.
+    pub tls_cert_path: String,
+    /// PEM private key of `tls_cert_path`.
+    pub tls_key_path: String,
+}
+
+/// Who may call the broker (`LOCKBROKER_AUTH_*`).
+///
+/// Keys can also come from the environment as TOML:
+/// `LOCKBROKER_AUTH_KEYS_FILE=/run/secrets/keys.toml` names a file with
+/// `[[keys]]` tables, and `LOCKBROKER_AUTH_KEYS` holds an inline array.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Serve without API keys on an address other than loopback. Off by
+    /// default: such a broker refuses to start.
+    pub allow_insecure: bool,
+    /// Requests per second of a key that sets no `rate_limit_per_sec`; 0 for
+    /// no limit. More get `429`.
+    pub rate_limit_per_sec: u32,
+    /// How many seconds' worth of requests a key may send in one burst.
+    pub rate_limit_burst_secs: u32,
+    /// The accepted keys. Empty turns authentication off, which is allowed
+    /// only on loopback (or with `allow_insecure`).
+    pub keys: Vec<ApiKeyConfig>,
 }
 
 /// How to reach Redis (`LOCKBROKER_REDIS_*`).
@@ -81,6 +122,15 @@ pub struct RedisConfig {
     pub fence_idle_ms: u64,
     /// How long a released lease is remembered for retried releases.
     pub release_memo_ms: u64,
+    /// Redis ACL user; replaces one in the URL. Empty for none.
+    pub username: String,
+    /// Redis password; replaces one in the URL. Empty for none. Best set
+    /// through `LOCKBROKER_REDIS_PASSWORD_FILE`.
+    pub password: String,
+    /// PEM file of the CA certificates that sign the Redis server's
+    /// certificate; setting it turns TLS on. `rediss://` URLs without it
+    /// trust the system's roots.
+    pub tls_ca_path: String,
 }
 
 /// Lease limits and defaults (`LOCKBROKER_LOCKS_*`).
@@ -99,6 +149,12 @@ pub struct LockConfig {
     pub max_lock_delay_ms: u64,
     /// Longest total hold of one lease across extends; 0 for no limit.
     pub max_hold_ms: u64,
+    /// A grant arriving with less validity left than this (Redis answered
+    /// slowly) is released instead of handed out.
+    pub min_validity_ms: u64,
+    /// A fair waiter's queue entry in Redis expires this long after its broker
+    /// last refreshed it, so a dead waiter stops blocking the line.
+    pub fair_entry_ttl_ms: u64,
     /// Waiting acquires across all locks on this broker.
     pub max_waiters: usize,
     /// Waiting acquires on one lock on this broker.
@@ -134,6 +190,7 @@ impl Default for Settings {
             redis: RedisConfig::default(),
             locks: LockConfig::default(),
             log: LogSettings::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -143,6 +200,23 @@ impl Default for HttpSettings {
         Self {
             max_body_bytes: 16 * 1024,
             request_timeout_ms: 65_000,
+            header_read_timeout_ms: 10_000,
+            body_read_timeout_ms: 10_000,
+            max_concurrent_requests: 16_384,
+            max_connections: 20_000,
+            tls_cert_path: String::new(),
+            tls_key_path: String::new(),
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            allow_insecure: false,
+            rate_limit_per_sec: 1_000,
+            rate_limit_burst_secs: 2,
+            keys: Vec::new(),
         }
     }
 }
@@ -158,6 +232,9 @@ impl Default for RedisConfig {
             key_prefix: redis.key_prefix,
             fence_idle_ms: as_ms(redis.fence_idle),
             release_memo_ms: as_ms(redis.release_memo),
+            username: String::new(),
+            password: String::new(),
+            tls_ca_path: String::new(),
         }
     }
 }
@@ -172,6 +249,8 @@ impl Default for LockConfig {
             default_lock_delay_ms: policy.default_lock_delay_ms,
             max_lock_delay_ms: policy.max_lock_delay_ms,
             max_hold_ms: policy.max_hold_ms.unwrap_or(0),
+            min_validity_ms: policy.min_validity_ms,
+            fair_entry_ttl_ms: policy.fair_entry_ttl_ms,
             max_waiters: policy.waiters.max_waiters,
             max_waiters_per_lock: policy.waiters.max_waiters_per_lock,
         }
@@ -253,6 +332,11 @@ impl Settings {
                 "locks.default_lock_delay_ms must not exceed locks.max_lock_delay_ms".into(),
             ));
         }
+        if locks.fair_entry_ttl_ms < 30 {
+            return Err(invalid(
+                "locks.fair_entry_ttl_ms must be at least 30".into(),
+            ));
+        }
         if locks.max_waiters_per_lock > locks.max_waiters {
             return Err(invalid(
                 "locks.max_waiters_per_lock must not exceed locks.max_waiters".into(),
@@ -281,6 +365,7 @@ impl Settings {
                 "redis.fence_idle_ms must be at least locks.max_ttl_ms".into(),
             ));
         }
+        self.check_security()?;
         if tracing_subscriber::EnvFilter::try_new(&self.log.level).is_err() {
             return Err(invalid(format!(
                 "log.level {:?} is not a valid filter",
@@ -288,6 +373,51 @@ impl Settings {
             )));
         }
         Ok(())
+    }
+
+    /// The secure-by-default rules: keys that parse, TLS files in pairs, HTTP
+    /// limits, and no unauthenticated listener beyond loopback.
+    pub fn check_security(&self) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            layer: "settings".into(),
+            message,
+        };
+        let keys = self.key_ring().map_err(|e| invalid(e.to_string()))?;
+        if !keys.enabled() && !self.listen.ip().is_loopback() && !self.auth.allow_insecure {
+            return Err(invalid(format!(
+                "refusing to listen on {} without API keys: configure auth.keys (see \
+                 docs/security.md), listen on loopback, or set auth.allow_insecure = true",
+                self.listen
+            )));
+        }
+        let http = &self.http;
+        if http.tls_cert_path.is_empty() != http.tls_key_path.is_empty() {
+            return Err(invalid(
+                "http.tls_cert_path and http.tls_key_path must be set together".into(),
+            ));
+        }
+        if http.header_read_timeout_ms == 0 || http.body_read_timeout_ms == 0 {
+            return Err(invalid("http read timeouts must be at least 1 ms".into()));
+        }
+        if http.max_connections == 0 {
+            return Err(invalid("http.max_connections must be at least 1".into()));
+        }
+        if http.max_concurrent_requests <= self.locks.max_waiters {
+            return Err(invalid(format!(
+                "http.max_concurrent_requests ({}) must exceed locks.max_waiters ({})",
+                http.max_concurrent_requests, self.locks.max_waiters
+            )));
+        }
+        Ok(())
+    }
+
+    /// The API keys the broker accepts.
+    pub fn key_ring(&self) -> Result<KeyRing, KeyConfigError> {
+        KeyRing::new(
+            &self.auth.keys,
+            self.auth.rate_limit_per_sec,
+            self.auth.rate_limit_burst_secs,
+        )
     }
 
     /// The lock rules for [`lockbroker_core::LockService`].
@@ -300,6 +430,8 @@ impl Settings {
             default_lock_delay_ms: locks.default_lock_delay_ms,
             max_lock_delay_ms: locks.max_lock_delay_ms,
             max_hold_ms: (locks.max_hold_ms > 0).then_some(locks.max_hold_ms),
+            min_validity_ms: locks.min_validity_ms,
+            fair_entry_ttl_ms: locks.fair_entry_ttl_ms,
             waiters: WaiterLimits {
                 max_waiters: locks.max_waiters,
                 max_waiters_per_lock: locks.max_waiters_per_lock,
@@ -318,8 +450,17 @@ impl Settings {
             key_prefix: redis.key_prefix.clone(),
             fence_idle: Duration::from_millis(redis.fence_idle_ms),
             release_memo: Duration::from_millis(redis.release_memo_ms),
+            auth: RedisAuth {
+                username: non_empty(&redis.username),
+                password: non_empty(&redis.password),
+            },
+            tls_ca_path: non_empty(&redis.tls_ca_path).map(PathBuf::from),
         }
     }
+}
+
+fn non_empty(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_owned())
 }
 
 /// Overlays `top` on `base`, table by table.
@@ -366,7 +507,7 @@ fn env_layer(
         } else {
             raw
         };
-        let value = typed_like(default, &text).ok_or_else(|| ConfigError::Invalid {
+        let value = typed_like(&key, default, &text).ok_or_else(|| ConfigError::Invalid {
             layer: var.clone(),
             message: format!("expected {}", default.type_str()),
         })?;
@@ -412,8 +553,23 @@ fn find_key<'a>(
     None
 }
 
-fn typed_like(default: &toml::Value, text: &str) -> Option<toml::Value> {
+/// Reads `text` as a value of the type of `default`. A list (such as
+/// `auth.keys`) is TOML: an inline array, or a document holding the list
+/// under its own name (`[[keys]]` tables), as in a keys file.
+fn typed_like(key: &str, default: &toml::Value, text: &str) -> Option<toml::Value> {
     Some(match default {
+        toml::Value::Array(_) => {
+            if let Ok(mut document) = text.parse::<toml::Table>() {
+                if let Some(list @ toml::Value::Array(_)) = document.remove(key) {
+                    return Some(list);
+                }
+            }
+            let mut wrapped = format!("{key} = {text}").parse::<toml::Table>().ok()?;
+            match wrapped.remove(key)? {
+                list @ toml::Value::Array(_) => list,
+                _ => return None,
+            }
+        }
         toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().ok()?),
         toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().ok()?),
         toml::Value::Float(_) => toml::Value::Float(text.trim().parse().ok()?),
@@ -449,6 +605,7 @@ mod tests {
             None,
             env(&[
                 ("LOCKBROKER_LISTEN", "0.0.0.0:9000"),
+                ("LOCKBROKER_AUTH_ALLOW_INSECURE", "true"),
                 ("LOCKBROKER_REDIS_URL", "redis://10.0.0.1:6380/2"),
                 ("LOCKBROKER_LOCKS_MAX_HOLD_MS", "7200000"),
                 ("LOCKBROKER_URL", "http://ignored-client-setting"),
@@ -497,6 +654,69 @@ mod tests {
         std::fs::write(&file, "[redis]\nurll = \"redis://x\"\n").expect("write");
         let err = Settings::load(Some(&file), []).expect_err("unknown key");
         assert!(err.to_string().contains("urll"), "{err}");
+    }
+
+    #[test]
+    fn a_public_listener_needs_keys_or_an_explicit_opt_out() {
+        let err = Settings::load(None, env(&[("LOCKBROKER_LISTEN", "0.0.0.0:7700")]))
+            .expect_err("no keys beyond loopback");
+        assert!(err.to_string().contains("allow_insecure"), "{err}");
+        let keys = format!(
+            r#"[{{id = "ops", sha256 = "{}", scopes = ["admin"], prefixes = ["*"]}}]"#,
+            crate::auth::hash_token("secret")
+        );
+        let settings = Settings::load(
+            None,
+            env(&[
+                ("LOCKBROKER_LISTEN", "[::]:7700"),
+                ("LOCKBROKER_AUTH_KEYS", &keys),
+            ]),
+        )
+        .expect("keys make it secure");
+        assert!(settings.key_ring().expect("valid").enabled());
+    }
+
+    #[test]
+    fn keys_load_from_a_file_of_tables() {
+        let dir = std::env::temp_dir().join(format!("lockbroker-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let file = dir.join("keys.toml");
+        let text = format!(
+            "[[keys]]\nid = \"worker\"\nsha256 = \"{}\"\nscopes = [\"lock\"]\nprefixes = [\"billing:\"]\nrate_limit_per_sec = 5\n",
+            crate::auth::hash_token("worker-secret")
+        );
+        std::fs::write(&file, text).expect("write");
+        let settings = Settings::load(
+            None,
+            env(&[("LOCKBROKER_AUTH_KEYS_FILE", file.to_str().expect("utf-8"))]),
+        )
+        .expect("loads");
+        assert_eq!(settings.auth.keys.len(), 1);
+        assert_eq!(settings.auth.keys[0].rate_limit_per_sec, Some(5));
+        let ring = settings.key_ring().expect("valid");
+        assert!(ring.authenticate("worker-secret").is_some());
+        assert!(ring.authenticate("worker-secre").is_none());
+
+        std::fs::write(
+            &file,
+            "[[keys]]\nid = \"bad\"\nsha256 = \"0\"\nscopes = [\"lock\"]\nprefixes = [\"*\"]\n",
+        )
+        .expect("write");
+        let err = Settings::load(
+            None,
+            env(&[("LOCKBROKER_AUTH_KEYS_FILE", file.to_str().expect("utf-8"))]),
+        )
+        .expect_err("bad hash");
+        assert!(err.to_string().contains("sha256"), "{err}");
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs() {
+        let mut settings = Settings::default();
+        settings.http.tls_cert_path = "/etc/lockbroker/cert.pem".into();
+        assert!(settings.validate().is_err());
+        settings.http.tls_key_path = "/etc/lockbroker/key.pem".into();
+        assert!(settings.validate().is_ok());
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! The HTTP surface: one table of routes, shared extractors and limits.
 
+pub mod admin;
+pub mod auth;
+pub mod delivery;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod limits;
 pub mod locks;
 
 use std::sync::Arc;
@@ -12,9 +16,10 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{delete, get, post, MethodRouter};
 use axum::Router;
 
+use crate::auth::KeyRing;
 use crate::config::HttpSettings;
 use crate::Service;
 use error::ApiError;
@@ -38,6 +43,12 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             post(locks::release),
         ),
         (Method::GET, "/v1/locks/{name}", get(locks::status)),
+        (Method::GET, "/v1/locks", get(admin::list)),
+        (
+            Method::DELETE,
+            "/v1/locks/{name}",
+            delete(admin::force_release),
+        ),
         (Method::GET, "/healthz", get(health::healthz)),
         (Method::GET, "/readyz", get(health::readyz)),
     ]
@@ -51,18 +62,26 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// The complete router with its limits.
-pub fn router(service: AppState, settings: &HttpSettings) -> Router {
+/// The complete router with its limits, behind the API keys in `keys`.
+pub fn router(service: AppState, settings: &HttpSettings, keys: Arc<KeyRing>) -> Router {
     let timeout = Duration::from_millis(settings.request_timeout_ms);
+    let limits = limits::Limits {
+        in_flight: Arc::new(tokio::sync::Semaphore::new(
+            settings.max_concurrent_requests,
+        )),
+        body_read_timeout: Duration::from_millis(settings.body_read_timeout_ms),
+    };
     routes()
         .into_iter()
         .fold(Router::new(), |router, (_, path, handler)| {
             router.route(path, handler)
         })
+        .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(middleware::from_fn_with_state(timeout, request_timeout))
+        .layer(middleware::from_fn_with_state(limits, limits::enforce))
         .with_state(service)
 }
 

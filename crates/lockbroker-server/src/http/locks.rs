@@ -1,11 +1,13 @@
 //! Lock routes: extract, call the [`crate::Service`], map the result.
 
 use axum::extract::State;
+use axum::response::Response;
 use axum::Json;
 use lockbroker_core::lease::Renewal;
 use lockbroker_core::{AcquireRequest, Fence, Lease, LeaseToken, LockError, LockName, LockStatus};
 use serde::{Deserialize, Serialize};
 
+use super::delivery;
 use super::error::ApiError;
 use super::extract::{JsonBody, LockPath};
 use super::AppState;
@@ -19,6 +21,7 @@ pub struct AcquireBody {
     owner: Option<String>,
     request_id: Option<String>,
     lock_delay_ms: Option<u64>,
+    fair: Option<bool>,
 }
 
 /// Body of `POST /v1/locks/{name}/extend`.
@@ -81,20 +84,23 @@ pub async fn acquire(
     State(service): State<AppState>,
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<AcquireBody>,
-) -> Result<Json<LeaseResponse>, ApiError> {
+) -> Result<Response, ApiError> {
     let request = AcquireRequest {
         ttl_ms: body.ttl_ms,
         wait_ms: body.wait_ms,
         owner: body.owner,
         request_id: body.request_id,
         lock_delay_ms: body.lock_delay_ms,
+        fair: body.fair.unwrap_or(false),
     };
-    let lease = service
+    let grant = service
         .acquire(&name, request)
         .await
         .map_err(in_lock(&name))?;
+    let lease = grant.lease();
     tracing::info!(lock = %name, fence = %lease.fence, "lease granted");
-    Ok(Json(LeaseResponse::from(lease)))
+    let json = serde_json::to_vec(&LeaseResponse::from(lease)).unwrap_or_default();
+    Ok(delivery::json_confirming(json, grant))
 }
 
 /// `POST /v1/locks/{name}/extend`
@@ -151,15 +157,15 @@ fn in_lock(name: &LockName) -> impl FnOnce(LockError) -> ApiError + '_ {
     move |error| ApiError::Lock(name.clone(), error)
 }
 
-impl From<Lease> for LeaseResponse {
-    fn from(lease: Lease) -> Self {
+impl From<&Lease> for LeaseResponse {
+    fn from(lease: &Lease) -> Self {
         Self {
             name: lease.name.to_string(),
             token: lease.token.expose().to_owned(),
             fence: lease.fence.get(),
             ttl_ms: lease.ttl_ms,
             expires_at_ms: lease.expires_at_ms,
-            owner: lease.owner,
+            owner: lease.owner.clone(),
         }
     }
 }

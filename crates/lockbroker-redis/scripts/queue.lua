@@ -1,0 +1,39 @@
+-- Fair queue helpers, prepended to the scripts that use them.
+--
+-- A lock's fair queue is a sorted set of waiter ids scored by arrival (Redis
+-- time in microseconds) beside a hash of each entry's expiry (ms). Waiters
+-- refresh their entry while they wait; an entry whose waiter or broker
+-- disappeared expires and is pruned from the front, so it never blocks the line
+-- for longer than its entry TTL.
+
+-- The first live waiter id, pruning expired entries in front of it.
+local function queue_head(queue_key, expiry_key, now_ms)
+  for _ = 1, 100 do
+    local head = redis.call('ZRANGE', queue_key, 0, 0)[1]
+    if not head then
+      return nil
+    end
+    if tonumber(redis.call('HGET', expiry_key, head) or '0') > now_ms then
+      return head
+    end
+    redis.call('ZREM', queue_key, head)
+    redis.call('HDEL', expiry_key, head)
+  end
+  -- Bounded work per call: the rest is pruned by later calls.
+  return redis.call('ZRANGE', queue_key, 0, 0)[1]
+end
+
+-- Joins the queue (keeping the first arrival time) or refreshes the entry;
+-- returns how many waiters are ahead.
+local function queue_join(queue_key, expiry_key, waiter_id, now_us, now_ms, entry_ttl)
+  redis.call('ZADD', queue_key, 'NX', now_us, waiter_id)
+  redis.call('HSET', expiry_key, waiter_id, string.format('%d', now_ms + entry_ttl))
+  redis.call('PEXPIRE', queue_key, entry_ttl * 2)
+  redis.call('PEXPIRE', expiry_key, entry_ttl * 2)
+  return redis.call('ZRANK', queue_key, waiter_id)
+end
+
+local function queue_leave(queue_key, expiry_key, waiter_id)
+  redis.call('ZREM', queue_key, waiter_id)
+  redis.call('HDEL', expiry_key, waiter_id)
+end
