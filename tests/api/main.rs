@@ -5,5 +5,6 @@ mod leases;
 mod lifecycle;
 mod openapi;
 mod outage;
+mod security;
 mod validation;
 mod waiting;

@@ -131,6 +131,16 @@ impl TestApp {
         self.task.take()
     }
 
+    /// `base` followed by `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Sends a request built on [`TestApp::http`], e.g. one with a bearer token.
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> Reply {
+        into_reply(request.send().await).await
+    }
+
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Reply {
         into_reply(self.http.get(format!("{}{path}", self.base)).send().await).await

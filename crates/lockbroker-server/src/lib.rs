@@ -6,13 +6,19 @@
 //! - [`config`]: [`Settings`] in layers (defaults, file, environment).
 //! - [`startup`]: [`Application`], which binds, serves and shuts down.
 //! - [`telemetry`]: log output.
+//! - [`auth`]: API keys, their scopes, lock-name prefixes and rate limits.
+//! - [`serve`]: the accept loop (connection cap, TLS, header read timeout).
+//! - [`tls`]: the HTTPS listener's certificate and key.
 //! - [`http`]: the router and its handlers; [`http::error`] is the one place
 //!   that turns errors into HTTP responses.
 
+pub mod auth;
 pub mod config;
 pub mod http;
+pub mod serve;
 pub mod startup;
 pub mod telemetry;
+pub mod tls;
 
 pub use config::Settings;
 pub use startup::{Application, StartupError};

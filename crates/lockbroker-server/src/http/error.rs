@@ -41,6 +41,24 @@ pub enum ApiError {
     ShuttingDown,
     /// Redis cannot be reached (readiness probe).
     Unavailable(StoreError),
+    /// The lock store failed a step that concerns no single lock (listing).
+    Store(StoreError),
+    /// No valid API key was presented.
+    Unauthorized,
+    /// The API key lacks the scope or the lock-name prefix this request needs.
+    Forbidden(String),
+    /// The API key sent more requests than its rate limit allows.
+    RateLimited {
+        /// When the next request will be allowed.
+        retry_after: Duration,
+    },
+    /// The broker is already serving as many requests as it allows.
+    Overloaded,
+    /// The request body arrived too slowly.
+    BodyTimeout {
+        /// The configured limit.
+        limit: Duration,
+    },
 }
 
 /// The `{"error": {...}}` body.
@@ -97,6 +115,15 @@ impl ApiError {
             Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            Self::Store(StoreError::Protocol(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            Self::Store(StoreError::Unavailable(_)) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
+            }
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            Self::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
         }
     }
 
@@ -130,6 +157,26 @@ impl ApiError {
             Self::PayloadTooLarge => "the request body is larger than this broker accepts".to_owned(),
             Self::NotFound => "no such route".to_owned(),
             Self::MethodNotAllowed => "this route does not take that method".to_owned(),
+            Self::Store(StoreError::Protocol(_)) => "internal error".to_owned(),
+            Self::Store(StoreError::Unavailable(_)) => {
+                "the lock store is unavailable; nothing was changed, retry later".to_owned()
+            }
+            // Never echo the presented credential.
+            Self::Unauthorized => {
+                "this route needs an API key: send `Authorization: Bearer <key>`".to_owned()
+            }
+            Self::Forbidden(reason) => reason.clone(),
+            Self::RateLimited { .. } => {
+                "this API key sent more requests than its rate limit allows; retry later"
+                    .to_owned()
+            }
+            Self::Overloaded => {
+                "this broker is serving as many requests as it allows; retry later".to_owned()
+            }
+            Self::BodyTimeout { limit } => format!(
+                "the request body did not arrive within {} ms",
+                limit.as_millis()
+            ),
         }
     }
 
@@ -142,6 +189,7 @@ impl ApiError {
                 tracing::warn!(lock = %name, error = %cause, "lock step failed");
             }
             Self::Unavailable(cause) => tracing::warn!(error = %cause, "readiness check failed"),
+            Self::Store(cause) => tracing::warn!(error = %cause, "lock store step failed"),
             Self::Timeout { limit } => {
                 tracing::warn!(limit_ms = limit.as_millis() as u64, "request timed out");
             }
@@ -192,9 +240,20 @@ impl IntoResponse for ApiError {
             (Self::Lock(_, LockError::Busy(holder)), _) => {
                 Some(holder.available_in_ms.div_ceil(1000).max(1))
             }
+            (Self::RateLimited { retry_after }, _) => Some(
+                u64::try_from(retry_after.as_millis().div_ceil(1000))
+                    .unwrap_or(1)
+                    .max(1),
+            ),
             (_, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) => Some(1),
             _ => None,
         };
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"lockbroker\""),
+            );
+        }
         if let Some(secs) = retry_after_secs {
             response
                 .headers_mut()

@@ -1,6 +1,8 @@
 //! Extractors that turn every malformed request into an [`ApiError`] naming the
 //! field, instead of axum's plain-text rejections.
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
@@ -9,8 +11,11 @@ use lockbroker_core::LockName;
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
+use crate::auth::Caller;
 
-/// The `{name}` path segment, checked against the lock name rules.
+/// The `{name}` path segment, checked against the lock name rules and against
+/// the lock-name prefixes of the caller's API key, so no lock route can forget
+/// the prefix check.
 pub struct LockPath(pub LockName);
 
 impl<S: Send + Sync> FromRequestParts<S> for LockPath {
@@ -23,7 +28,49 @@ impl<S: Send + Sync> FromRequestParts<S> for LockPath {
                 field: "name".into(),
                 message: "is not valid UTF-8 after percent-decoding".into(),
             })?;
-        Ok(Self(LockName::parse(&raw)?))
+        let name = LockName::parse(&raw)?;
+        // The authentication layer puts a caller on every routed request;
+        // none here means the route was wired without it, so refuse.
+        let allowed = parts
+            .extensions
+            .get::<Caller>()
+            .is_some_and(|caller| caller.may_touch(&name));
+        if !allowed {
+            return Err(ApiError::Forbidden(format!(
+                "this API key may not touch lock {name:?}"
+            )));
+        }
+        Ok(Self(name))
+    }
+}
+
+/// How long a request body may take to arrive, set on each request by the
+/// limits layer.
+#[derive(Clone, Copy, Debug)]
+pub struct BodyReadTimeout(pub Duration);
+
+/// Query parameters decoded into `T`, naming the failing parameter.
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let query = parts.uri.query().unwrap_or("");
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(QueryParams)
+            .map_err(|error| {
+                let message = error.inner().to_string();
+                let path = error.path().to_string();
+                let field = if path.is_empty() || path == "." || path == "?" {
+                    quoted_field(&message).unwrap_or("query").to_owned()
+                } else {
+                    path
+                };
+                ApiError::BadBody { field, message }
+            })
     }
 }
 
@@ -35,8 +82,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(request, state)
+        let limit = request
+            .extensions()
+            .get::<BodyReadTimeout>()
+            .map_or(Duration::MAX, |t| t.0);
+        let bytes = tokio::time::timeout(limit, Bytes::from_request(request, state))
             .await
+            .map_err(|_| ApiError::BodyTimeout { limit })?
             .map_err(|rejection| {
                 if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     ApiError::PayloadTooLarge
@@ -77,9 +129,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
-/// The name in "duplicate field `ttl_ms`".
+/// The name in "duplicate field `ttl_ms`" or "unknown field `colour`, expected ...".
 fn quoted_field(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("duplicate field `")?;
+    let rest = message
+        .strip_prefix("duplicate field `")
+        .or_else(|| message.strip_prefix("unknown field `"))?;
     rest.split('`').next()
 }
 

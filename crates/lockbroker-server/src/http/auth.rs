@@ -1,0 +1,127 @@
+//! Authentication and authorization of every routed request: one table of the
+//! scope each route needs, the bearer-token check, and the per-key rate limit.
+//!
+//! The lock-name prefix check happens where the name is parsed
+//! ([`super::extract::LockPath`]), so it covers every route with a `{name}`.
+
+use std::sync::Arc;
+
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use crate::auth::{Caller, KeyRing, Scope};
+
+/// The scope a route needs, by method and route template; `None` for the
+/// public probes. A route missing from this table needs `admin`, so a new
+/// route is closed until it is listed here.
+pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
+    match (method, path) {
+        (_, "/healthz" | "/readyz") => None,
+        (&Method::GET | &Method::HEAD, "/v1/locks") | (&Method::DELETE, "/v1/locks/{name}") => {
+            Some(Scope::Admin)
+        }
+        (_, "/metrics") => Some(Scope::Metrics),
+        (_, path) if path.starts_with("/v1/locks/{name}") => Some(Scope::Lock),
+        _ => Some(Scope::Admin),
+    }
+}
+
+/// Identifies the caller, checks the route's scope and the caller's rate
+/// limit, and hands the [`Caller`] to the handler. With no keys configured
+/// every caller is [`Caller::Anonymous`].
+pub async fn authenticate(
+    State(keys): State<Arc<KeyRing>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let scope = match request.extensions().get::<MatchedPath>() {
+        Some(path) => required_scope(request.method(), path.as_str()),
+        None => Some(Scope::Admin),
+    };
+    let caller = match identify(&keys, &request, scope) {
+        Ok(caller) => caller,
+        Err(error) => return error.into_response(),
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}
+
+fn identify(keys: &KeyRing, request: &Request, scope: Option<Scope>) -> Result<Caller, ApiError> {
+    let Some(scope) = scope else {
+        return Ok(Caller::Anonymous);
+    };
+    if !keys.enabled() {
+        return Ok(Caller::Anonymous);
+    }
+    let token = bearer_token(request).ok_or(ApiError::Unauthorized)?;
+    let key = keys.authenticate(token).ok_or(ApiError::Unauthorized)?;
+    let caller = Caller::Key(key);
+    if !caller.has_scope(scope) {
+        return Err(ApiError::Forbidden(format!(
+            "this API key lacks the {scope} scope this route needs"
+        )));
+    }
+    caller
+        .take_request()
+        .map_err(|retry_after| ApiError::RateLimited { retry_after })?;
+    Ok(caller)
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer_token(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        // Set by `authenticate` on every routed request; absent only if a
+        // route was wired without it, and then nobody is let in.
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::Forbidden("this route is not open to callers".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_has_the_scope_it_should() {
+        let table = [
+            (Method::POST, "/v1/locks/{name}/acquire", Some(Scope::Lock)),
+            (Method::POST, "/v1/locks/{name}/extend", Some(Scope::Lock)),
+            (Method::POST, "/v1/locks/{name}/release", Some(Scope::Lock)),
+            (Method::GET, "/v1/locks/{name}", Some(Scope::Lock)),
+            (Method::DELETE, "/v1/locks/{name}", Some(Scope::Admin)),
+            (Method::GET, "/v1/locks", Some(Scope::Admin)),
+            (Method::GET, "/metrics", Some(Scope::Metrics)),
+            (Method::GET, "/healthz", None),
+            (Method::GET, "/readyz", None),
+            (Method::GET, "/v2/unlisted", Some(Scope::Admin)),
+        ];
+        for (method, path, scope) in table {
+            assert_eq!(required_scope(&method, path), scope, "{method} {path}");
+        }
+        for (method, path, _) in crate::http::routes() {
+            let _ = required_scope(&method, path);
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! Request limits that answer with the one JSON error shape: the global
+//! concurrency limit and the body read timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+use super::error::ApiError;
+use super::extract::BodyReadTimeout;
+
+/// What the limits layer enforces on each request.
+#[derive(Clone)]
+pub struct Limits {
+    /// One permit per request in progress.
+    pub in_flight: Arc<Semaphore>,
+    /// How long a body may take to arrive.
+    pub body_read_timeout: Duration,
+}
+
+/// Refuses a request with `503 overloaded` when the broker already serves as
+/// many as it allows, instead of queueing it behind waiting acquires, and
+/// tells the body extractor its read timeout.
+pub async fn enforce(State(limits): State<Limits>, mut request: Request, next: Next) -> Response {
+    let Ok(_permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
+        return ApiError::Overloaded.into_response();
+    };
+    request
+        .extensions_mut()
+        .insert(BodyReadTimeout(limits.body_read_timeout));
+    next.run(request).await
+}
