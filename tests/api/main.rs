@@ -1,5 +1,6 @@
 //! The broker's HTTP contract, tested against a real `redis-server` per test.
 
+mod faults;
 mod fences;
 mod leases;
 mod lifecycle;

@@ -10,6 +10,7 @@
 //!   code, and its HTTP helpers.
 
 pub mod app;
+pub mod proxy;
 pub mod redis;
 
 pub use app::{Reply, TestApp};

@@ -1,0 +1,128 @@
+//! `lockbroker-check`: runs concurrent clients with random stalls against a
+//! broker, records every answer, checks the history, prints a summary, and
+//! exits 1 on any violation.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lockbroker_lab::args::Args;
+use lockbroker_lab::load::{self, LoadPlan};
+use lockbroker_lab::stack::{broker_binary, Stack};
+use lockbroker_lab::{check, client::now_us};
+
+const USAGE: &str = "\
+lockbroker-check: load a broker with stalling clients and check the history
+
+Usage: lockbroker-check [--url URL]... [options]
+
+Without --url, starts its own redis-server and broker(s) on free loopback ports.
+  --url URL          a broker to load (repeat, or comma-separate, for several)
+  --brokers N        brokers to start when no --url is given (default 1)
+  --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
+  --clients N        concurrent clients (default 16)
+  --locks N          locks they share (default 3)
+  --seconds S        how long to run (default 20)
+  --ttl-ms MS        lease TTL (default 200)
+  --stall-rate R     share of holders that stall past their TTL (default 0.1)
+  --seed N           seed for the clients' choices (default: the time)";
+
+fn main() -> ExitCode {
+    let args = match Args::parse(std::env::args().skip(1), &["help"]) {
+        Ok(args) => args,
+        Err(e) => return usage_error(&e),
+    };
+    if args.flag("help") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let known = [
+        "url",
+        "brokers",
+        "broker-bin",
+        "clients",
+        "locks",
+        "seconds",
+        "ttl-ms",
+        "stall-rate",
+        "seed",
+    ];
+    if let Err(e) = args.only(&known) {
+        return usage_error(&e);
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("lockbroker-check: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("lockbroker-check: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("lockbroker-check: {message}\n\n{USAGE}");
+    ExitCode::from(2)
+}
+
+async fn run(args: &Args) -> Result<bool, String> {
+    let seed = args.get("seed", now_us().unsigned_abs())?;
+    let plan = LoadPlan {
+        clients: args.get("clients", 16)?,
+        locks: args.get("locks", 3)?,
+        duration: Duration::from_secs_f64(args.get("seconds", 20.0)?),
+        ttl_ms: args.get("ttl-ms", 200)?,
+        stall_rate: args.get("stall-rate", 0.1)?,
+        seed,
+        lock_prefix: format!("check-{}-{}", std::process::id(), seed % 1_000_000),
+    };
+    if plan.clients == 0 || plan.ttl_ms < 20 {
+        return Err("--clients must be at least 1 and --ttl-ms at least 20".into());
+    }
+    let mut urls: Vec<String> = args
+        .raw("url")
+        .map(|u| u.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let _stack = if urls.is_empty() {
+        let bin = broker_binary(args.raw("broker-bin"));
+        let stack = Stack::start(args.get("brokers", 1)?, &bin).await?;
+        println!(
+            "started redis-server at {} and {} broker(s)",
+            stack.redis_url,
+            stack.urls.len()
+        );
+        urls.clone_from(&stack.urls);
+        Some(stack)
+    } else {
+        None
+    };
+    println!(
+        "load: {} clients, {} locks, {:.0} s, ttl {} ms, stall rate {}, {} broker(s), seed {seed}",
+        plan.clients,
+        plan.locks,
+        plan.duration.as_secs_f64(),
+        plan.ttl_ms,
+        plan.stall_rate,
+        urls.len()
+    );
+    let (history, stats) = load::run(&urls, &plan).await;
+    let events = history.events();
+    let report = check(&events);
+    println!(
+        "requests: {}  stalls past the TTL: {}",
+        events.len(),
+        stats.stalls
+    );
+    print!("{report}");
+    if report.stats.leases == 0 {
+        return Err("no lease was granted: nothing was checked".into());
+    }
+    println!("{}", if report.ok() { "PASS" } else { "FAIL" });
+    Ok(report.ok())
+}

@@ -1,0 +1,192 @@
+//! The checker's load: clients that take locks and then hold, stall past
+//! their TTL, extend, release, walk away or probe, at random, recording every
+//! answer in a [`History`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::{sleep, Instant};
+
+use crate::client::{now_us, BrokerClient, Outcome, Timed};
+use crate::history::{Event, History, LeaseId, Op};
+
+/// What the load does, and for how long.
+#[derive(Clone, Debug)]
+pub struct LoadPlan {
+    /// Concurrent clients; client `i` talks to broker `i % brokers`.
+    pub clients: usize,
+    /// Locks the clients share.
+    pub locks: usize,
+    /// How long clients keep starting new rounds.
+    pub duration: Duration,
+    /// TTL of every grant; extends ask for twice this.
+    pub ttl_ms: u64,
+    /// Share of grants whose holder stalls past the TTL before acting again.
+    pub stall_rate: f64,
+    /// Seed for the clients' choices.
+    pub seed: u64,
+    /// Lock names are `<prefix>-<n>`.
+    pub lock_prefix: String,
+}
+
+/// Stalls taken, alongside the history.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LoadStats {
+    /// Holders that stalled past their TTL.
+    pub stalls: u64,
+}
+
+/// Runs `plan` against `brokers` and returns what everyone was told.
+pub async fn run(brokers: &[String], plan: &LoadPlan) -> (History, LoadStats) {
+    let history = Arc::new(History::new());
+    let deadline = Instant::now() + plan.duration;
+    let mut tasks = Vec::new();
+    for i in 0..plan.clients {
+        let client = BrokerClient::new(&brokers[i % brokers.len()], Duration::from_secs(15));
+        let worker = Client {
+            id: i,
+            client,
+            history: Arc::clone(&history),
+            plan: plan.clone(),
+            rng: StdRng::seed_from_u64(plan.seed.wrapping_add(i as u64)),
+            stalls: 0,
+        };
+        tasks.push(tokio::spawn(worker.run(deadline)));
+    }
+    let mut stats = LoadStats::default();
+    for task in tasks {
+        stats.stalls += task.await.unwrap_or(0);
+    }
+    let history = Arc::try_unwrap(history).unwrap_or_else(|shared| {
+        let copy = History::new();
+        for e in shared.events() {
+            copy.record(e);
+        }
+        copy
+    });
+    (history, stats)
+}
+
+struct Client {
+    id: usize,
+    client: BrokerClient,
+    history: Arc<History>,
+    plan: LoadPlan,
+    rng: StdRng,
+    stalls: u64,
+}
+
+impl Client {
+    fn record(&self, lock: &str, op: Op, lease: Option<LeaseId>, timed: &Timed) {
+        self.history.record(Event {
+            client: self.id,
+            lock: lock.to_owned(),
+            op,
+            lease,
+            timed: timed.clone(),
+        });
+    }
+
+    async fn run(mut self, deadline: Instant) -> u64 {
+        while Instant::now() < deadline {
+            let lock = format!(
+                "{}-{}",
+                self.plan.lock_prefix,
+                self.rng.gen_range(0..self.plan.locks.max(1))
+            );
+            let ttl = self.plan.ttl_ms;
+            let wait = if self.rng.gen_bool(0.5) {
+                0
+            } else {
+                self.rng.gen_range(0..=2 * ttl)
+            };
+            let Some((lease, token, granted_at)) = self.acquire(&lock, wait).await else {
+                continue;
+            };
+            self.hold(&lock, lease, &token, granted_at).await;
+        }
+        self.stalls
+    }
+
+    /// One acquire; `None` unless granted. Backs off a little after an error
+    /// so a broker without Redis is not hammered.
+    async fn acquire(&mut self, lock: &str, wait_ms: u64) -> Option<(LeaseId, String, i64)> {
+        let (timed, token) = self.client.acquire(lock, self.plan.ttl_ms, wait_ms).await;
+        let lease =
+            matches!(timed.outcome, Outcome::Granted { .. }).then(|| self.history.new_lease());
+        self.record(lock, Op::Acquire, lease, &timed);
+        match (lease, token) {
+            (Some(lease), Some(token)) => Some((lease, token, timed.recv_us)),
+            _ => {
+                if matches!(timed.outcome, Outcome::Failed { .. }) {
+                    sleep(Duration::from_millis(20)).await;
+                }
+                None
+            }
+        }
+    }
+
+    async fn hold(&mut self, lock: &str, lease: LeaseId, token: &str, granted_at: i64) {
+        let ttl = self.plan.ttl_ms;
+        if self.rng.gen_bool(self.plan.stall_rate.clamp(0.0, 1.0)) {
+            // A holder that froze past its TTL wakes and carries on as if it
+            // still held the lock; the broker must tell it otherwise.
+            self.stalls += 1;
+            sleep(Duration::from_millis(
+                ttl + self.rng.gen_range(10..=ttl.max(10)),
+            ))
+            .await;
+            let timed = self.client.extend(lock, token, 2 * ttl).await;
+            self.record(lock, Op::Extend, Some(lease), &timed);
+            let timed = self.client.release(lock, token).await;
+            self.record(lock, Op::Release, Some(lease), &timed);
+            return;
+        }
+        sleep(Duration::from_millis(self.rng.gen_range(0..=ttl / 4))).await;
+        if self.rng.gen_bool(0.5) {
+            let timed = self.client.extend(lock, token, 2 * ttl).await;
+            self.record(lock, Op::Extend, Some(lease), &timed);
+            if matches!(timed.outcome, Outcome::Renewed { .. }) && self.rng.gen_bool(0.5) {
+                // Outlive the grant's TTL, then extend again: this only works
+                // if the first extend really moved the expiry.
+                let past_first = granted_at + i64::try_from(ttl + 20).unwrap_or(0) * 1000;
+                let wait_us = (past_first - now_us()).max(0);
+                sleep(Duration::from_micros(wait_us.unsigned_abs())).await;
+                let timed = self.client.extend(lock, token, 2 * ttl).await;
+                self.record(lock, Op::Extend, Some(lease), &timed);
+            }
+        }
+        if self.rng.gen_bool(0.3) {
+            let timed = self.client.status(lock).await;
+            self.record(lock, Op::Status, Some(lease), &timed);
+        }
+        if self.rng.gen_bool(0.1) {
+            return; // Walk away: the lease expires on its own.
+        }
+        let timed = self.client.release(lock, token).await;
+        self.record(lock, Op::Release, Some(lease), &timed);
+        if !matches!(timed.outcome, Outcome::Released { .. }) {
+            return;
+        }
+        // Probe that the release took effect.
+        match self.rng.gen_range(0..3) {
+            0 => {
+                let timed = self.client.status(lock).await;
+                self.record(lock, Op::Status, Some(lease), &timed);
+            }
+            1 => {
+                let timed = self.client.extend(lock, token, ttl).await;
+                self.record(lock, Op::Extend, Some(lease), &timed);
+            }
+            _ => {
+                // The lock is free at once after a release: take it again.
+                if let Some((again, token, _)) = self.acquire(lock, 0).await {
+                    let timed = self.client.release(lock, &token).await;
+                    self.record(lock, Op::Release, Some(again), &timed);
+                }
+            }
+        }
+    }
+}
