@@ -80,8 +80,8 @@ def test_wait_gives_up_with_lock_busy_at_its_deadline(client, name):
 
 
 def test_renewer_keeps_the_lease_past_its_ttl(client, name):
-    with client.lock(name, ttl=1) as lease:
-        time.sleep(2.5)
+    with client.lock(name, ttl=1.2) as lease:
+        time.sleep(3)
         assert not lease.lost.is_set()
         assert lease.remaining() > 0.3
         status = client.status(name)
@@ -118,7 +118,7 @@ def test_lost_is_set_when_the_broker_cannot_be_reached_until_expiry(make_broker,
             broker.pause()
             assert lease.lost.wait(3), "lost was not set when the lease ran out"
             assert lease.lost_reason == "expired"
-            assert time.monotonic() - started < 1.7
+            assert time.monotonic() - started < 2.0
             # A lost lease is never renewed: this fails at once, without asking
             # the (still paused) broker.
             with pytest.raises(LeaseLost):
@@ -136,7 +136,7 @@ def test_max_hold_stops_renewing_and_the_lease_runs_out(client, name):
             held_for = time.monotonic() - started
             assert 1.2 < held_for < 2.2, held_for
             assert lease.lost_reason == "expired"
-            time.sleep(0.1)
+            time.sleep(0.3)  # the local deadline comes first; let the broker's pass too
             assert not client.status(name).held
 
 
@@ -154,6 +154,7 @@ def test_the_brokers_max_hold_refuses_extend_and_ends_the_lease(make_broker, nam
         with client.lock(name, ttl=1) as managed:
             assert managed.lost.wait(3)
             assert managed.lost_reason == "expired"
+            time.sleep(0.3)  # the local deadline comes first; let the broker's pass too
 
 
 def test_release_after_expiry_raises_lease_lost(client, name):
@@ -163,6 +164,17 @@ def test_release_after_expiry_raises_lease_lost(client, name):
         lease.release()
     assert lost.value.status == 409 and "duplicated" in lost.value.message
     assert lease.lost.is_set()
+
+
+def test_lock_delay_keeps_an_expired_lock_unavailable(client, name):
+    client.acquire(name, ttl=0.2, lock_delay=1.0)
+    time.sleep(0.4)  # expired, not released: the lock-delay applies
+    status = client.status(name)
+    assert not status.held and 0.3 < status.available_in <= 1.0
+    with pytest.raises(LockBusy):
+        client.acquire(name, ttl=1)
+    lease = client.acquire(name, ttl=1, wait=2)
+    lease.release()
 
 
 def test_extend_replaces_the_remaining_ttl(client, name):

@@ -72,8 +72,10 @@ def acquire_body(
     owner: Optional[str],
     request_id: str,
     lock_delay: Optional[float],
+    fair: bool = False,
 ) -> Dict[str, Any]:
-    """The JSON body of an acquire."""
+    """The JSON body of an acquire. ``fair`` is sent only when set, so brokers
+    without fair queueing keep accepting the default."""
     body: Dict[str, Any] = {
         "ttl_ms": millis(ttl),
         "wait_ms": int(wait * 1000),
@@ -83,6 +85,8 @@ def acquire_body(
         body["owner"] = owner
     if lock_delay is not None:
         body["lock_delay_ms"] = int(lock_delay * 1000)
+    if fair:
+        body["fair"] = True
     return body
 
 

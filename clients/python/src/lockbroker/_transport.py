@@ -190,7 +190,13 @@ class AsyncTransport:
             status, raw, retry_after = await asyncio.wait_for(
                 self._exchange(method, path, _encode(body)), timeout
             )
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as error:
+        except (
+            OSError,
+            asyncio.TimeoutError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ) as error:
             raise _unavailable(self.endpoint, error) from None
         return _decode(status, raw, retry_after)
 

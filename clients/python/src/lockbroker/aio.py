@@ -67,6 +67,7 @@ class AsyncClient:
         owner: Optional[str] = None,
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
+        fair: bool = False,
     ) -> "AsyncLease":
         """Takes the lock for ``ttl`` seconds, waiting up to ``wait`` seconds; see
         :meth:`lockbroker.Client.acquire`."""
@@ -79,7 +80,7 @@ class AsyncClient:
         give_up_at = time.monotonic() + wait_s
         while True:
             left = max(0.0, give_up_at - time.monotonic())
-            body = acquire_body(ttl_s, left, owner, request_id, delay_s)
+            body = acquire_body(ttl_s, left, owner, request_id, delay_s, fair)
             sent = time.monotonic()
             try:
                 data = await self._transport.request(
@@ -140,12 +141,13 @@ class AsyncClient:
         owner: Optional[str] = None,
         max_hold: Duration = DEFAULT_MAX_HOLD,
         lock_delay: Optional[Duration] = None,
+        fair: bool = False,
     ) -> "AsyncLock":
         """``async with client.lock("job", ttl=30) as lease:`` holds the lock while
         the body runs, renewed by a task; see :meth:`lockbroker.Client.lock`.
         ``lease.lost`` is an :class:`asyncio.Event`."""
         return AsyncLock(self, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
-                         lock_delay=lock_delay)
+                         lock_delay=lock_delay, fair=fair)
 
 
 class AsyncLease(LeaseBase):
@@ -252,6 +254,7 @@ class AsyncLock:
         owner: Optional[str],
         max_hold: Duration,
         lock_delay: Optional[Duration],
+        fair: bool = False,
     ) -> None:
         self.client = client
         self.name = name
@@ -262,6 +265,7 @@ class AsyncLock:
             raise ValueError(f"max_hold ({self.max_hold}s) must be at least ttl ({self.ttl}s)")
         self.owner = owner
         self.lock_delay = lock_delay
+        self.fair = fair
         self.lease: Optional[AsyncLease] = None
         self._task: Optional["asyncio.Task[None]"] = None
 
@@ -269,7 +273,8 @@ class AsyncLock:
         if self.lease is not None:
             raise RuntimeError("an AsyncLock can be entered only once; call client.lock() again")
         lease = await self.client.acquire(
-            self.name, self.ttl, wait=self.wait, owner=self.owner, lock_delay=self.lock_delay
+            self.name, self.ttl, wait=self.wait, owner=self.owner, lock_delay=self.lock_delay,
+            fair=self.fair,
         )
         self.lease = lease
         plan = RenewPlan(self.ttl, self.max_hold, lease.granted_at)

@@ -92,13 +92,17 @@ class Client:
         owner: Optional[str] = None,
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
+        fair: bool = False,
     ) -> Lease:
         """Takes the lock for ``ttl`` seconds, waiting up to ``wait`` seconds for it.
 
         Nothing renews the returned lease: call :meth:`Lease.extend` in time, or use
         :meth:`lock`. Raises :class:`LockBusy` when the lock is still held after
         ``wait``, and :class:`BrokerUnavailable` when the broker could not be reached
-        within ``wait`` (transient failures are retried until then).
+        within ``wait`` (transient failures are retried until then). ``lock_delay``
+        keeps the lock unavailable that long after this lease *expires* unreleased;
+        ``fair=True`` asks the broker to grant waiters in arrival order (brokers
+        without fair queueing answer :class:`InvalidRequest`).
         """
         ttl_s = seconds(ttl, "ttl")
         wait_s = seconds(wait, "wait", allow_zero=True)
@@ -109,7 +113,7 @@ class Client:
         give_up_at = time.monotonic() + wait_s
         while True:
             left = max(0.0, give_up_at - time.monotonic())
-            body = acquire_body(ttl_s, left, owner, request_id, delay_s)
+            body = acquire_body(ttl_s, left, owner, request_id, delay_s, fair)
             sent = time.monotonic()
             try:
                 data = self._transport.request("POST", path, body, timeout=self.timeout + left)
@@ -170,6 +174,7 @@ class Client:
         owner: Optional[str] = None,
         max_hold: Duration = DEFAULT_MAX_HOLD,
         lock_delay: Optional[Duration] = None,
+        fair: bool = False,
     ) -> "Lock":
         """A context manager that holds ``name`` while its body runs::
 
@@ -186,7 +191,7 @@ class Client:
         was lost, :class:`LeaseLost` is raised unless the body raised first.
         """
         return Lock(self, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
-                    lock_delay=lock_delay)
+                    lock_delay=lock_delay, fair=fair)
 
 
 class Lease(LeaseBase):
@@ -325,6 +330,7 @@ class Lock:
         owner: Optional[str],
         max_hold: Duration,
         lock_delay: Optional[Duration],
+        fair: bool = False,
     ) -> None:
         self.client = client
         self.name = name
@@ -335,6 +341,7 @@ class Lock:
             raise ValueError(f"max_hold ({self.max_hold}s) must be at least ttl ({self.ttl}s)")
         self.owner = owner
         self.lock_delay = lock_delay
+        self.fair = fair
         self.lease: Optional[Lease] = None
         self._renewer: Optional[_Renewer] = None
 
@@ -342,7 +349,8 @@ class Lock:
         if self.lease is not None:
             raise RuntimeError("a Lock can be entered only once; call client.lock() again")
         lease = self.client.acquire(
-            self.name, self.ttl, wait=self.wait, owner=self.owner, lock_delay=self.lock_delay
+            self.name, self.ttl, wait=self.wait, owner=self.owner, lock_delay=self.lock_delay,
+            fair=self.fair,
         )
         self.lease = lease
         self._renewer = _Renewer(lease, RenewPlan(self.ttl, self.max_hold, lease.granted_at))
