@@ -4,6 +4,7 @@ mod faults;
 mod fences;
 mod leases;
 mod lifecycle;
+mod lockctl;
 mod openapi;
 mod outage;
 mod security;

@@ -32,3 +32,20 @@ pub fn broker_binary() -> std::path::PathBuf {
     );
     binary
 }
+
+/// The `lockctl` binary built alongside the tests (`cargo build --workspace`
+/// or `cargo build -p lockctl` builds it).
+pub fn lockctl_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target directory");
+    let binary = dir.join("lockctl");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with `cargo build -p lockctl` first",
+        binary.display()
+    );
+    binary
+}
