@@ -124,12 +124,9 @@ async fn redis_restart_without_persistence_fails_closed_and_later_fences_exceed_
     // Includes: every grant's fence exceeds every fence seen before it was
     // asked for, across the restart.
     assert_history_holds(&events);
-    let granted_after = events.iter().any(|e| {
-        e.timed.send_us > down_until && matches!(e.timed.outcome, Outcome::Granted { .. })
-    });
-    assert!(granted_after, "the broker recovered on its own");
 
-    // The long lease died with Redis's data; its lock is granted again, above it.
+    // The broker recovered on its own. The long lease died with Redis's data;
+    // its lock is granted again, above it.
     let again = when_back(|| app.acquire("held", 1_000)).await;
     assert_eq!(again.status, StatusCode::OK, "{:?}", again.body);
     assert!(again.fence() > held.fence());
@@ -399,7 +396,6 @@ async fn latency_and_cuts_between_broker_and_redis_cause_errors_but_no_double_gr
     proxy.blackhole();
     phase(800).await;
     proxy.restore();
-    let restored_at = now_us();
     let (history, _) = load.await.expect("load task");
     let events = history.events();
 
@@ -409,11 +405,10 @@ async fn latency_and_cuts_between_broker_and_redis_cause_errors_but_no_double_gr
         events.iter().any(|e| e.timed.outcome.is_unavailable()),
         "the faults were felt"
     );
-    let served_after = events.iter().any(|e| {
-        e.timed.send_us > restored_at && matches!(e.timed.outcome, Outcome::Granted { .. })
-    });
-    assert!(
-        served_after,
-        "service came back after the proxy was restored"
+    let lease = when_back(|| app.acquire("after", 1_000)).await;
+    assert_eq!(
+        lease.status,
+        StatusCode::OK,
+        "served again after the proxy was restored"
     );
 }
