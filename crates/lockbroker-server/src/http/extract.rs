@@ -134,7 +134,8 @@ fn quoted_field(message: &str) -> Option<&str> {
     let rest = message
         .strip_prefix("duplicate field `")
         .or_else(|| message.strip_prefix("unknown field `"))?;
-    rest.split('`').next()
+    // An empty key names nothing a caller could look for.
+    rest.split('`').next().filter(|field| !field.is_empty())
 }
 
 /// serde_json's message without the "at line 1 column 9" tail.
