@@ -219,6 +219,13 @@ def check_k8s() -> None:
           objects["ConfigMap"]["metadata"]["name"] in config_maps, str(config_maps))
     check_broker_settings(objects["ConfigMap"]["data"]["lockbroker.toml"], "k8s ConfigMap")
 
+    env = {e["name"]: e for e in container.get("env", [])}
+    keys_file = env.get("LOCKBROKER_AUTH_KEYS_FILE", {}).get("value", "")
+    mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+    check("k8s: API keys come from a mounted file (a broker off loopback needs them)",
+          keys_file and any(keys_file.startswith(m.rstrip("/") + "/") for m in mounts),
+          keys_file or "LOCKBROKER_AUTH_KEYS_FILE not set")
+
 
 def check_broker_settings(text: str, where: str) -> None:
     """The settings parse as TOML and use only keys config/lockbroker.toml has."""

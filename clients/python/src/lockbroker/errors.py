@@ -90,8 +90,9 @@ class MaxHoldExceeded(LockBrokerError):
 
 class BrokerUnavailable(LockBrokerError):
     """The broker could not be reached or cannot serve now: connection failures,
-    timeouts, ``backend_unavailable``, ``shutting_down``, ``too_many_waiters`` and any
-    5xx. Nothing was granted; retrying later is safe."""
+    timeouts, ``backend_unavailable``, ``overloaded``, ``shutting_down``,
+    ``too_many_waiters``, ``rate_limited``, ``request_timeout`` and any other 5xx.
+    Nothing was granted; retrying later (after ``retry_after``) is safe."""
 
 
 class InvalidRequest(LockBrokerError):
@@ -116,6 +117,9 @@ _BY_CODE: Dict[str, Type[LockBrokerError]] = {
     "backend_unavailable": BrokerUnavailable,
     "shutting_down": BrokerUnavailable,
     "too_many_waiters": BrokerUnavailable,
+    "rate_limited": BrokerUnavailable,
+    "overloaded": BrokerUnavailable,
+    "request_timeout": BrokerUnavailable,
     "invalid_request": InvalidRequest,
     "payload_too_large": InvalidRequest,
     "not_found": InvalidRequest,
@@ -130,6 +134,7 @@ _BY_STATUS: Dict[int, Type[LockBrokerError]] = {
     403: AuthError,
     404: InvalidRequest,
     405: InvalidRequest,
+    408: BrokerUnavailable,
     413: InvalidRequest,
     423: LockBusy,
     429: BrokerUnavailable,
