@@ -5,6 +5,7 @@ mod fences;
 mod leases;
 mod lifecycle;
 mod lockctl;
+mod observability;
 mod openapi;
 mod outage;
 mod security;

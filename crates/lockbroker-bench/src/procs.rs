@@ -20,13 +20,6 @@ impl Drop for Proc {
     }
 }
 
-impl Proc {
-    /// The process id, for reading its memory use.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
 fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

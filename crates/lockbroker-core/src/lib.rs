@@ -29,6 +29,6 @@ pub use name::{LockName, LockPrefix};
 pub use service::{AcquireRequest, Grant, LockPolicy, LockService};
 pub use store::ForceReleaseOutcome;
 pub use store::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, ReleaseOutcome,
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
 };
 pub use wait::Wake;

@@ -17,7 +17,7 @@ use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
 use crate::store::ForceReleaseOutcome;
 use crate::store::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, ReleaseOutcome,
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
 };
 use crate::wait::{WaitMode, WaiterLimits, Waiters, Wake};
 
@@ -385,14 +385,14 @@ impl<S: LockStore> LockService<S> {
     }
 
     /// Gives the lock back at once and wakes this broker's waiters for it.
-    pub async fn release(&self, name: &LockName, token: &LeaseToken) -> Result<Fence, LockError> {
+    pub async fn release(&self, name: &LockName, token: &LeaseToken) -> Result<Release, LockError> {
         match self.store.release(name, token).await? {
-            ReleaseOutcome::Released(fence) => {
+            ReleaseOutcome::Released(release) => {
                 self.waiters.wake(&Wake::Released {
                     name: name.clone(),
                     next_fair: None,
                 });
-                Ok(fence)
+                Ok(release)
             }
             ReleaseOutcome::Lost => Err(LockError::LeaseLost),
         }

@@ -73,11 +73,21 @@ pub enum ExtendOutcome {
     },
 }
 
+/// A successful release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Release {
+    /// The fence of the released lease.
+    pub fence: Fence,
+    /// How long the lease was held, by the store's clock; `None` when this was
+    /// a re-sent release of a lease already released.
+    pub held_ms: Option<u64>,
+}
+
 /// The result of a release.
 #[derive(Debug)]
 pub enum ReleaseOutcome {
     /// The lease was released; the lock is free now.
-    Released(Fence),
+    Released(Release),
     /// The token does not hold a valid lease on this lock.
     Lost,
 }

@@ -7,7 +7,9 @@
 -- ARGV[8] fair waiter id ('' for none)  ARGV[9] queue entry ttl_ms
 -- ARGV[10] wake channel  ARGV[11] calling broker id  ARGV[12] lock name
 --
--- Returns {1, token, fence, ttl_ms, expires_at_ms, owner} when granted,
+-- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
+--         granted (floor_raised 1 when the broker's floor, not Redis's counter
+--         or clock, set the fence; absent for a request that already held it),
 --         {0, owner, fence, expires_in_ms, available_in_ms, queue_position}
 --         when busy (queue_position -1 for a caller not in the fair queue).
 --
@@ -70,6 +72,10 @@ end
 -- The fence exceeds the last one issued, the time in microseconds and the
 -- broker's floor, so it grows even when Redis lost the counter.
 local fence = math.max(last + 1, now_us, floor + 1)
+local floor_raised = 0
+if floor + 1 > last + 1 and floor + 1 > now_us then
+  floor_raised = 1
+end
 if fence >= 9007199254740992 then
   return redis.error_reply('ERR lockbroker fence would exceed 2^53')
 end
@@ -92,4 +98,4 @@ if waiter_id ~= '' then
     redis.call('PUBLISH', channel, broker_id .. ' turn ' .. name .. ' ' .. next_head)
   end
 end
-return {1, token, fence, ttl, exp, owner}
+return {1, token, fence, ttl, exp, owner, floor_raised}

@@ -5,8 +5,8 @@
 --         that a re-sent release reports success instead of a lost lease
 -- ARGV[3] wake channel  ARGV[4] calling broker id  ARGV[5] lock name
 --
--- Returns {1, fence} when released (now or by an earlier send of the same
--- release), {0} when the token holds no valid lease.
+-- Returns {1, fence, held_ms} when released ({1, fence, -1} for a re-send of
+-- a release that already succeeded), {0} when the token holds no valid lease.
 
 local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local token, memo_ms = ARGV[1], tonumber(ARGV[2])
@@ -15,12 +15,12 @@ local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
 local time = redis.call('TIME')
 local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq')
 if not cur[1] or cur[1] ~= token then
   return {0}
 end
 if cur[4] == '1' then
-  return {1, tonumber(cur[2])}
+  return {1, tonumber(cur[2]), -1}
 end
 if tonumber(cur[3]) <= now_ms then
   return {0}
@@ -37,4 +37,4 @@ if redis.call('EXISTS', queue_key) == 1 then
   head = queue_head(queue_key, expiry_key, now_ms) or '-'
 end
 redis.call('PUBLISH', channel, broker_id .. ' released ' .. name .. ' ' .. head)
-return {1, tonumber(cur[2])}
+return {1, tonumber(cur[2]), now_ms - tonumber(cur[5])}

@@ -13,4 +13,4 @@ pub mod scripts;
 pub mod store;
 
 pub use keys::KeyLayout;
-pub use store::{RedisAuth, RedisLockStore, RedisSettings};
+pub use store::{RedisAuth, RedisLockStore, RedisSettings, StoreObserver};

@@ -16,13 +16,14 @@ use fred::rustls::pki_types::CertificateDer;
 use fred::rustls::{ClientConfig, RootCertStore};
 use fred::types::config::TlsConnector;
 use fred::types::config::{Config, ReconnectPolicy, UnresponsiveConfig};
+use fred::types::scripts::Script;
 use fred::types::{Builder, Value};
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::lease::Renewal;
 use lockbroker_core::Wake;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, Fence, Holder, Lease, LeaseToken, LockName,
-    LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl,
+    LockStatus, LockStore, Release, ReleaseOutcome, StoreError, Ttl,
 };
 use lockbroker_core::{ForceReleaseOutcome, ListCursor, ListRequest, LockEntry, LockPage};
 use tokio::sync::broadcast::error::RecvError;
@@ -144,6 +145,17 @@ struct Inner {
     /// until the service takes them.
     wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
     subscriber: SubscriberClient,
+    observer: Option<Arc<dyn StoreObserver>>,
+}
+
+/// Receives what the store measures, for metrics. Called on the request path:
+/// implementations must be cheap and must not block.
+pub trait StoreObserver: Send + Sync + 'static {
+    /// A script finished (successfully or not) after `elapsed`.
+    fn script_finished(&self, script: &'static str, elapsed: Duration);
+    /// A grant's fence was raised by this broker's floor above both Redis's
+    /// counter and clock: Redis lost its data and its clock runs behind.
+    fn fence_floor_raised(&self);
 }
 
 impl RedisLockStore {
@@ -152,6 +164,15 @@ impl RedisLockStore {
     /// Does not wait for Redis: a broker that starts while Redis is down answers
     /// `503` until Redis is back, then serves without a restart.
     pub fn connect(settings: RedisSettings) -> Result<Self, StoreError> {
+        Self::connect_observed(settings, None)
+    }
+
+    /// Like [`RedisLockStore::connect`], reporting script latencies and fence
+    /// floor raises to `observer`.
+    pub fn connect_observed(
+        settings: RedisSettings,
+        observer: Option<Arc<dyn StoreObserver>>,
+    ) -> Result<Self, StoreError> {
         let mut config = Config::from_url(&settings.url)
             .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {}", e.details())))?;
         if let Some(username) = &settings.auth.username {
@@ -223,6 +244,7 @@ impl RedisLockStore {
                 wake_channel,
                 wakes: Mutex::new(Some(wake_rx)),
                 subscriber,
+                observer,
             }),
         })
     }
@@ -261,6 +283,23 @@ impl RedisLockStore {
         });
     }
 
+    /// Runs one script by SHA and reports its latency to the observer.
+    async fn run(
+        &self,
+        script: &Script,
+        script_name: &'static str,
+        client: &Client,
+        keys: Vec<String>,
+        args: Vec<Value>,
+    ) -> Result<Value, RedisError> {
+        let started = Instant::now();
+        let result = script.evalsha_with_reload(client, keys, args).await;
+        if let Some(observer) = &self.inner.observer {
+            observer.script_finished(script_name, started.elapsed());
+        }
+        result
+    }
+
     async fn run_release(
         &self,
         client: &Client,
@@ -269,10 +308,10 @@ impl RedisLockStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         let inner = &self.inner;
         let memo_ms = millis(inner.settings.release_memo);
-        let reply: Value = inner
-            .scripts
-            .release
-            .evalsha_with_reload(
+        let reply: Value = self
+            .run(
+                &inner.scripts.release,
+                "release",
                 client,
                 vec![
                     inner.keys.lease(name),
@@ -291,7 +330,10 @@ impl RedisLockStore {
             .map_err(unavailable)?;
         let mut reply = Reply::new(reply)?;
         Ok(match reply.int()? {
-            1 => ReleaseOutcome::Released(Fence::new(reply.uint()?)),
+            1 => ReleaseOutcome::Released(Release {
+                fence: Fence::new(reply.uint()?),
+                held_ms: u64::try_from(reply.int()?).ok(),
+            }),
             _ => ReleaseOutcome::Lost,
         })
     }
@@ -321,10 +363,8 @@ impl LockStore for RedisLockStore {
             inner.keys.queue(params.name),
             inner.keys.queue_expiry(params.name),
         ];
-        let reply: Value = match inner
-            .scripts
-            .acquire
-            .evalsha_with_reload(client, keys, args)
+        let reply: Value = match self
+            .run(&inner.scripts.acquire, "acquire", client, keys, args)
             .await
         {
             Ok(reply) => reply,
@@ -354,6 +394,12 @@ impl LockStore for RedisLockStore {
                 expires_at_ms: reply.uint()?,
                 owner: non_empty(reply.text()?),
             };
+            // A re-sent acquire answers without the flag: it raised nothing.
+            if reply.int().unwrap_or(0) == 1 {
+                if let Some(observer) = &inner.observer {
+                    observer.fence_floor_raised();
+                }
+            }
             Ok(AcquireOutcome::Granted(lease))
         } else {
             let owner = non_empty(reply.text()?);
@@ -380,10 +426,10 @@ impl LockStore for RedisLockStore {
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
         let inner = &self.inner;
-        let reply: Value = inner
-            .scripts
-            .extend
-            .evalsha_with_reload(
+        let reply: Value = self
+            .run(
+                &inner.scripts.extend,
+                "extend",
                 inner.pool.next(),
                 vec![inner.keys.lease(name)],
                 vec![
@@ -419,10 +465,10 @@ impl LockStore for RedisLockStore {
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
         let inner = &self.inner;
-        let reply: Value = inner
-            .scripts
-            .status
-            .evalsha_with_reload(
+        let reply: Value = self
+            .run(
+                &inner.scripts.status,
+                "status",
                 inner.pool.next(),
                 vec![inner.keys.lease(name), inner.keys.fence(name)],
                 Vec::<Value>::new(),
@@ -507,10 +553,10 @@ impl LockStore for RedisLockStore {
 
     async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
         let inner = &self.inner;
-        let reply: Value = inner
-            .scripts
-            .force_release
-            .evalsha_with_reload(
+        let reply: Value = self
+            .run(
+                &inner.scripts.force_release,
+                "force_release",
                 inner.pool.next(),
                 vec![
                     inner.keys.lease(name),
@@ -537,10 +583,10 @@ impl LockStore for RedisLockStore {
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
         let inner = &self.inner;
-        let _: Value = inner
-            .scripts
-            .leave_queue
-            .evalsha_with_reload(
+        let _: Value = self
+            .run(
+                &inner.scripts.leave_queue,
+                "leave_queue",
                 inner.pool.next(),
                 vec![
                     inner.keys.lease(name),

@@ -54,6 +54,35 @@ pub struct Settings {
     pub log: LogSettings,
     /// API keys and who may do what.
     pub auth: AuthConfig,
+    /// Prometheus metrics.
+    pub metrics: MetricsSettings,
+}
+
+/// Prometheus metrics (`LOCKBROKER_METRICS_*`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Lock-name families with a `family` label of their own: `prefix*`
+    /// patterns or exact names, first match wins; other locks are `other`.
+    /// Keep it short: every family multiplies the series.
+    pub families: Vec<String>,
+    /// A second listener serving only `/metrics` (e.g. `0.0.0.0:9700` on an
+    /// internal network); empty for none. `/metrics` is on the main listener
+    /// either way.
+    pub listen: String,
+    /// How often the leases-held gauge is recounted from Redis (bounded SCAN
+    /// pages), correcting for leases that expired instead of being released.
+    pub reconcile_interval_ms: u64,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        Self {
+            families: Vec::new(),
+            listen: String::new(),
+            reconcile_interval_ms: 30_000,
+        }
+    }
 }
 
 /// Limits on HTTP requests.
@@ -191,6 +220,7 @@ impl Default for Settings {
             locks: LockConfig::default(),
             log: LogSettings::default(),
             auth: AuthConfig::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }
@@ -330,6 +360,27 @@ impl Settings {
         if locks.default_lock_delay_ms > locks.max_lock_delay_ms {
             return Err(invalid(
                 "locks.default_lock_delay_ms must not exceed locks.max_lock_delay_ms".into(),
+            ));
+        }
+        for family in &self.metrics.families {
+            let literal = family.strip_suffix('*').unwrap_or(family);
+            if literal.contains('*')
+                || lockbroker_core::LockName::parse(literal).is_err() && !literal.is_empty()
+            {
+                return Err(invalid(format!(
+                    "metrics.families: {family:?} is neither a lock name nor a name prefix followed by *"
+                )));
+            }
+        }
+        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
+            return Err(invalid(format!(
+                "metrics.listen {:?} is not an address",
+                self.metrics.listen
+            )));
+        }
+        if self.metrics.reconcile_interval_ms < 1_000 {
+            return Err(invalid(
+                "metrics.reconcile_interval_ms must be at least 1000".into(),
             ));
         }
         if locks.fair_entry_ttl_ms < 30 {

@@ -8,6 +8,8 @@ pub mod extract;
 pub mod health;
 pub mod limits;
 pub mod locks;
+pub mod observe;
+pub mod scrape;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +19,11 @@ use axum::http::Method;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, MethodRouter};
-use axum::Router;
+use axum::{Extension, Router};
 
 use crate::auth::KeyRing;
 use crate::config::HttpSettings;
+use crate::metrics::Metrics;
 use crate::Service;
 use error::ApiError;
 
@@ -49,6 +52,7 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             "/v1/locks/{name}",
             delete(admin::force_release),
         ),
+        (Method::GET, "/metrics", get(scrape::metrics)),
         (Method::GET, "/healthz", get(health::healthz)),
         (Method::GET, "/readyz", get(health::readyz)),
     ]
@@ -62,8 +66,14 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// The complete router with its limits, behind the API keys in `keys`.
-pub fn router(service: AppState, settings: &HttpSettings, keys: Arc<KeyRing>) -> Router {
+/// The complete router with its limits, behind the API keys in `keys`, logging
+/// and measuring every request into `metrics`.
+pub fn router(
+    service: AppState,
+    settings: &HttpSettings,
+    keys: Arc<KeyRing>,
+    metrics: Arc<Metrics>,
+) -> Router {
     let timeout = Duration::from_millis(settings.request_timeout_ms);
     let limits = limits::Limits {
         in_flight: Arc::new(tokio::sync::Semaphore::new(
@@ -82,6 +92,22 @@ pub fn router(service: AppState, settings: &HttpSettings, keys: Arc<KeyRing>) ->
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(middleware::from_fn_with_state(timeout, request_timeout))
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&metrics),
+            observe::observe,
+        ))
+        .layer(Extension(metrics))
+        .with_state(service)
+}
+
+/// The router of the optional metrics listener: `/metrics` only, behind the
+/// same API keys.
+pub fn metrics_router(service: AppState, keys: Arc<KeyRing>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape::metrics))
+        .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
+        .fallback(|| async { ApiError::NotFound })
+        .layer(Extension(metrics))
         .with_state(service)
 }
 

@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod config;
 pub mod http;
+pub mod metrics;
 pub mod serve;
 pub mod startup;
 pub mod telemetry;

@@ -6,13 +6,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockbroker_core::listing::{ListLimit, ListRequest, MAX_LIST_LIMIT};
 use lockbroker_core::{LockService, StoreError};
-use lockbroker_redis::RedisLockStore;
+use lockbroker_redis::{RedisLockStore, StoreObserver};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{ConfigError, Settings};
 use crate::http;
+use crate::metrics::{Families, Metrics};
 use crate::serve::ServeOptions;
 use crate::tls::{self, TlsError};
 use crate::Service;
@@ -47,6 +49,9 @@ pub struct Application {
     router: axum::Router,
     grace: Duration,
     serve: ServeOptions,
+    metrics: Arc<Metrics>,
+    metrics_router: Option<(TcpListener, axum::Router)>,
+    reconcile_every: Duration,
 }
 
 impl Application {
@@ -75,8 +80,27 @@ impl Application {
             max_connections: http_settings.max_connections,
             tls,
         };
-        let store = RedisLockStore::connect(settings.redis_settings())?;
+        let metrics = Arc::new(
+            Metrics::new(Families::new(settings.metrics.families.clone())).map_err(|e| {
+                ConfigError::Invalid {
+                    layer: "metrics".into(),
+                    message: e.to_string(),
+                }
+            })?,
+        );
+        let store = RedisLockStore::connect_observed(
+            settings.redis_settings(),
+            Some(Arc::clone(&metrics) as Arc<dyn StoreObserver>),
+        )?;
         let service = Arc::new(LockService::new(store, settings.lock_policy()));
+        let metrics_listener = match settings.metrics.listen.parse::<SocketAddr>() {
+            Ok(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| StartupError::Bind { addr, source })?,
+            ),
+            Err(_) => None,
+        };
         let listener =
             TcpListener::bind(settings.listen)
                 .await
@@ -88,7 +112,19 @@ impl Application {
             addr: settings.listen,
             source,
         })?;
-        let router = http::router(Arc::clone(&service), &settings.http, keys);
+        let router = http::router(
+            Arc::clone(&service),
+            &settings.http,
+            Arc::clone(&keys),
+            Arc::clone(&metrics),
+        );
+        let metrics_router = metrics_listener.map(|listener| {
+            (
+                listener,
+                http::metrics_router(Arc::clone(&service), keys, Arc::clone(&metrics)),
+            )
+        });
+        let reconcile_every = Duration::from_millis(settings.metrics.reconcile_interval_ms);
         Ok(Self {
             listener,
             local_addr,
@@ -96,6 +132,9 @@ impl Application {
             router,
             grace: Duration::from_millis(settings.shutdown_grace_ms),
             serve,
+            metrics,
+            metrics_router,
+            reconcile_every,
         })
     }
 
@@ -122,7 +161,18 @@ impl Application {
             router,
             grace,
             serve,
+            metrics,
+            metrics_router,
+            reconcile_every,
         } = self;
+        let upkeep = tokio::spawn(keep_gauges(Arc::clone(&service), metrics, reconcile_every));
+        let metrics_server = metrics_router.map(|(listener, router)| {
+            tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, router).await {
+                    tracing::error!(%error, "metrics listener failed");
+                }
+            })
+        });
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let https = serve.tls.is_some();
         let server = crate::serve::serve(listener, router, serve, async move {
@@ -145,8 +195,49 @@ impl Application {
                 Ok(())
             }
         };
+        upkeep.abort();
+        if let Some(metrics_server) = metrics_server {
+            metrics_server.abort();
+        }
         service.store().disconnect().await;
         result
+    }
+}
+
+/// Keeps the gauges that cannot be counted on the request path: `redis_up`
+/// from a ping every few seconds, and `leases_held` recounted from Redis in
+/// bounded pages, correcting for leases that expired instead of being released.
+async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_every: Duration) {
+    let mut ping = tokio::time::interval(Duration::from_secs(5));
+    let mut reconcile = tokio::time::interval(reconcile_every);
+    loop {
+        tokio::select! {
+            _ = ping.tick() => {
+                metrics.redis_up.set(i64::from(service.ready().await.is_ok()));
+            }
+            _ = reconcile.tick() => {
+                if let Ok(held) = count_held(&service).await {
+                    metrics.leases_held.set(held);
+                }
+            }
+        }
+    }
+}
+
+/// Counts held locks page by page (never a blocking `KEYS`).
+async fn count_held(service: &Service) -> Result<i64, lockbroker_core::StoreError> {
+    let mut request = ListRequest {
+        limit: ListLimit::parse(MAX_LIST_LIMIT as u64).unwrap_or_default(),
+        ..ListRequest::default()
+    };
+    let mut held = 0i64;
+    loop {
+        let page = service.list(&request).await?;
+        held += page.locks.iter().filter(|entry| entry.status.held).count() as i64;
+        match page.next_cursor {
+            Some(cursor) => request.cursor = cursor,
+            None => return Ok(held),
+        }
     }
 }
 

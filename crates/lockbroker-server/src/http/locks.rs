@@ -1,8 +1,11 @@
 //! Lock routes: extract, call the [`crate::Service`], map the result.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use axum::extract::State;
 use axum::response::Response;
-use axum::Json;
+use axum::{Extension, Json};
 use lockbroker_core::lease::Renewal;
 use lockbroker_core::{AcquireRequest, Fence, Lease, LeaseToken, LockError, LockName, LockStatus};
 use serde::{Deserialize, Serialize};
@@ -11,6 +14,7 @@ use super::delivery;
 use super::error::ApiError;
 use super::extract::{JsonBody, LockPath};
 use super::AppState;
+use crate::metrics::Metrics;
 
 /// Body of `POST /v1/locks/{name}/acquire`; every field is optional.
 #[derive(Deserialize)]
@@ -82,9 +86,12 @@ pub struct StatusResponse {
 /// `POST /v1/locks/{name}/acquire`
 pub async fn acquire(
     State(service): State<AppState>,
+    Extension(metrics): Extension<Arc<Metrics>>,
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let waits = body.wait_ms.is_some_and(|ms| ms > 0);
     let request = AcquireRequest {
         ttl_ms: body.ttl_ms,
         wait_ms: body.wait_ms,
@@ -93,10 +100,10 @@ pub async fn acquire(
         lock_delay_ms: body.lock_delay_ms,
         fair: body.fair.unwrap_or(false),
     };
-    let grant = service
-        .acquire(&name, request)
-        .await
-        .map_err(in_lock(&name))?;
+    let result = service.acquire(&name, request).await;
+    let waited = waits.then(|| started.elapsed());
+    metrics.acquire_finished(&name, result.as_ref().map(|_| ()), waited);
+    let grant = result.map_err(in_lock(&name))?;
     let lease = grant.lease();
     tracing::info!(lock = %name, fence = %lease.fence, "lease granted");
     let json = serde_json::to_vec(&LeaseResponse::from(lease)).unwrap_or_default();
@@ -106,33 +113,44 @@ pub async fn acquire(
 /// `POST /v1/locks/{name}/extend`
 pub async fn extend(
     State(service): State<AppState>,
+    Extension(metrics): Extension<Arc<Metrics>>,
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<ExtendBody>,
 ) -> Result<Json<RenewalResponse>, ApiError> {
     let token = required_token(body.token)?;
-    let renewal = service
-        .extend(&name, &token, body.ttl_ms)
-        .await
-        .map_err(in_lock(&name))?;
+    let result = service.extend(&name, &token, body.ttl_ms).await;
+    metrics.extend_finished(&name, result.as_ref().map(|_| ()));
+    if let Err(LockError::LeaseLost) = &result {
+        tracing::warn!(lock = %name, "extend found the lease lost: its holder overran it");
+    }
+    let renewal = result.map_err(in_lock(&name))?;
     Ok(Json(RenewalResponse::new(&name, renewal)))
 }
 
 /// `POST /v1/locks/{name}/release`
 pub async fn release(
     State(service): State<AppState>,
+    Extension(metrics): Extension<Arc<Metrics>>,
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<ReleaseBody>,
 ) -> Result<Json<ReleaseResponse>, ApiError> {
     let token = required_token(body.token)?;
-    let fence: Fence = service
-        .release(&name, &token)
-        .await
-        .map_err(in_lock(&name))?;
-    tracing::info!(lock = %name, %fence, "lease released");
+    let result = service.release(&name, &token).await;
+    metrics.release_finished(
+        &name,
+        result
+            .as_ref()
+            .map(|release| release.held_ms.map(Duration::from_millis)),
+    );
+    if let Err(LockError::LeaseLost) = &result {
+        tracing::warn!(lock = %name, "release found the lease lost: its holder overran it");
+    }
+    let release = result.map_err(in_lock(&name))?;
+    tracing::info!(lock = %name, fence = %release.fence, "lease released");
     Ok(Json(ReleaseResponse {
         name: name.to_string(),
         released: true,
-        fence: fence.get(),
+        fence: release.fence.get(),
     }))
 }
 

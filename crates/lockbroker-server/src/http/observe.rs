@@ -1,0 +1,65 @@
+//! One log line and one histogram sample per request, under a request id.
+//!
+//! The id comes from the caller's `x-request-id` header when it is sane
+//! (1 to 128 visible ASCII characters), else it is made up here; either way it
+//! goes back in the response's `x-request-id`. Every log line of the request
+//! (grants, releases, errors) carries it through the request's span.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
+use axum::response::Response;
+use lockbroker_core::lease::random_hex;
+use tracing::Instrument;
+
+use crate::metrics::Metrics;
+
+/// The header that carries the request id both ways.
+pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Logs and measures one request.
+pub async fn observe(
+    State(metrics): State<Arc<Metrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let request_id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .filter(|value| is_sane_id(value.as_bytes()))
+        .and_then(|value| value.to_str().ok())
+        .map_or_else(random_hex::<8>, str::to_owned);
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |path| path.as_str())
+        .to_owned();
+    let method = request.method().clone();
+    let span =
+        tracing::info_span!("request", request_id = %request_id, method = %method, route = %route);
+
+    let mut response = next.run(request).instrument(span.clone()).await;
+
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    metrics.request_finished(&route, method.as_str(), status, elapsed);
+    span.in_scope(|| {
+        tracing::info!(
+            status,
+            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            "request finished"
+        );
+    });
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(REQUEST_ID.clone(), value);
+    }
+    response
+}
+
+fn is_sane_id(bytes: &[u8]) -> bool {
+    (1..=128).contains(&bytes.len()) && bytes.iter().all(|b| b.is_ascii_graphic())
+}

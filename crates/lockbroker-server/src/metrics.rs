@@ -1,0 +1,328 @@
+//! Prometheus metrics in an owned registry (never the global one, so apps in
+//! one test process do not share counters).
+//!
+//! Labels are bounded: a lock name is reported only through its configured
+//! family (`billing:*`), everything else as `other`; routes by their template;
+//! never a token.
+
+use std::time::Duration;
+
+use lockbroker_core::{LockError, LockName};
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+/// The family label of locks that match no configured family.
+pub const OTHER_FAMILY: &str = "other";
+
+/// Lock-name families from configuration: `prefix*` patterns or exact names.
+#[derive(Clone, Debug, Default)]
+pub struct Families {
+    patterns: Vec<String>,
+}
+
+impl Families {
+    /// Families in match order (the first match wins).
+    pub fn new(patterns: Vec<String>) -> Self {
+        Self { patterns }
+    }
+
+    /// The family label of `name`: the first pattern it matches, or `other`.
+    pub fn of(&self, name: &LockName) -> &str {
+        let name = name.as_str();
+        self.patterns
+            .iter()
+            .find(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == pattern.as_str(),
+            })
+            .map_or(OTHER_FAMILY, String::as_str)
+    }
+}
+
+/// Every metric the broker exports.
+pub struct Metrics {
+    registry: Registry,
+    families: Families,
+    acquires: IntCounterVec,
+    extends: IntCounterVec,
+    releases: IntCounterVec,
+    leases_lost: IntCounterVec,
+    wait_seconds: HistogramVec,
+    hold_seconds: HistogramVec,
+    request_seconds: HistogramVec,
+    script_seconds: HistogramVec,
+    /// Acquires waiting on this broker now (set at scrape time).
+    pub waiters: IntGauge,
+    /// Leases held now, across all brokers: counted up and down as this
+    /// broker grants and releases, and reset from Redis periodically.
+    pub leases_held: IntGauge,
+    /// 1 while Redis answers this broker's health checks.
+    pub redis_up: IntGauge,
+    fence_floor_raises: IntCounter,
+}
+
+const WAIT_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
+];
+const HOLD_BUCKETS: &[f64] = &[
+    0.01, 0.1, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0, 86_400.0,
+];
+const REQUEST_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+const SCRIPT_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+impl Metrics {
+    /// Registers every metric in a fresh registry.
+    pub fn new(families: Families) -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let counter =
+            |name: &str, help: &str, labels: &[&str]| -> Result<IntCounterVec, prometheus::Error> {
+                let metric = IntCounterVec::new(Opts::new(name, help), labels)?;
+                registry.register(Box::new(metric.clone()))?;
+                Ok(metric)
+            };
+        let histogram = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
+            let metric = HistogramVec::new(
+                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+                labels,
+            )?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok::<_, prometheus::Error>(metric)
+        };
+        let gauge = |name: &str, help: &str| {
+            let metric = IntGauge::new(name, help)?;
+            registry.register(Box::new(metric.clone()))?;
+            Ok::<_, prometheus::Error>(metric)
+        };
+        let fence_floor_raises = IntCounter::new(
+            "lockbroker_fence_floor_raises_total",
+            "Grants whose fence was raised by this broker's floor above both Redis's counter and clock (Redis lost data and runs behind).",
+        )?;
+        registry.register(Box::new(fence_floor_raises.clone()))?;
+        Ok(Self {
+            acquires: counter(
+                "lockbroker_acquires_total",
+                "Acquire requests by outcome: acquired, busy, wait_timeout, rejected (waiter limits, shutdown), error.",
+                &["family", "outcome"],
+            )?,
+            extends: counter(
+                "lockbroker_extends_total",
+                "Extend requests by outcome: extended, lease_lost, max_hold_exceeded, error.",
+                &["family", "outcome"],
+            )?,
+            releases: counter(
+                "lockbroker_releases_total",
+                "Release requests by outcome: released, lease_lost, error.",
+                &["family", "outcome"],
+            )?,
+            leases_lost: counter(
+                "lockbroker_leases_lost_total",
+                "Extends and releases that found their lease gone: the holder overran its lease while still working.",
+                &["family", "operation"],
+            )?,
+            wait_seconds: histogram(
+                "lockbroker_wait_seconds",
+                "Time waiting acquires spent before their grant.",
+                &["family"],
+                WAIT_BUCKETS,
+            )?,
+            hold_seconds: histogram(
+                "lockbroker_hold_seconds",
+                "Time from grant to release of released leases, by Redis's clock.",
+                &["family"],
+                HOLD_BUCKETS,
+            )?,
+            request_seconds: histogram(
+                "lockbroker_http_request_duration_seconds",
+                "HTTP request duration by route template, method and status.",
+                &["route", "method", "status"],
+                REQUEST_BUCKETS,
+            )?,
+            script_seconds: histogram(
+                "lockbroker_redis_script_duration_seconds",
+                "Redis script latency by script, as seen by the broker.",
+                &["script"],
+                SCRIPT_BUCKETS,
+            )?,
+            waiters: gauge("lockbroker_waiters", "Acquires waiting on this broker now.")?,
+            leases_held: gauge(
+                "lockbroker_leases_held",
+                "Leases held now (maintained as leases are granted and released, reconciled with Redis periodically).",
+            )?,
+            redis_up: gauge("lockbroker_redis_up", "1 while Redis answers this broker, 0 otherwise.")?,
+            fence_floor_raises,
+            families,
+            registry,
+        })
+    }
+
+    /// The family label of a lock.
+    pub fn family(&self, name: &LockName) -> &str {
+        self.families.of(name)
+    }
+
+    /// Counts an acquire; `waited` is set for requests that asked to wait.
+    pub fn acquire_finished(
+        &self,
+        name: &LockName,
+        result: Result<(), &LockError>,
+        waited: Option<Duration>,
+    ) {
+        let family = self.family(name);
+        let outcome = match result {
+            Ok(()) => {
+                self.leases_held.inc();
+                if let Some(waited) = waited {
+                    self.wait_seconds
+                        .with_label_values(&[family])
+                        .observe(waited.as_secs_f64());
+                }
+                "acquired"
+            }
+            Err(LockError::Busy(_)) if waited.is_some() => "wait_timeout",
+            Err(LockError::Busy(_)) => "busy",
+            Err(LockError::TooManyWaiters | LockError::ShuttingDown) => "rejected",
+            Err(LockError::Invalid(_)) => return,
+            Err(_) => "error",
+        };
+        self.acquires.with_label_values(&[family, outcome]).inc();
+    }
+
+    /// Counts an extend.
+    pub fn extend_finished(&self, name: &LockName, result: Result<(), &LockError>) {
+        let family = self.family(name);
+        let outcome = match result {
+            Ok(()) => "extended",
+            Err(LockError::LeaseLost) => {
+                self.leases_lost
+                    .with_label_values(&[family, "extend"])
+                    .inc();
+                "lease_lost"
+            }
+            Err(LockError::MaxHoldExceeded { .. }) => "max_hold_exceeded",
+            Err(LockError::Invalid(_)) => return,
+            Err(_) => "error",
+        };
+        self.extends.with_label_values(&[family, outcome]).inc();
+    }
+
+    /// Counts a release; `held` is the lease's hold time when it was released.
+    pub fn release_finished(&self, name: &LockName, result: Result<Option<Duration>, &LockError>) {
+        let family = self.family(name);
+        let outcome = match result {
+            Ok(held) => {
+                // A retried release reports no hold time: it was counted once.
+                if let Some(held) = held {
+                    self.leases_held.dec();
+                    self.hold_seconds
+                        .with_label_values(&[family])
+                        .observe(held.as_secs_f64());
+                }
+                "released"
+            }
+            Err(LockError::LeaseLost) => {
+                self.leases_lost
+                    .with_label_values(&[family, "release"])
+                    .inc();
+                "lease_lost"
+            }
+            Err(LockError::Invalid(_)) => return,
+            Err(_) => "error",
+        };
+        self.releases.with_label_values(&[family, outcome]).inc();
+    }
+
+    /// Records one HTTP request.
+    pub fn request_finished(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
+        self.request_seconds
+            .with_label_values(&[route, method, status_label(status)])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one script run.
+    pub fn script_finished(&self, script: &str, elapsed: Duration) {
+        self.script_seconds
+            .with_label_values(&[script])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a fence raised by the broker's floor.
+    pub fn fence_floor_raised(&self) {
+        self.fence_floor_raises.inc();
+    }
+
+    /// The registry in the Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        let encoder = TextEncoder::new();
+        // Encoding into a Vec cannot fail for well-formed metrics.
+        let _ = encoder.encode(&self.registry.gather(), &mut out);
+        String::from_utf8(out).unwrap_or_default()
+    }
+}
+
+impl lockbroker_redis::StoreObserver for Metrics {
+    fn script_finished(&self, script: &'static str, elapsed: Duration) {
+        Metrics::script_finished(self, script, elapsed);
+    }
+
+    fn fence_floor_raised(&self) {
+        Metrics::fence_floor_raised(self);
+    }
+}
+
+/// Static status labels for the statuses the broker answers, so the label
+/// needs no allocation per request.
+fn status_label(status: u16) -> &'static str {
+    match status {
+        200 => "200",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        408 => "408",
+        409 => "409",
+        413 => "413",
+        423 => "423",
+        429 => "429",
+        500 => "500",
+        503 => "503",
+        s if s < 300 => "2xx",
+        s if s < 500 => "4xx",
+        _ => "5xx",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_match_prefixes_then_names_then_other() {
+        let families = Families::new(vec!["billing:*".into(), "nightly-report".into()]);
+        let of = |n: &str| families.of(&LockName::parse(n).expect("name")).to_owned();
+        assert_eq!(of("billing:invoice-42"), "billing:*");
+        assert_eq!(of("nightly-report"), "nightly-report");
+        assert_eq!(of("nightly-report-2"), "other");
+        assert_eq!(of("jobs:1"), "other");
+    }
+
+    #[test]
+    fn two_instances_do_not_share_counters() {
+        let a = Metrics::new(Families::default()).expect("metrics");
+        let b = Metrics::new(Families::default()).expect("metrics");
+        let name = LockName::parse("x").expect("name");
+        a.acquire_finished(&name, Ok(()), None);
+        assert!(a
+            .render()
+            .contains(r#"lockbroker_acquires_total{family="other",outcome="acquired"} 1"#));
+        assert!(!b.render().contains("lockbroker_acquires_total{"));
+    }
+}
