@@ -1,13 +1,41 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing (redis-server, cargo-nextest),
-# then the Rust suite (each test starts its own redis-server on a free port).
-set -euo pipefail
+# Runs every test: installs what is missing, then each suite in turn, and the
+# Rust suite last. Every suite starts its own redis-server (and broker) on free
+# loopback ports. Exits non-zero if any suite failed.
+#
+#   scripts/test.sh            everything
+#   scripts/test.sh --rust     the Rust suite only
+set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
+set -e
 ensure_cargo
-ensure_packages redis-server redis-tools
+ensure_packages redis-server redis-tools prometheus python3-venv
 ensure_nextest
-
 cargo build --workspace --all-targets
-cargo nextest run --workspace --no-fail-fast
+set +e
+
+failed=()
+suite() {
+  local name=$1
+  shift
+  echo "==> $name: $*"
+  if ! "$@"; then
+    failed+=("$name")
+  fi
+}
+
+if [ "${1:-}" != "--rust" ]; then
+  suite "python client" clients/python/run-tests.sh -q
+  suite "examples" examples/run.sh
+  suite "deploy files" deploy/validate.sh
+  suite "schemathesis" scripts/schemathesis.sh
+  suite "reliability" scripts/reliability-ci.sh
+fi
+suite "rust" cargo nextest run --workspace --no-fail-fast
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED suites: ${failed[*]}" >&2
+  exit 1
+fi
