@@ -283,6 +283,24 @@ impl RedisLockStore {
         });
     }
 
+    /// The keys of scripts that may free a lock: its lease and its fair queue.
+    fn queue_keys(&self, name: &LockName) -> Vec<String> {
+        let keys = &self.inner.keys;
+        vec![keys.lease(name), keys.queue(name), keys.queue_expiry(name)]
+    }
+
+    /// `args` followed by what a script needs to announce a freed lock: the
+    /// wake channel, this broker's id and the lock name.
+    fn announce_args(&self, name: &LockName, mut args: Vec<Value>) -> Vec<Value> {
+        let inner = &self.inner;
+        args.extend([
+            Value::from(inner.wake_channel.as_str()),
+            Value::from(inner.broker_id.as_str()),
+            Value::from(name.as_str()),
+        ]);
+        args
+    }
+
     /// Runs one script by SHA and reports its latency to the observer.
     async fn run(
         &self,
@@ -313,18 +331,11 @@ impl RedisLockStore {
                 &inner.scripts.release,
                 "release",
                 client,
-                vec![
-                    inner.keys.lease(name),
-                    inner.keys.queue(name),
-                    inner.keys.queue_expiry(name),
-                ],
-                vec![
-                    Value::from(token.expose()),
-                    Value::from(memo_ms),
-                    Value::from(inner.wake_channel.as_str()),
-                    Value::from(inner.broker_id.as_str()),
-                    Value::from(name.as_str()),
-                ],
+                self.queue_keys(name),
+                self.announce_args(
+                    name,
+                    vec![Value::from(token.expose()), Value::from(memo_ms)],
+                ),
             )
             .await
             .map_err(unavailable)?;
@@ -558,16 +569,8 @@ impl LockStore for RedisLockStore {
                 &inner.scripts.force_release,
                 "force_release",
                 inner.pool.next(),
-                vec![
-                    inner.keys.lease(name),
-                    inner.keys.queue(name),
-                    inner.keys.queue_expiry(name),
-                ],
-                vec![
-                    Value::from(inner.wake_channel.as_str()),
-                    Value::from(inner.broker_id.as_str()),
-                    Value::from(name.as_str()),
-                ],
+                self.queue_keys(name),
+                self.announce_args(name, Vec::new()),
             )
             .await
             .map_err(unavailable)?;
@@ -588,17 +591,8 @@ impl LockStore for RedisLockStore {
                 &inner.scripts.leave_queue,
                 "leave_queue",
                 inner.pool.next(),
-                vec![
-                    inner.keys.lease(name),
-                    inner.keys.queue(name),
-                    inner.keys.queue_expiry(name),
-                ],
-                vec![
-                    Value::from(waiter_id),
-                    Value::from(inner.wake_channel.as_str()),
-                    Value::from(inner.broker_id.as_str()),
-                    Value::from(name.as_str()),
-                ],
+                self.queue_keys(name),
+                self.announce_args(name, vec![Value::from(waiter_id)]),
             )
             .await
             .map_err(unavailable)?;
