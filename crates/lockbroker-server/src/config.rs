@@ -133,8 +133,9 @@ pub struct AuthConfig {
     pub keys: Vec<ApiKeyConfig>,
 }
 
-/// How to reach Redis (`LOCKBROKER_REDIS_*`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
+/// How to reach Redis (`LOCKBROKER_REDIS_*`). `Debug` leaves out the
+/// password and the URL, which may carry one.
+#[derive(Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port/db` (`LOCKBROKER_REDIS_URL`).
@@ -248,6 +249,23 @@ impl Default for AuthConfig {
             rate_limit_burst_secs: 2,
             keys: Vec::new(),
         }
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &"<redacted>")
+            .field("pool_size", &self.pool_size)
+            .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("key_prefix", &self.key_prefix)
+            .field("fence_idle_ms", &self.fence_idle_ms)
+            .field("release_memo_ms", &self.release_memo_ms)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field("tls_ca_path", &self.tls_ca_path)
+            .finish()
     }
 }
 
@@ -759,6 +777,15 @@ mod tests {
         )
         .expect_err("bad hash");
         assert!(err.to_string().contains("sha256"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_hides_redis_secrets() {
+        let mut settings = Settings::default();
+        settings.redis.url = "redis://:url-s3cret@10.0.0.1:6379/0".into();
+        settings.redis.password = "field-s3cret".into();
+        let text = format!("{settings:?}");
+        assert!(!text.contains("s3cret"), "{text}");
     }
 
     #[test]
