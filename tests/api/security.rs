@@ -365,6 +365,45 @@ async fn force_release_frees_the_lock_and_wakes_its_waiters() {
 }
 
 #[tokio::test]
+async fn force_release_wakes_a_fair_waiter_on_another_broker() {
+    let redis = RedisServer::start();
+    let first = TestApp::spawn(&redis).await;
+    let mut shared = test_settings(&redis);
+    shared.redis.key_prefix = first.prefix.clone();
+    let second = TestApp::spawn_with(shared).await;
+    let stuck = first.acquire("shared-job", 60_000).await;
+
+    let waiter = {
+        let http = second.http.clone();
+        let url = second.url("/v1/locks/shared-job/acquire");
+        tokio::spawn(async move {
+            let reply = http
+                .post(url)
+                .json(&json!({"ttl_ms": 10_000, "wait_ms": 20_000, "fair": true}))
+                .send()
+                .await
+                .expect("waiter reaches the broker");
+            let status = reply.status();
+            let body: Value = reply.json().await.expect("json");
+            (status, body, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let forced_at = Instant::now();
+    let forced = first
+        .send(first.http.delete(first.url("/v1/locks/shared-job")))
+        .await;
+    assert_eq!(forced.body["released"], true, "{:?}", forced.body);
+
+    let (status, body, granted_at) = waiter.await.expect("waiter task");
+    assert_eq!(status, StatusCode::OK, "{body:?}");
+    assert!(body["fence"].as_u64().expect("fence") > stuck.fence());
+    // Woken by the announcement, not by its next periodic look (once a second).
+    let handoff = granted_at.duration_since(forced_at);
+    assert!(handoff < Duration::from_millis(800), "{handoff:?}");
+}
+
+#[tokio::test]
 async fn hostile_names_and_bodies_on_every_route_change_nothing() {
     let redis = RedisServer::start();
     let app = TestApp::spawn_with(secured_settings(&redis)).await;
