@@ -6,10 +6,14 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::procs;
-use crate::stats::{report, Summary};
+use crate::client::{acquire, release, wait_ready, Lease};
+use crate::procs::Proc;
+use crate::stats::{report, Goal, Summary, Table};
+
+/// Long enough for any round; every lease is released well before.
+const HANDOFF_TTL_MS: u64 = 30_000;
 
 /// How the waiter waits.
 #[derive(Clone, Copy)]
@@ -21,22 +25,20 @@ enum Waiting {
     Poll100ms,
 }
 
-struct Lease {
-    token: String,
-    fence: u64,
-}
-
-/// Runs the three cases side by side and prints their figures.
-pub async fn run(rounds: usize) -> Result<(), String> {
-    let redis = procs::redis()?;
-    let first = procs::broker(&redis)?;
-    let second = procs::broker(&redis)?;
+/// Runs the three cases side by side on two brokers sharing one Redis, and
+/// prints their figures.
+pub async fn run(
+    first: &Proc,
+    second: &Proc,
+    rounds: usize,
+    table: &mut Table,
+) -> Result<(), String> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(16)
         .build()
         .map_err(|e| e.to_string())?;
-    let url = |p: &procs::Proc| format!("http://127.0.0.1:{}", p.port);
-    for broker in [&first, &second] {
+    let url = |p: &Proc| format!("http://127.0.0.1:{}", p.port);
+    for broker in [first, second] {
         wait_ready(&http, &url(broker)).await?;
     }
 
@@ -44,7 +46,7 @@ pub async fn run(rounds: usize) -> Result<(), String> {
         "handoff: {rounds} rounds each (poller: {} rounds)",
         rounds.min(50)
     );
-    let (one, two) = (url(&first), url(&second));
+    let (one, two) = (url(first), url(second));
     let mut same = measure(&http, "same", (&one, &one), rounds, Waiting::Server).await?;
     let mut cross = measure(&http, "cross", (&one, &two), rounds, Waiting::Server).await?;
     let mut poll = measure(
@@ -72,6 +74,26 @@ pub async fn run(rounds: usize) -> Result<(), String> {
                "poll_over_same_p50": poll.p50_ms / same.p50_ms,
                "poll_over_cross_p50": poll.p50_ms / cross.p50_ms})
     );
+    for (case, summary) in [("same-broker", &same), ("cross-broker", &cross)] {
+        table.add(
+            format!("handoff {case} p50"),
+            "ms",
+            (summary.p50_ms, None),
+            Goal::Below(1.0),
+        );
+        table.add(
+            format!("handoff {case} p99"),
+            "ms",
+            (summary.p99_ms, None),
+            Goal::Below(5.0),
+        );
+    }
+    table.add(
+        "handoff poll-every-100ms p50",
+        "ms",
+        (poll.p50_ms, None),
+        Goal::None,
+    );
     Ok(())
 }
 
@@ -85,7 +107,7 @@ async fn measure(
     waiting: Waiting,
 ) -> Result<Vec<Duration>, String> {
     let name = format!("bench-handoff-{case}");
-    let mut held = acquire(http, holder_url, &name, 0)
+    let mut held = acquire(http, holder_url, &name, HANDOFF_TTL_MS, 0)
         .await?
         .ok_or("the benchmark lock is unexpectedly busy")?;
     let mut samples = Vec::with_capacity(rounds);
@@ -125,14 +147,14 @@ async fn wait_for_grant(
 ) -> Result<(Instant, Lease), String> {
     match waiting {
         Waiting::Server => {
-            let lease = acquire(http, url, name, 10_000)
+            let lease = acquire(http, url, name, HANDOFF_TTL_MS, 10_000)
                 .await?
                 .ok_or("waiter timed out")?;
             Ok((Instant::now(), lease))
         }
         Waiting::Poll100ms => {
             for _ in 0..200 {
-                if let Some(lease) = acquire(http, url, name, 0).await? {
+                if let Some(lease) = acquire(http, url, name, HANDOFF_TTL_MS, 0).await? {
                     return Ok((Instant::now(), lease));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -140,61 +162,4 @@ async fn wait_for_grant(
             Err("poller never got the lock".into())
         }
     }
-}
-
-/// `Ok(None)` when busy.
-async fn acquire(
-    http: &reqwest::Client,
-    url: &str,
-    name: &str,
-    wait_ms: u64,
-) -> Result<Option<Lease>, String> {
-    let response = http
-        .post(format!("{url}/v1/locks/{name}/acquire"))
-        .json(&json!({"ttl_ms": 30_000, "wait_ms": wait_ms}))
-        .send()
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let status = response.status();
-    let body: Value = response
-        .json()
-        .await
-        .map_err(|e| format!("acquire body: {e}"))?;
-    match status.as_u16() {
-        200 => Ok(Some(Lease {
-            token: body["token"].as_str().ok_or("no token")?.to_owned(),
-            fence: body["fence"].as_u64().ok_or("no fence")?,
-        })),
-        423 => Ok(None),
-        other => Err(format!(
-            "acquire answered {other}: {}",
-            body["error"]["code"]
-        )),
-    }
-}
-
-async fn release(http: &reqwest::Client, url: &str, name: &str, token: &str) -> Result<(), String> {
-    let response = http
-        .post(format!("{url}/v1/locks/{name}/release"))
-        .json(&json!({"token": token}))
-        .send()
-        .await
-        .map_err(|e| format!("release: {e}"))?;
-    if response.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!("release answered {}", response.status()))
-    }
-}
-
-async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<(), String> {
-    for _ in 0..200 {
-        if let Ok(response) = http.get(format!("{url}/readyz")).send().await {
-            if response.status().is_success() {
-                return Ok(());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    Err(format!("{url} never became ready"))
 }

@@ -13,6 +13,13 @@ pub struct Proc {
     pub port: u16,
 }
 
+impl Proc {
+    /// The process id, for `/proc` readings.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -52,9 +59,15 @@ pub fn redis() -> Result<Proc, String> {
 
 /// Starts the release build of `lockbroker` on `redis`.
 pub fn broker(redis: &Proc) -> Result<Proc, String> {
+    broker_with(redis, &[])
+}
+
+/// Like [`broker`], with extra `LOCKBROKER_*` settings in `env`.
+pub fn broker_with(redis: &Proc, env: &[(&str, &str)]) -> Result<Proc, String> {
     let port = free_port()?;
     let binary = sibling_binary("lockbroker")?;
     let child = Command::new(&binary)
+        .envs(env.iter().copied())
         .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
         .env(
             "LOCKBROKER_REDIS_URL",
@@ -92,4 +105,46 @@ fn wait_for_port(port: u16) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(10));
     }
     Ok(())
+}
+
+/// CPU seconds (user + system) `pid` has used so far; 0 when unreadable.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name, which is in parentheses and may hold
+    // spaces: state is the first, utime the 12th, stime the 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // Linux reports in USER_HZ, which is 100 on every supported architecture.
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// Resident memory of `pid`: `(VmRSS, VmHWM)` in MiB, from `/proc/<pid>/status`.
+pub fn memory_mib(pid: u32) -> Result<(f64, f64), String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .map(|kib| kib / 1024.0)
+            .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
 }

@@ -1,4 +1,5 @@
-//! Percentiles over a sample of durations, and the output rows.
+//! Percentiles over a sample of durations, the output rows, and the closing
+//! table of figures held to their targets.
 
 use std::time::Duration;
 
@@ -8,6 +9,8 @@ pub struct Summary {
     pub count: usize,
     /// Median.
     pub p50_ms: f64,
+    /// 90th percentile.
+    pub p90_ms: f64,
     /// 95th percentile.
     pub p95_ms: f64,
     /// 99th percentile.
@@ -28,6 +31,7 @@ impl Summary {
         Self {
             count: samples.len(),
             p50_ms: at(0.50),
+            p90_ms: at(0.90),
             p95_ms: at(0.95),
             p99_ms: at(0.99),
         }
@@ -37,8 +41,8 @@ impl Summary {
 /// Prints one figure as a table row and as a JSON line.
 pub fn report(bench: &str, case: &str, summary: &Summary) {
     println!(
-        "{bench:<10} {case:<28} n={:<5} p50={:>8.3} ms  p95={:>8.3} ms  p99={:>8.3} ms",
-        summary.count, summary.p50_ms, summary.p95_ms, summary.p99_ms
+        "{bench:<10} {case:<28} n={:<7} p50={:>8.3} ms  p90={:>8.3} ms  p99={:>8.3} ms",
+        summary.count, summary.p50_ms, summary.p90_ms, summary.p99_ms
     );
     println!(
         "{}",
@@ -47,8 +51,127 @@ pub fn report(bench: &str, case: &str, summary: &Summary) {
             "case": case,
             "n": summary.count,
             "p50_ms": summary.p50_ms,
+            "p90_ms": summary.p90_ms,
             "p95_ms": summary.p95_ms,
             "p99_ms": summary.p99_ms,
         })
     );
+}
+
+/// What a figure is held to.
+#[derive(Clone, Copy)]
+pub enum Goal {
+    /// Shown for context only.
+    None,
+    /// broker / direct must not exceed this.
+    RatioAtMost(f64),
+    /// broker / direct must reach this.
+    RatioAtLeast(f64),
+    /// The broker's figure must stay below this.
+    Below(f64),
+}
+
+/// One line of the closing table.
+struct Figure {
+    name: String,
+    unit: &'static str,
+    broker: f64,
+    direct: Option<f64>,
+    goal: Goal,
+}
+
+impl Figure {
+    fn ratio(&self) -> Option<f64> {
+        self.direct.map(|direct| self.broker / direct)
+    }
+
+    /// `None` when the figure has no target.
+    fn met(&self) -> Option<bool> {
+        match (self.goal, self.ratio()) {
+            (Goal::None, _) => None,
+            (Goal::RatioAtMost(limit), Some(ratio)) => Some(ratio <= limit),
+            (Goal::RatioAtLeast(limit), Some(ratio)) => Some(ratio >= limit),
+            (Goal::Below(limit), _) => Some(self.broker < limit),
+            (_, None) => Some(false),
+        }
+    }
+
+    fn goal_text(&self) -> String {
+        match self.goal {
+            Goal::None => String::new(),
+            Goal::RatioAtMost(limit) => format!("ratio <= {limit:.1}x"),
+            Goal::RatioAtLeast(limit) => format!("ratio >= {:.0}%", limit * 100.0),
+            Goal::Below(limit) => format!("< {limit} {}", self.unit),
+        }
+    }
+}
+
+/// The figures of a run, printed together at the end.
+#[derive(Default)]
+pub struct Table {
+    figures: Vec<Figure>,
+}
+
+impl Table {
+    /// Adds a figure and prints it as a JSON line.
+    pub fn add(
+        &mut self,
+        name: impl Into<String>,
+        unit: &'static str,
+        (broker, direct): (f64, Option<f64>),
+        goal: Goal,
+    ) {
+        let figure = Figure {
+            name: name.into(),
+            unit,
+            broker,
+            direct,
+            goal,
+        };
+        println!(
+            "{}",
+            serde_json::json!({
+                "bench": "summary",
+                "figure": figure.name,
+                "unit": unit,
+                "broker": broker,
+                "direct": direct,
+                "ratio": figure.ratio(),
+                "target": figure.goal_text(),
+                "met": figure.met(),
+            })
+        );
+        self.figures.push(figure);
+    }
+
+    /// Prints the human table.
+    pub fn print(&self) {
+        println!();
+        println!(
+            "{:<40} {:>12} {:>12} {:>8}  {:<16} result",
+            "figure", "broker", "direct", "ratio", "target"
+        );
+        for figure in &self.figures {
+            let direct = figure
+                .direct
+                .map_or_else(|| "-".to_owned(), |d| format!("{d:.3}"));
+            let ratio = figure
+                .ratio()
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x"));
+            let result = match figure.met() {
+                None => "",
+                Some(true) => "met",
+                Some(false) => "MISSED",
+            };
+            println!(
+                "{:<40} {:>12.3} {:>12} {:>8}  {:<16} {}",
+                format!("{} ({})", figure.name, figure.unit),
+                figure.broker,
+                direct,
+                ratio,
+                figure.goal_text(),
+                result
+            );
+        }
+    }
 }

@@ -1,0 +1,380 @@
+//! The two targets every pair benchmark drives with the same code: the broker
+//! over HTTP, and Redis directly with the broker's own Lua scripts.
+//!
+//! A [`PairClient`] is one caller bound to one lock on one persistent
+//! connection: an acquire without waiting, then the release of that lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockbroker_core::LockName;
+use lockbroker_redis::scripts::Scripts;
+use lockbroker_redis::KeyLayout;
+use serde_json::{json, Value};
+
+use crate::resp::{self, Reply};
+
+/// TTL of every benchmark lease: long enough never to expire mid-pair.
+const TTL_MS: &str = "30000";
+/// The broker's acquire body with the same TTL.
+const ACQUIRE_BODY: &str = r#"{"ttl_ms":30000}"#;
+/// The broker's defaults for what the direct client passes the scripts.
+const FENCE_IDLE_MS: &str = "604800000";
+const RELEASE_MEMO_MS: &str = "30000";
+/// Key prefix of the direct client, apart from the broker's `lockbroker`.
+const DIRECT_PREFIX: &str = "benchdirect";
+
+/// What a benchmark talks to.
+#[derive(Clone)]
+pub enum Target {
+    /// A broker's HTTP listener on this loopback port.
+    Broker {
+        /// The broker's port.
+        port: u16,
+    },
+    /// A Redis on this loopback port, running the scripts by these SHAs.
+    Direct {
+        /// The Redis port.
+        port: u16,
+        /// SHA-1 of the acquire and release scripts, loaded in that Redis.
+        shas: Arc<(String, String)>,
+    },
+}
+
+impl Target {
+    /// Direct Redis on `port`, after loading the broker's scripts there
+    /// (acquire with the queue helpers prepended, exactly as the broker does).
+    pub async fn direct(port: u16) -> Result<Self, String> {
+        let scripts = Scripts::new();
+        let mut redis = resp::Connection::connect(port).await?;
+        let load = |script: &fred::types::scripts::Script| {
+            let lua = script.lua().map(|s| s.to_string()).unwrap_or_default();
+            let expected = script.sha1().to_string();
+            (lua, expected)
+        };
+        let mut shas = Vec::new();
+        for (lua, expected) in [load(&scripts.acquire), load(&scripts.release)] {
+            let reply = redis.call(&[b"SCRIPT", b"LOAD", lua.as_bytes()]).await?;
+            let sha = reply.text().unwrap_or_default().to_owned();
+            if sha != expected {
+                return Err(format!(
+                    "SCRIPT LOAD gave {sha}, the broker uses {expected}"
+                ));
+            }
+            shas.push(sha);
+        }
+        let release = shas.pop().unwrap_or_default();
+        let acquire = shas.pop().unwrap_or_default();
+        Ok(Target::Direct {
+            port,
+            shas: Arc::new((acquire, release)),
+        })
+    }
+}
+
+/// A granted lease as the benchmark sees it.
+pub struct Lease {
+    /// The lease token.
+    pub token: String,
+    /// Its fence.
+    pub fence: u64,
+}
+
+/// One caller on one lock over one persistent connection.
+pub enum PairClient {
+    /// Over HTTP to the broker.
+    Broker(BrokerClient),
+    /// Straight to Redis.
+    Direct(Box<DirectClient>),
+}
+
+impl PairClient {
+    /// Connects a caller of `lock` (the connection opens on first use for
+    /// HTTP; the benchmarks warm it up before they measure).
+    pub async fn connect(target: &Target, lock: &str) -> Result<Self, String> {
+        Ok(match target {
+            Target::Broker { port } => PairClient::Broker(BrokerClient::new(*port, lock)?),
+            Target::Direct { port, shas } => PairClient::Direct(Box::new(
+                DirectClient::connect(*port, Arc::clone(shas), lock).await?,
+            )),
+        })
+    }
+
+    /// Takes the lock without waiting; a busy lock is an error here.
+    pub async fn acquire(&mut self) -> Result<Lease, String> {
+        match self {
+            PairClient::Broker(client) => client.acquire().await,
+            PairClient::Direct(client) => client.acquire().await,
+        }
+    }
+
+    /// Releases the lease; a lost lease is an error.
+    pub async fn release(&mut self, lease: &Lease) -> Result<(), String> {
+        match self {
+            PairClient::Broker(client) => client.release(lease).await,
+            PairClient::Direct(client) => client.release(lease).await,
+        }
+    }
+}
+
+/// The broker over HTTP/1.1 with keep-alive: one reqwest client per caller,
+/// so each caller keeps exactly one connection.
+pub struct BrokerClient {
+    http: reqwest::Client,
+    acquire_url: String,
+    release_url: String,
+}
+
+impl BrokerClient {
+    fn new(port: u16, lock: &str) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(1)
+            .tcp_nodelay(true)
+            .no_proxy()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let base = format!("http://127.0.0.1:{port}/v1/locks/{lock}");
+        Ok(Self {
+            http,
+            acquire_url: format!("{base}/acquire"),
+            release_url: format!("{base}/release"),
+        })
+    }
+
+    async fn acquire(&self) -> Result<Lease, String> {
+        let response = self
+            .http
+            .post(&self.acquire_url)
+            .header("content-type", "application/json")
+            .body(ACQUIRE_BODY)
+            .send()
+            .await
+            .map_err(|e| format!("acquire: {e}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| format!("acquire body: {e}"))?;
+        let body: Value =
+            serde_json::from_slice(&body).map_err(|e| format!("acquire body: {e}"))?;
+        if status != reqwest::StatusCode::OK {
+            return Err(format!(
+                "acquire answered {status}: {}",
+                body["error"]["code"]
+            ));
+        }
+        Ok(Lease {
+            token: body["token"].as_str().ok_or("no token")?.to_owned(),
+            fence: body["fence"].as_u64().ok_or("no fence")?,
+        })
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<(), String> {
+        let response = self
+            .http
+            .post(&self.release_url)
+            .header("content-type", "application/json")
+            .body(format!(r#"{{"token":"{}"}}"#, lease.token))
+            .send()
+            .await
+            .map_err(|e| format!("release: {e}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| format!("release body: {e}"))?;
+        let body: Value =
+            serde_json::from_slice(&body).map_err(|e| format!("release body: {e}"))?;
+        if status != reqwest::StatusCode::OK || body["released"] != Value::Bool(true) {
+            return Err(format!(
+                "release answered {status}: {}",
+                body["error"]["code"]
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Redis over one connection, `EVALSHA` of the broker's scripts with the
+/// broker's key layout and arguments. Keys are built once per lock, as a
+/// careful client would.
+pub struct DirectClient {
+    redis: resp::Connection,
+    shas: Arc<(String, String)>,
+    name: String,
+    /// lease, fence, queue, queue expiry
+    keys: [String; 4],
+    wake_channel: String,
+    /// Stands in for the broker id in release announcements.
+    client_id: String,
+    /// Tokens are this prefix and a counter: unique per caller and cheap.
+    token_prefix: String,
+    issued: u64,
+    /// The highest fence seen, passed as the floor like the broker does.
+    floor: u64,
+}
+
+impl DirectClient {
+    async fn connect(port: u16, shas: Arc<(String, String)>, lock: &str) -> Result<Self, String> {
+        let layout = KeyLayout::new(DIRECT_PREFIX);
+        let name = LockName::parse(lock).map_err(|e| e.to_string())?;
+        let redis = resp::Connection::connect(port).await?;
+        let client_id = lockbroker_core::lease::random_hex::<8>();
+        Ok(Self {
+            redis,
+            shas,
+            keys: [
+                layout.lease(&name),
+                layout.fence(&name),
+                layout.queue(&name),
+                layout.queue_expiry(&name),
+            ],
+            wake_channel: layout.wake_channel(),
+            token_prefix: lockbroker_core::lease::random_hex::<8>(),
+            client_id,
+            name: lock.to_owned(),
+            issued: 0,
+            floor: 0,
+        })
+    }
+
+    async fn acquire(&mut self) -> Result<Lease, String> {
+        self.issued += 1;
+        let token = format!("{}{:016x}", self.token_prefix, self.issued);
+        let floor = self.floor.to_string();
+        let [lease, fence, queue, expiry] = &self.keys;
+        // ARGV as in acquire.lua: token, ttl, owner, request id, lock-delay,
+        // fence idle, floor, fair waiter id, queue entry ttl, wake channel,
+        // caller id, lock name.
+        let reply = self
+            .redis
+            .call(&[
+                b"EVALSHA",
+                self.shas.0.as_bytes(),
+                b"4",
+                lease.as_bytes(),
+                fence.as_bytes(),
+                queue.as_bytes(),
+                expiry.as_bytes(),
+                token.as_bytes(),
+                TTL_MS.as_bytes(),
+                b"",
+                b"",
+                b"0",
+                FENCE_IDLE_MS.as_bytes(),
+                floor.as_bytes(),
+                b"",
+                b"0",
+                self.wake_channel.as_bytes(),
+                self.client_id.as_bytes(),
+                self.name.as_bytes(),
+            ])
+            .await?;
+        let Reply::Array(items) = reply else {
+            return Err("acquire: expected an array reply".into());
+        };
+        match items.first().and_then(Reply::int) {
+            Some(1) => {}
+            Some(0) => return Err("acquire: the lock is busy".into()),
+            _ => return Err("acquire: malformed reply".into()),
+        }
+        let fence = items
+            .get(2)
+            .and_then(Reply::int)
+            .and_then(|f| u64::try_from(f).ok())
+            .ok_or("acquire: no fence")?;
+        self.floor = self.floor.max(fence);
+        Ok(Lease { token, fence })
+    }
+
+    async fn release(&mut self, lease: &Lease) -> Result<(), String> {
+        let [lease_key, _, queue, expiry] = &self.keys;
+        // ARGV as in release.lua: token, memo, wake channel, caller id, name.
+        let reply = self
+            .redis
+            .call(&[
+                b"EVALSHA",
+                self.shas.1.as_bytes(),
+                b"3",
+                lease_key.as_bytes(),
+                queue.as_bytes(),
+                expiry.as_bytes(),
+                lease.token.as_bytes(),
+                RELEASE_MEMO_MS.as_bytes(),
+                self.wake_channel.as_bytes(),
+                self.client_id.as_bytes(),
+                self.name.as_bytes(),
+            ])
+            .await?;
+        match reply {
+            Reply::Array(items) if items.first().and_then(Reply::int) == Some(1) => Ok(()),
+            _ => Err("release: the lease was lost".into()),
+        }
+    }
+}
+
+/// One acquire over a shared HTTP client (for waiting and one-off requests,
+/// unlike [`BrokerClient`]); `Ok(None)` when busy.
+pub async fn acquire(
+    http: &reqwest::Client,
+    url: &str,
+    name: &str,
+    ttl_ms: u64,
+    wait_ms: u64,
+) -> Result<Option<Lease>, String> {
+    let response = http
+        .post(format!("{url}/v1/locks/{name}/acquire"))
+        .json(&json!({"ttl_ms": ttl_ms, "wait_ms": wait_ms}))
+        .send()
+        .await
+        .map_err(|e| format!("acquire: {e}"))?;
+    let status = response.status();
+    let body: Value = response
+        .json()
+        .await
+        .map_err(|e| format!("acquire body: {e}"))?;
+    match status.as_u16() {
+        200 => Ok(Some(Lease {
+            token: body["token"].as_str().ok_or("no token")?.to_owned(),
+            fence: body["fence"].as_u64().ok_or("no fence")?,
+        })),
+        423 => Ok(None),
+        other => Err(format!(
+            "acquire answered {other}: {}",
+            body["error"]["code"]
+        )),
+    }
+}
+
+/// Releases a lease; any answer but success is an error.
+pub async fn release(
+    http: &reqwest::Client,
+    url: &str,
+    name: &str,
+    token: &str,
+) -> Result<(), String> {
+    let response = http
+        .post(format!("{url}/v1/locks/{name}/release"))
+        .json(&json!({"token": token}))
+        .send()
+        .await
+        .map_err(|e| format!("release: {e}"))?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!("release answered {}", response.status()))
+    }
+}
+
+/// Waits up to 5 s for a broker to answer `/readyz`.
+pub async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<(), String> {
+    for _ in 0..200 {
+        if let Ok(response) = http.get(format!("{url}/readyz")).send().await {
+            if response.status().is_success() {
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Err(format!("{url} never became ready"))
+}

@@ -1,0 +1,196 @@
+//! `memory`: the broker's resident memory (`VmRSS`, and the peak `VmHWM`, from
+//! `/proc/<pid>/status`) idle, under the 64-caller pair load, and holding many
+//! waiting acquires at once. A broker of its own, so the peak is its peak.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::client::{acquire, release, wait_ready, Target};
+use crate::load;
+use crate::procs::{self, Proc};
+use crate::stats::{Goal, Table};
+use crate::Settings;
+
+/// Locks the waiters spread over, to stay under the per-lock waiter limit.
+const WAITED_LOCKS: usize = 20;
+/// Outlasts the whole phase, so no lease expires under its waiters.
+const HOLD_TTL_MS: u64 = 300_000;
+
+/// Measures one broker through the three phases.
+pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
+    // Room for every waiter, and requests beyond them, on one broker.
+    let max_waiters = (settings.waiters + 1_000).to_string();
+    let per_lock = settings.waiters.div_ceil(WAITED_LOCKS) + 100;
+    let max_requests = (settings.waiters + 4_000).max(16_384).to_string();
+    let max_connections = (settings.waiters + 4_000).max(20_000).to_string();
+    let broker = procs::broker_with(
+        redis,
+        &[
+            ("LOCKBROKER_LOCKS_MAX_WAITERS", &max_waiters),
+            (
+                "LOCKBROKER_LOCKS_MAX_WAITERS_PER_LOCK",
+                &per_lock.to_string(),
+            ),
+            ("LOCKBROKER_HTTP_MAX_CONCURRENT_REQUESTS", &max_requests),
+            ("LOCKBROKER_HTTP_MAX_CONNECTIONS", &max_connections),
+        ],
+    )?;
+    let url = format!("http://127.0.0.1:{}", broker.port);
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .map_err(|e| e.to_string())?;
+    wait_ready(&http, &url).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let idle = phase("idle", broker.pid())?;
+    table.add(
+        "broker peak RSS idle",
+        "MB",
+        (idle.1, None),
+        Goal::Below(30.0),
+    );
+
+    let locks: Vec<String> = (0..64).map(|i| format!("bench-memory-{i}")).collect();
+    let outcome = load::run(
+        &Target::Broker { port: broker.port },
+        &locks,
+        settings.duration,
+    )
+    .await;
+    outcome.check("memory load on the broker")?;
+    let loaded = phase("load c=64", broker.pid())?;
+    table.add(
+        "broker peak RSS under c=64 load",
+        "MB",
+        (loaded.1, None),
+        Goal::Below(80.0),
+    );
+
+    let waiting = waiters(&http, &url, broker.pid(), settings.waiters).await?;
+    table.add(
+        format!("broker peak RSS with {} waiters", settings.waiters),
+        "MB",
+        (waiting.1, None),
+        Goal::Below(200.0),
+    );
+    Ok(())
+}
+
+/// Prints and returns `(VmRSS, VmHWM)` in MiB.
+fn phase(case: &str, pid: u32) -> Result<(f64, f64), String> {
+    let (rss, hwm) = procs::memory_mib(pid)?;
+    println!("memory     {case:<28} VmRSS={rss:>7.1} MiB  VmHWM={hwm:>7.1} MiB");
+    println!(
+        "{}",
+        json!({"bench": "memory", "case": case, "vm_rss_mib": rss, "vm_hwm_mib": hwm})
+    );
+    Ok((rss, hwm))
+}
+
+/// Holds `WAITED_LOCKS` locks, sends `count` acquires that wait for them,
+/// reads memory once all of them wait, then releases the locks and checks that
+/// every waiter got its lock in turn, with a fence above all before it.
+async fn waiters(
+    http: &reqwest::Client,
+    url: &str,
+    pid: u32,
+    count: usize,
+) -> Result<(f64, f64), String> {
+    let mut held = Vec::new();
+    for i in 0..WAITED_LOCKS {
+        let name = format!("bench-waited-{i}");
+        let lease = acquire(http, url, &name, HOLD_TTL_MS, 0)
+            .await?
+            .ok_or("a lock to wait on is unexpectedly busy")?;
+        held.push((name, lease.token, lease.fence));
+    }
+    // One client per waiter would be a connection pool each: one client, and
+    // as many connections as requests in flight.
+    let waiter_http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let began = Instant::now();
+    let mut tasks = Vec::with_capacity(count);
+    for i in 0..count {
+        let (http, url) = (waiter_http.clone(), url.to_owned());
+        let name = held[i % WAITED_LOCKS].0.clone();
+        tasks.push(tokio::spawn(async move {
+            let granted = acquire(&http, &url, &name, HOLD_TTL_MS, 60_000).await?;
+            let lease = granted.ok_or("a waiter timed out")?;
+            release(&http, &url, &name, &lease.token).await?;
+            Ok::<_, String>((name, lease.fence))
+        }));
+        // Paced so the connections do not overflow the listen backlog.
+        if i % 250 == 249 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting = waiting_gauge(http, url).await?;
+        if waiting >= count as u64 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!("only {waiting} of {count} acquires ever waited"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "memory     {count} waiters in place after {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    let reading = phase(&format!("{count} waiters"), pid)?;
+
+    let mut floor: HashMap<String, u64> = HashMap::new();
+    for (name, token, fence) in &held {
+        release(http, url, name, token).await?;
+        floor.insert(name.clone(), *fence);
+    }
+    let mut fences: HashMap<String, Vec<u64>> = HashMap::new();
+    let drain = tokio::time::timeout(Duration::from_secs(120), async {
+        for task in tasks {
+            let (name, fence) = task.await.map_err(|e| e.to_string())??;
+            fences.entry(name).or_default().push(fence);
+        }
+        Ok::<_, String>(())
+    });
+    drain
+        .await
+        .map_err(|_| "the waiters were not all served within 120 s".to_owned())??;
+    for (name, mut list) in fences {
+        let first = floor.get(&name).copied().unwrap_or(0);
+        list.sort_unstable();
+        let distinct = list.windows(2).all(|w| w[0] < w[1]);
+        if !distinct || list.first().is_some_and(|&f| f <= first) {
+            return Err(format!("fences of {name} are not all new and distinct"));
+        }
+    }
+    println!(
+        "memory     all {count} waiters granted in turn after {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    Ok(reading)
+}
+
+/// The broker's `lockbroker_waiters` gauge.
+async fn waiting_gauge(http: &reqwest::Client, url: &str) -> Result<u64, String> {
+    let text = http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .map_err(|e| format!("metrics: {e}"))?
+        .text()
+        .await
+        .map_err(|e| format!("metrics: {e}"))?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("lockbroker_waiters "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
+        .ok_or_else(|| "no lockbroker_waiters in /metrics".to_owned())
+}
