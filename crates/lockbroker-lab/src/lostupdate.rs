@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use tokio_postgres::{Client, NoTls};
 
-use crate::client::{BrokerClient, Outcome};
+use crate::client::{now_us, BrokerClient, Outcome};
 
 /// The counter table; one row, `id = 1`.
 pub const TABLE: &str = "lockbroker_lab_counter";
@@ -100,6 +100,9 @@ pub struct WorkerTally {
     pub stalls: u64,
     /// Acquires that came back without a lease (busy after waiting, or an error).
     pub retries: u64,
+    /// Writes sent after the lease's `expires_at_ms` (by this machine's
+    /// clock): the stalled sections, plus any the machine itself held up.
+    pub late: u64,
 }
 
 impl WorkerTally {
@@ -110,6 +113,7 @@ impl WorkerTally {
             "rejected": self.rejected,
             "stalls": self.stalls,
             "retries": self.retries,
+            "late": self.late,
         })
         .to_string()
     }
@@ -122,6 +126,7 @@ impl WorkerTally {
             rejected: v["rejected"].as_u64()?,
             stalls: v["stalls"].as_u64()?,
             retries: v["retries"].as_u64()?,
+            late: v["late"].as_u64()?,
         })
     }
 
@@ -131,6 +136,7 @@ impl WorkerTally {
         self.rejected += other.rejected;
         self.stalls += other.stalls;
         self.retries += other.retries;
+        self.late += other.late;
     }
 }
 
@@ -175,14 +181,27 @@ pub async fn run_worker(plan: &WorkerPlan) -> Result<WorkerTally, String> {
     let mut done = 0;
     while done < plan.sections {
         let (timed, token) = broker.acquire(&plan.lock, plan.ttl_ms, 10_000).await;
-        let (Outcome::Granted { fence, .. }, Some(token)) = (timed.outcome, token) else {
+        let (
+            Outcome::Granted {
+                fence,
+                expires_at_ms,
+                ..
+            },
+            Some(token),
+        ) = (timed.outcome, token)
+        else {
             tally.retries += 1;
             tokio::time::sleep(Duration::from_millis(5)).await;
             continue;
         };
         let fence = i64::try_from(fence).map_err(|_| "fence exceeds i64".to_owned())?;
         let stall = rng.gen_bool(plan.stall_rate.clamp(0.0, 1.0));
-        let accepted = section(&db, &sql, plan, fence, stall).await?;
+        let lease = Held {
+            fence,
+            expires_at_ms,
+        };
+        let (accepted, late) = section(&db, &sql, plan, &lease, stall).await?;
+        tally.late += u64::from(late);
         // A stalled holder's release is refused (lease_lost); that is the point.
         let _ = broker.release(&plan.lock, &token).await;
         tally.stalls += u64::from(stall);
@@ -230,21 +249,29 @@ impl Statements {
     }
 }
 
-/// One critical section under a lease with `fence`; whether its write was
-/// accepted.
+/// The lease a section runs under.
+struct Held {
+    fence: i64,
+    /// Unix ms, Redis clock (the lab runs Redis on this machine).
+    expires_at_ms: u64,
+}
+
+/// One critical section under `lease`: whether its write was accepted, and
+/// whether it was sent after the lease expired.
 async fn section(
     db: &Client,
     sql: &Statements,
     plan: &WorkerPlan,
-    fence: i64,
+    lease: &Held,
     stall: bool,
-) -> Result<bool, String> {
+) -> Result<(bool, bool), String> {
+    let fence = lease.fence;
     let e = |e: tokio_postgres::Error| format!("database error: {e}");
     let value: i64 = match plan.mode {
         Mode::NoFencing | Mode::WriteOnly => db.query_one(&sql.read, &[]).await.map_err(e)?.get(0),
         Mode::ClaimFirst => match db.query_opt(&sql.claim, &[&fence]).await.map_err(e)? {
             Some(row) => row.get(0),
-            None => return Ok(false),
+            None => return Ok((false, false)),
         },
     };
     if stall {
@@ -252,6 +279,7 @@ async fn section(
     }
     tokio::time::sleep(Duration::from_millis(plan.work_ms)).await;
     let next = value + 1;
+    let late = u64::try_from(now_us() / 1000).unwrap_or(0) >= lease.expires_at_ms;
     let rows = match plan.mode {
         Mode::NoFencing => db.execute(&sql.write, &[&next]).await.map_err(e)?,
         Mode::WriteOnly => db
@@ -263,5 +291,5 @@ async fn section(
             .await
             .map_err(e)?,
     };
-    Ok(rows == 1)
+    Ok((rows == 1, late))
 }

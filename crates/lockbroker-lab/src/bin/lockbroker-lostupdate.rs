@@ -183,7 +183,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
                     seconds: started.elapsed().as_secs_f64(),
                 };
                 eprintln!(
-                    "  stalls {:>5} {mode:<11} run {}: accepted {}, final {}, lost {}, rejected {}, stalled {}, {:.1} s",
+                    "  stalls {:>5} {mode:<11} run {}: accepted {}, final {}, lost {}, rejected {}, stalled {}, late writes {}, {:.1} s",
                     percent(rate),
                     run + 1,
                     result.tally.accepted,
@@ -191,6 +191,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
                     result.lost(),
                     result.tally.rejected,
                     result.tally.stalls,
+                    result.tally.late,
                     result.seconds
                 );
                 results.push(result);
@@ -332,17 +333,17 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn print_table(table: &[(f64, Mode, Vec<RunResult>)]) {
     println!();
     println!(
-        "| stall rate | mode        | lost (median) | lost (max) | lost per run         | rejected (median) | stalled (median) | s per run |"
+        "| stall rate | mode        | lost (median) | lost (max) | lost per run         | rejected (median) | stalled (median) | late writes (median) | s per run |"
     );
     println!(
-        "|-----------:|-------------|--------------:|-----------:|----------------------|------------------:|-----------------:|----------:|"
+        "|-----------:|-------------|--------------:|-----------:|----------------------|------------------:|-----------------:|---------------------:|----------:|"
     );
     for (rate, mode, results) in table {
         let lost: Vec<f64> = results.iter().map(|r| r.lost() as f64).collect();
         let each: Vec<String> = results.iter().map(|r| r.lost().to_string()).collect();
         let max = results.iter().map(RunResult::lost).max().unwrap_or(0);
         println!(
-            "| {:>10} | {:<11} | {:>13} | {:>10} | {:<20} | {:>17} | {:>16} | {:>9.1} |",
+            "| {:>10} | {:<11} | {:>13} | {:>10} | {:<20} | {:>17} | {:>16} | {:>20} | {:>9.1} |",
             percent(*rate),
             mode.name(),
             median(lost),
@@ -350,6 +351,7 @@ fn print_table(table: &[(f64, Mode, Vec<RunResult>)]) {
             each.join(" "),
             median(results.iter().map(|r| r.tally.rejected as f64).collect()),
             median(results.iter().map(|r| r.tally.stalls as f64).collect()),
+            median(results.iter().map(|r| r.tally.late as f64).collect()),
             median(results.iter().map(|r| r.seconds).collect()),
         );
     }
