@@ -412,3 +412,25 @@ async fn latency_and_cuts_between_broker_and_redis_cause_errors_but_no_double_gr
         "served again after the proxy was restored"
     );
 }
+
+#[test]
+fn the_history_checker_passes_a_short_run_on_two_brokers() {
+    let broker = broker_binary();
+    let checker = broker.with_file_name("lockbroker-check");
+    assert!(
+        checker.exists(),
+        "{} is missing: build it with `cargo build --workspace` first",
+        checker.display()
+    );
+    let output = Command::new(&checker)
+        .arg("--broker-bin")
+        .arg(&broker)
+        .args(["--brokers", "2", "--clients", "12", "--locks", "2"])
+        .args(["--seconds", "6"])
+        .output()
+        .expect("run lockbroker-check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("violations: 0"), "{stdout}");
+}
