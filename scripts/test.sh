@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 set -e
 ensure_cargo
-ensure_packages redis-server redis-tools prometheus python3-venv
+ensure_packages redis-server redis-tools prometheus python3-venv golang-go nodejs
 ensure_nextest
 cargo build --workspace --all-targets
 set +e
