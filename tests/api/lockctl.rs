@@ -668,3 +668,61 @@ async fn help_documents_the_exit_codes() {
         );
     }
 }
+
+#[tokio::test]
+async fn lockctl_talks_to_an_https_broker_trusting_the_given_ca() {
+    let redis = RedisServer::start();
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls");
+    let mut settings = test_settings(&redis);
+    settings.http.tls_cert_path = tls.join("server.pem").display().to_string();
+    settings.http.tls_key_path = tls.join("server.key").display().to_string();
+    let app = lockbroker_server::Application::build(settings)
+        .await
+        .expect("broker starts");
+    let url = format!("https://localhost:{}", app.local_addr().port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    let https = |args: &[&str]| {
+        let mut command = Command::new(lockctl_binary());
+        for (key, _) in std::env::vars() {
+            if key.starts_with("LOCKBROKER_") {
+                command.env_remove(key);
+            }
+        }
+        command.env("LOCKBROKER_URL", &url).args(args);
+        command
+    };
+
+    // Without the private CA the certificate is not trusted.
+    let untrusted = output(https(&["status", "tls-job"])).await;
+    assert_eq!(
+        untrusted.status.code(),
+        Some(UNAVAILABLE),
+        "{}",
+        stderr(&untrusted)
+    );
+
+    let ca = tls.join("ca.pem").display().to_string();
+    let acquired = output(https(&[
+        "--ca-cert",
+        &ca,
+        "acquire",
+        "tls-job",
+        "--field",
+        "fence",
+    ]))
+    .await;
+    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
+    let fence: u64 = stdout(&acquired).parse().expect("a fence");
+    assert!(fence > 0);
+    let status = output(https(&["--ca-cert", &ca, "status", "tls-job", "--json"])).await;
+    assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
+    let status: Value = serde_json::from_str(&stdout(&status)).expect("JSON status");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["fence"], fence);
+
+    let _ = stop.send(());
+    let _ = server.await;
+}

@@ -56,6 +56,11 @@ pub struct Cli {
     )]
     pub api_key_file: Option<PathBuf>,
 
+    /// For an https:// broker: trust this PEM CA certificate (e.g. a private
+    /// CA) in addition to the system's trusted roots.
+    #[arg(long, global = true, env = "LOCKBROKER_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

@@ -68,18 +68,13 @@ pub struct Granted {
 }
 
 impl Broker {
-    /// A client for `base` (`http://host:port`), sending `api_key` as a bearer token.
-    pub fn new(base: &str, api_key: Option<&str>) -> Result<Self, String> {
+    /// A client for `base` (`http://` or `https://host:port`), sending
+    /// `api_key` as a bearer token and, for https, trusting the system's roots
+    /// plus `ca_cert` (PEM) if given.
+    pub fn new(base: &str, api_key: Option<&str>, ca_cert: Option<&[u8]>) -> Result<Self, String> {
         let base = Url::parse(base).map_err(|e| format!("broker URL {base:?}: {e}"))?;
         match base.scheme() {
-            "http" => {}
-            "https" => {
-                return Err(
-                    "this lockctl speaks plain HTTP only; reach an https broker \
-                            through a local TLS proxy"
-                        .to_owned(),
-                )
-            }
+            "http" | "https" => {}
             other => return Err(format!("broker URL: unsupported scheme {other:?}")),
         }
         let mut headers = HeaderMap::new();
@@ -89,7 +84,13 @@ impl Broker {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
-        let http = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        if let Some(pem) = ca_cert {
+            let certificate = reqwest::Certificate::from_pem(pem)
+                .map_err(|_| "--ca-cert is not a PEM certificate".to_owned())?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        let http = builder
             .default_headers(headers)
             .user_agent(concat!("lockctl/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(5))

@@ -43,7 +43,11 @@ fn dispatch(cli: Cli) -> u8 {
         (None, key) => key.as_deref().map(str::trim).map(str::to_owned),
     }
     .filter(|key| !key.is_empty());
-    let broker = match Broker::new(&cli.url, api_key.as_deref()) {
+    let ca_cert = match cli.ca_cert.as_deref().map(std::fs::read).transpose() {
+        Ok(pem) => pem,
+        Err(error) => return commands::usage(&format!("--ca-cert: {error}")),
+    };
+    let broker = match Broker::new(&cli.url, api_key.as_deref(), ca_cert.as_deref()) {
         Ok(broker) => broker,
         Err(message) => return commands::usage(&message),
     };
