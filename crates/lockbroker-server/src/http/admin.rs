@@ -1,7 +1,9 @@
 //! Operator routes (`admin` scope): list held locks, force-release a lock.
 
+use std::sync::Arc;
+
 use axum::extract::State;
-use axum::Json;
+use axum::{Extension, Json};
 use lockbroker_core::{
     Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockEntry, LockPrefix,
 };
@@ -11,6 +13,7 @@ use super::error::ApiError;
 use super::extract::{LockPath, QueryParams};
 use super::AppState;
 use crate::auth::Caller;
+use crate::metrics::Metrics;
 
 /// Query of `GET /v1/locks`.
 #[derive(Deserialize)]
@@ -86,6 +89,7 @@ pub async fn list(
 /// waiters, and writes an audit line naming the key, the lock and the fence.
 pub async fn force_release(
     State(service): State<AppState>,
+    Extension(metrics): Extension<Arc<Metrics>>,
     caller: Caller,
     LockPath(name): LockPath,
 ) -> Result<Json<ForceReleaseResponse>, ApiError> {
@@ -97,6 +101,9 @@ pub async fn force_release(
         ForceReleaseOutcome::Released { fence, owner } => (Some(fence), owner),
         ForceReleaseOutcome::NotHeld => (None, None),
     };
+    if fence.is_some() {
+        metrics.leases_held.dec();
+    }
     tracing::info!(
         target: "lockbroker::audit",
         key = caller.id(),
