@@ -364,3 +364,42 @@ async fn a_grant_costs_constant_redis_work_however_many_wait() {
         waiter.abort();
     }
 }
+
+#[tokio::test]
+async fn a_grant_that_arrives_with_too_little_validity_is_released_not_handed_out() {
+    let redis = RedisServer::start();
+    let proxy = lockbroker_tests::proxy::Proxy::start(redis.port()).await;
+    let mut settings = test_settings(&redis);
+    settings.redis.url = proxy.url();
+    settings.redis.command_timeout_ms = 3_000;
+    settings.locks.min_validity_ms = 400;
+    let app = TestApp::spawn_with(settings).await;
+
+    // Every Redis answer now takes at least 400 ms to come back.
+    proxy.delay(Duration::from_millis(200));
+    let late = app.acquire("job", 700).await;
+    assert_eq!(
+        late.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        late.body
+    );
+    assert_eq!(late.code(), "backend_unavailable");
+    let roomy = app.acquire("other", 10_000).await;
+    assert_eq!(
+        roomy.status,
+        StatusCode::OK,
+        "a lease with room to spare is handed out"
+    );
+
+    proxy.delay(Duration::ZERO);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.status("job").await.body["held"] == true {
+        assert!(
+            Instant::now() < deadline,
+            "the late grant was never given back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
+}
