@@ -191,9 +191,6 @@ impl RedisLockStore {
         builder
             .with_performance_config(|perf| {
                 perf.default_command_timeout = command_timeout;
-                // Release announcements arrive through a broadcast channel;
-                // room for bursts, and a lag is answered with a resync.
-                perf.broadcast_channel_capacity = 4_096;
             })
             .with_connection_config(|conn| {
                 conn.connection_timeout = settings.connect_timeout;
@@ -217,6 +214,11 @@ impl RedisLockStore {
         let pool = builder
             .build_pool(settings.pool_size.max(1))
             .map_err(build_error)?;
+        // Release announcements arrive through a broadcast channel; room for
+        // bursts, and a lag is answered with a resync. Only the subscriber
+        // needs it: every client allocates all its event channels at this
+        // capacity up front, about 3 MiB per client at 4,096.
+        builder.with_performance_config(|perf| perf.broadcast_channel_capacity = 4_096);
         let subscriber = builder.build_subscriber_client().map_err(build_error)?;
         drop(pool.connect());
         drop(subscriber.connect());
@@ -311,7 +313,10 @@ impl RedisLockStore {
         args: Vec<Value>,
     ) -> Result<Value, RedisError> {
         let started = Instant::now();
-        let result = script.evalsha_with_reload(client, keys, args).await;
+        // fred's command future is about 7 KiB: boxed, it is built once in
+        // place, and the futures of callers (a waiting acquire among them)
+        // hold a pointer instead of carrying it through every await.
+        let result = Box::pin(script.evalsha_with_reload(client, keys, args)).await;
         if let Some(observer) = &self.inner.observer {
             observer.script_finished(script_name, started.elapsed());
         }

@@ -14,10 +14,9 @@ pub mod scrape;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Extension, Router};
 
@@ -74,12 +73,12 @@ pub fn router(
     keys: Arc<KeyRing>,
     metrics: Arc<Metrics>,
 ) -> Router {
-    let timeout = Duration::from_millis(settings.request_timeout_ms);
     let limits = limits::Limits {
         in_flight: Arc::new(tokio::sync::Semaphore::new(
             settings.max_concurrent_requests,
         )),
         body_read_timeout: Duration::from_millis(settings.body_read_timeout_ms),
+        request_timeout: Duration::from_millis(settings.request_timeout_ms),
     };
     routes()
         .into_iter()
@@ -90,7 +89,6 @@ pub fn router(
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
-        .layer(middleware::from_fn_with_state(timeout, request_timeout))
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&metrics),
@@ -109,12 +107,4 @@ pub fn metrics_router(service: AppState, keys: Arc<KeyRing>, metrics: Arc<Metric
         .fallback(|| async { ApiError::NotFound })
         .layer(Extension(metrics))
         .with_state(service)
-}
-
-/// Answers `503` when a request outlives the configured request timeout.
-async fn request_timeout(State(limit): State<Duration>, request: Request, next: Next) -> Response {
-    match tokio::time::timeout(limit, next.run(request)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::Timeout { limit }.into_response(),
-    }
 }

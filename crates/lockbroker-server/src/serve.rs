@@ -15,7 +15,7 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -78,11 +78,18 @@ pub async fn serve(
             handshake_timeout: options.header_read_timeout,
         };
         let watcher = graceful.watcher();
-        let tls = options.tls.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
-            connection.run(stream, tls, watcher).await;
-        });
+        // Two kinds of task, so a plain connection does not carry the room a
+        // TLS session needs for as long as it stays open.
+        match options.tls.clone() {
+            None => tokio::spawn(async move {
+                let _slot = slot;
+                connection.run_plain(stream, watcher).await;
+            }),
+            Some(acceptor) => tokio::spawn(async move {
+                let _slot = slot;
+                connection.run_tls(stream, acceptor, watcher).await;
+            }),
+        };
     }
     drop(listener);
     graceful.shutdown().await;
@@ -97,49 +104,62 @@ struct Connection {
 }
 
 impl Connection {
-    async fn run(
-        self,
-        stream: TcpStream,
-        tls: Option<TlsAcceptor>,
-        watcher: hyper_util::server::graceful::Watcher,
-    ) {
+    async fn run_plain(self, stream: TcpStream, watcher: Watcher) {
+        let service = with_peer(&self.router, self.peer);
+        let result = watcher
+            .watch(self.http.serve_connection(TokioIo::new(stream), service))
+            .await;
+        self.ended(result);
+    }
+
+    async fn run_tls(self, stream: TcpStream, acceptor: TlsAcceptor, watcher: Watcher) {
         let peer = self.peer;
-        // Handlers may read the peer address like with `axum::serve`.
-        let service = self
-            .router
-            .map_request(move |mut request: Request<Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            });
-        let service = TowerToHyperService::new(service);
-        let result = match tls {
-            None => {
-                watcher
-                    .watch(self.http.serve_connection(TokioIo::new(stream), service))
-                    .await
-            }
-            Some(acceptor) => {
-                let stream =
-                    match tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream))
-                        .await
-                    {
-                        Ok(Ok(stream)) => stream,
-                        Ok(Err(error)) => {
-                            tracing::debug!(%peer, %error, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                watcher
-                    .watch(self.http.serve_connection(TokioIo::new(stream), service))
-                    .await
-            }
-        };
+        let stream =
+            match tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+        let service = with_peer(&self.router, self.peer);
+        let result = watcher
+            .watch(self.http.serve_connection(TokioIo::new(stream), service))
+            .await;
+        self.ended(result);
+    }
+
+    fn ended(&self, result: hyper::Result<()>) {
         if let Err(error) = result {
+            let peer = self.peer;
             tracing::debug!(%peer, %error, "connection ended with an error");
         }
     }
+}
+
+/// The router as hyper's service; handlers may read the peer address like
+/// with `axum::serve`.
+fn with_peer(
+    router: &Router,
+    peer: SocketAddr,
+) -> TowerToHyperService<
+    impl tower::Service<
+            Request<Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future = impl Send,
+        > + Clone,
+> {
+    TowerToHyperService::new(
+        router
+            .clone()
+            .map_request(move |mut request: Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            }),
+    )
 }

@@ -1,5 +1,8 @@
 //! Request limits that answer with the one JSON error shape: the global
-//! concurrency limit and the body read timeout.
+//! concurrency limit, the request timeout and the body read timeout.
+//!
+//! One middleware for all three: every layer boxes a future of its own per
+//! request, which a waiting acquire holds for as long as it waits.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,11 +22,14 @@ pub struct Limits {
     pub in_flight: Arc<Semaphore>,
     /// How long a body may take to arrive.
     pub body_read_timeout: Duration,
+    /// How long a request may take in all, waiting included.
+    pub request_timeout: Duration,
 }
 
 /// Refuses a request with `503 overloaded` when the broker already serves as
 /// many as it allows, instead of queueing it behind waiting acquires, and
-/// tells the body extractor its read timeout.
+/// tells the body extractor its read timeout. Answers `503` when a request
+/// outlives the request timeout.
 pub async fn enforce(State(limits): State<Limits>, mut request: Request, next: Next) -> Response {
     let Ok(_permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
         return ApiError::Overloaded.into_response();
@@ -31,5 +37,11 @@ pub async fn enforce(State(limits): State<Limits>, mut request: Request, next: N
     request
         .extensions_mut()
         .insert(BodyReadTimeout(limits.body_read_timeout));
-    next.run(request).await
+    match tokio::time::timeout(limits.request_timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout {
+            limit: limits.request_timeout,
+        }
+        .into_response(),
+    }
 }
