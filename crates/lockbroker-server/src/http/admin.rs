@@ -4,13 +4,12 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use lockbroker_core::{
-    Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockEntry, LockPrefix,
-};
+use lockbroker_core::{Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockPrefix};
 use serde::{Deserialize, Serialize};
 
 use super::error::ApiError;
 use super::extract::{LockPath, QueryParams};
+use super::locks::StatusResponse;
 use super::AppState;
 use crate::auth::Caller;
 use crate::metrics::Metrics;
@@ -27,19 +26,8 @@ pub struct ListQuery {
 /// One page of held locks.
 #[derive(Serialize)]
 pub struct ListResponse {
-    locks: Vec<LockSummary>,
+    locks: Vec<StatusResponse>,
     next_cursor: Option<String>,
-}
-
-/// A held lock, as an operator sees it. Never a token.
-#[derive(Serialize)]
-pub struct LockSummary {
-    name: String,
-    held: bool,
-    owner: Option<String>,
-    fence: Option<u64>,
-    expires_in_ms: u64,
-    available_in_ms: u64,
 }
 
 /// The answer to a force release.
@@ -80,7 +68,11 @@ pub async fn list(
     };
     let page = service.list(&request).await.map_err(ApiError::Store)?;
     Ok(Json(ListResponse {
-        locks: page.locks.into_iter().map(LockSummary::from).collect(),
+        locks: page
+            .locks
+            .into_iter()
+            .map(|entry| StatusResponse::new(&entry.name, entry.status))
+            .collect(),
         next_cursor: page.next_cursor.map(|c| c.get().to_string()),
     }))
 }
@@ -119,18 +111,4 @@ pub async fn force_release(
         fence: fence.map(Fence::get),
         owner,
     }))
-}
-
-impl From<LockEntry> for LockSummary {
-    fn from(entry: LockEntry) -> Self {
-        let status = entry.status;
-        Self {
-            name: entry.name.to_string(),
-            held: status.held,
-            owner: status.owner,
-            fence: status.fence.map(Fence::get),
-            expires_in_ms: status.expires_in_ms,
-            available_in_ms: status.available_in_ms,
-        }
-    }
 }

@@ -72,7 +72,7 @@ pub struct ReleaseResponse {
     fence: u64,
 }
 
-/// A lock's state. Never a token.
+/// A lock's state, for its holder's peers and for operators. Never a token.
 #[derive(Serialize)]
 pub struct StatusResponse {
     name: String,
@@ -201,7 +201,8 @@ impl RenewalResponse {
 }
 
 impl StatusResponse {
-    fn new(name: &LockName, status: LockStatus) -> Self {
+    /// The state of `name` as read from the store.
+    pub(crate) fn new(name: &LockName, status: LockStatus) -> Self {
         Self {
             name: name.to_string(),
             held: status.held,
