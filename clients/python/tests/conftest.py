@@ -18,7 +18,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, TypeVar
 
 import pytest
 
@@ -40,6 +40,17 @@ def wait_until(check, timeout: float, what: str) -> None:
             return
         time.sleep(0.02)
     raise TimeoutError(f"{what} within {timeout}s")
+
+
+def stop_process(process: Optional[subprocess.Popen], grace: float) -> None:
+    """Terminates ``process`` if it still runs, killing it after ``grace`` seconds."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class RedisServer:
@@ -67,13 +78,7 @@ class RedisServer:
         wait_until(self._pings, 10, f"redis-server did not answer on {self.port}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 5)
         self.process = None
 
     def _pings(self) -> bool:
@@ -175,13 +180,7 @@ class Broker:
             return
         if self.paused:
             self.resume()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 10)
         self.process = None
 
 
@@ -199,6 +198,24 @@ def broker_bin() -> Path:
         pytest.fail(f"no broker binary at {path}: run `cargo build -p lockbroker-server` "
                     "or set LOCKBROKER_BIN")
     return path
+
+
+Server = TypeVar("Server", RedisServer, Broker)
+
+
+def stopped_after(start: Callable[..., Server]) -> Iterator[Callable[..., Server]]:
+    """For a fixture to ``yield from``: ``start`` wrapped so that every server it
+    starts is stopped when the fixture ends."""
+    started: List[Server] = []
+
+    def make(*args, **kwargs) -> Server:
+        server = start(*args, **kwargs)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -219,31 +236,18 @@ def broker(broker_bin: Path, redis: RedisServer, workdir: Path) -> Iterator[Brok
 @pytest.fixture
 def make_broker(broker_bin: Path, redis: RedisServer, workdir: Path):
     """Starts brokers of the test's own (to pause, stop or configure); stops them after."""
-    started: List[Broker] = []
 
-    def make(env: Optional[Dict[str, str]] = None, redis_server: Optional[RedisServer] = None):
-        server = Broker(broker_bin, redis_server or redis, workdir, env)
-        started.append(server)
-        return server
+    def start(env: Optional[Dict[str, str]] = None,
+              redis_server: Optional[RedisServer] = None) -> Broker:
+        return Broker(broker_bin, redis_server or redis, workdir, env)
 
-    yield make
-    for server in started:
-        server.stop()
+    yield from stopped_after(start)
 
 
 @pytest.fixture
 def make_redis(workdir: Path):
     """Starts Redis servers of the test's own; stops them after."""
-    started: List[RedisServer] = []
-
-    def make() -> RedisServer:
-        server = RedisServer(workdir)
-        started.append(server)
-        return server
-
-    yield make
-    for server in started:
-        server.stop()
+    yield from stopped_after(lambda: RedisServer(workdir))
 
 
 @pytest.fixture

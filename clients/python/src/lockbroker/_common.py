@@ -1,19 +1,38 @@
-"""What the sync and async clients share: durations, request bodies, the lease and
-status records, and the renewal rule (how long the next extend may ask for)."""
+"""Everything the blocking and the asyncio client share that does no I/O: checked
+options, the requests and the parsing of their answers, the acquire retry rule, the
+lease record, the renewal state machine, and what leaving a ``lock()`` block means.
+
+:mod:`lockbroker.client` and :mod:`lockbroker.aio` keep only what differs: blocking
+calls, threads and :class:`threading.Event` there; awaited calls, tasks and
+:class:`asyncio.Event` here. A rule changed in this module changes for both."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import socket
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Dict, Optional, Union
+from typing import (
+    Any,
+    ClassVar,
+    Dict,
+    Iterator,
+    NamedTuple,
+    Optional,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+    cast,
+)
 from urllib.parse import quote
 
-from .errors import LeaseLost
+from .errors import BrokerUnavailable, LeaseLost, LockBrokerError, LockBusy, MaxHoldExceeded
 
 log = logging.getLogger("lockbroker")
 
@@ -28,6 +47,9 @@ DEFAULT_MAX_HOLD = 3600.0
 DEFAULT_TIMEOUT = 10.0
 #: Longest pause between renewal retries while the broker cannot be reached.
 RETRY_PAUSE = 1.0
+#: A waiting acquire whose answer took longer than this share of the TTL is
+#: followed by an extend, so the local deadline starts from a recent send time.
+RESYNC_SHARE = 0.1
 
 
 def seconds(value: Duration, field: str, *, allow_zero: bool = False) -> float:
@@ -116,6 +138,175 @@ class LockStatus:
         )
 
 
+
+@dataclass(frozen=True)
+class Renewal:
+    """The broker's answer to an extend: same fence, new expiry."""
+
+    name: str
+    fence: int
+    ttl: float
+    expires_at_ms: int
+    owner: Optional[str]
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Renewal":
+        return cls(
+            name=data["name"],
+            fence=data["fence"],
+            ttl=data["ttl_ms"] / 1000.0,
+            expires_at_ms=data["expires_at_ms"],
+            owner=data.get("owner"),
+        )
+
+
+#: One HTTP exchange as the transports take it: method, path and JSON body.
+Request = Tuple[str, str, Optional[Dict[str, Any]]]
+
+
+def extend_request(name: str, token: str, ttl: float) -> Request:
+    return "POST", lock_path(name, "extend"), {"token": token, "ttl_ms": millis(ttl)}
+
+
+def release_request(name: str, token: str) -> Request:
+    return "POST", lock_path(name, "release"), {"token": token}
+
+
+def status_request(name: str) -> Request:
+    return "GET", lock_path(name), None
+
+
+def released_fence(data: Dict[str, Any]) -> int:
+    """The fence in a release's answer."""
+    return int(data["fence"])
+
+
+# -- options -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    """The arguments of an acquire (and, with ``max_hold``, of a ``lock()``), checked
+    once where the caller passed them, so a bad value fails at the call that
+    carries it and nothing later has to check again."""
+
+    ttl: float
+    wait: float
+    #: ``None`` until sent: then it becomes :func:`default_owner`.
+    owner: Optional[str]
+    lock_delay: Optional[float]
+    fair: bool
+    #: How long ``lock()`` renews at most; ``None`` for a single acquire.
+    max_hold: Optional[float] = None
+
+    @classmethod
+    def check(
+        cls,
+        *,
+        ttl: Duration,
+        wait: Duration,
+        owner: Optional[str],
+        lock_delay: Optional[Duration],
+        fair: bool,
+        max_hold: Optional[Duration] = None,
+    ) -> "LockOptions":
+        """Durations as seconds; raises :class:`TypeError` or :class:`ValueError`
+        for ``None``, negatives, NaN and infinity, and for a ``max_hold`` shorter
+        than the TTL (the first renewal could then not happen at all)."""
+        ttl_s = seconds(ttl, "ttl")
+        wait_s = seconds(wait, "wait", allow_zero=True)
+        hold_s = None
+        if max_hold is not None:
+            hold_s = seconds(max_hold, "max_hold")
+            if hold_s < ttl_s:
+                raise ValueError(f"max_hold ({hold_s}s) must be at least ttl ({ttl_s}s)")
+        delay_s = None if lock_delay is None else seconds(lock_delay, "lock_delay", allow_zero=True)
+        return cls(ttl_s, wait_s, owner, delay_s, fair, hold_s)
+
+
+# -- acquiring ---------------------------------------------------------------------
+
+
+class AcquireAttempts:
+    """The retry rule of one acquire, without the I/O.
+
+    Every attempt carries the same ``request_id``, so one re-sent after a lost answer
+    gets the same lease back instead of ``lock_busy``. A busy answer is retried until
+    the caller's ``wait`` is over (the broker caps how long it holds one request), and
+    so is an unreachable broker, pausing as it asks.
+    """
+
+    def __init__(
+        self, name: str, options: LockOptions, request_id: Optional[str], timeout: float
+    ) -> None:
+        self.options = options
+        self.owner = default_owner() if options.owner is None else options.owner
+        self.request_id = request_id or new_request_id()
+        self.path = lock_path(name, "acquire")
+        self.timeout = timeout
+        self.give_up_at = time.monotonic() + options.wait
+        #: When the latest attempt was sent: the lease's deadline counts from here.
+        self.sent_at = 0.0
+
+    def next_request(self) -> Tuple[Request, float]:
+        """The next attempt and its HTTP timeout: the client's own plus what is left
+        of the wait, which the broker may spend holding the request."""
+        left = max(0.0, self.give_up_at - time.monotonic())
+        o = self.options
+        body = acquire_body(o.ttl, left, self.owner, self.request_id, o.lock_delay, o.fair)
+        self.sent_at = time.monotonic()
+        return ("POST", self.path, body), self.timeout + left
+
+    def pause_after(self, error: LockBrokerError) -> Optional[float]:
+        """Seconds to pause before the next attempt after ``error`` (a
+        :class:`LockBusy` or :class:`BrokerUnavailable`), or ``None`` when the wait
+        is over and the caller should get ``error``."""
+        now = time.monotonic()
+        left = self.give_up_at - now
+        if left <= 0:
+            return None
+        if isinstance(error, LockBusy):
+            # A busy answer that came back at once would make this a busy loop.
+            return min(0.05, left) if now - self.sent_at < 0.05 else 0.0
+        return min(left, error.retry_after or 0.5, 1.0)
+
+    def needs_resync(self) -> bool:
+        """Whether the grant took so long to arrive that an extend should restart the
+        lease's local deadline (counted conservatively from the send time)."""
+        return time.monotonic() - self.sent_at > self.options.ttl * RESYNC_SHARE
+
+
+# -- the client --------------------------------------------------------------------
+
+C = TypeVar("C", bound="ClientBase")
+
+
+class ClientBase:
+    """Construction shared by :class:`lockbroker.Client` and
+    :class:`lockbroker.AsyncClient`; each names its transport."""
+
+    _transport_class: ClassVar[Type[Any]]
+
+    def __init__(
+        self, url: str, api_key: Optional[str] = None, timeout: Duration = DEFAULT_TIMEOUT
+    ) -> None:
+        self.timeout = seconds(timeout, "timeout")
+        self._transport = self._transport_class(url, api_key, self.timeout)
+
+    @classmethod
+    def from_env(cls: Type[C], timeout: Duration = DEFAULT_TIMEOUT) -> C:
+        """A client for ``LOCKBROKER_URL`` (default ``http://127.0.0.1:7700``) with
+        the key in ``LOCKBROKER_API_KEY``, if set."""
+        return cls(
+            os.environ.get("LOCKBROKER_URL", "http://127.0.0.1:7700"),
+            api_key=os.environ.get("LOCKBROKER_API_KEY") or None,
+            timeout=timeout,
+        )
+
+
+# -- the lease ---------------------------------------------------------------------
+
+
 class LeaseBase:
     """The state of one granted lease; :class:`lockbroker.Lease` and
     :class:`lockbroker.AsyncLease` add the calls.
@@ -137,6 +328,8 @@ class LeaseBase:
         #: The broker's expiry, in Unix milliseconds of the broker's clock.
         self.expires_at_ms: int = data["expires_at_ms"]
         self.deadline: float = sent_at + data["ttl_ms"] / 1000.0
+        #: When the acquire was sent: ``max_hold`` counts from here.
+        self.granted_at: float = sent_at
         self.released = False
         #: Why ``lost`` was set: ``"lease_lost"`` when the broker said so,
         #: ``"expired"`` when the deadline passed without a renewal.
@@ -163,6 +356,31 @@ class LeaseBase:
                 code="lease_lost",
             )
 
+    def _extend_ttl(self, ttl: Optional[Duration]) -> float:
+        """The TTL an explicit extend asks for; raises :class:`LeaseLost` first if
+        the lease is already lost, since a lost lease is never extended."""
+        ttl_s = self.ttl if ttl is None else seconds(ttl, "ttl")
+        self.raise_if_lost()
+        return ttl_s
+
+    @contextmanager
+    def _tracking(
+        self, ignore: Tuple[Type[LockBrokerError], ...] = ()
+    ) -> Iterator[None]:
+        """Around a call with this lease's token: a :class:`LeaseLost` marks the lease
+        lost before it propagates; errors in ``ignore`` are swallowed."""
+        try:
+            yield
+        except LeaseLost:
+            self._mark_lost("lease_lost")
+            raise
+        except ignore:
+            pass
+
+    #: What a resync after a slow grant may meet and shrug off: the deadline from the
+    #: acquire stays, and it is conservative.
+    _RESYNC_IGNORES = (BrokerUnavailable, MaxHoldExceeded)
+
     def _mark_lost(self, reason: str) -> None:
         """Sets ``lost`` (once) and records why."""
         if not self.lost.is_set():
@@ -182,16 +400,101 @@ class LeaseBase:
         )
 
 
-class RenewPlan:
-    """When to renew and for how long, so the renewer never asks for a lease that
-    would outlive ``max_hold`` from acquisition."""
+# -- renewing ----------------------------------------------------------------------
 
-    def __init__(self, ttl: float, max_hold: float, started_at: float) -> None:
-        self.ttl = ttl
-        self.interval = ttl / 3.0
-        self.hold_deadline = started_at + max_hold
 
-    def next_ttl(self, now: float) -> Optional[float]:
+class Action(enum.Enum):
+    """The kinds of :class:`Step`."""
+
+    #: The lease is lost (or marked so now): the renewer ends.
+    STOP = "stop"
+    #: Pause for ``Step.delay`` seconds (ending early if told to stop), then ask again.
+    WAIT = "wait"
+    #: Send an extend for ``Step.ttl`` with HTTP timeout ``Step.timeout``, then report
+    #: the answer to :meth:`Renewals.renewed` or :meth:`Renewals.failed`.
+    EXTEND = "extend"
+
+
+class Step(NamedTuple):
+    """What the renewer does next."""
+
+    action: Action
+    delay: float = 0.0
+    ttl: float = 0.0
+    timeout: float = 0.0
+
+
+class Renewals:
+    """The renewer's state machine: the renewer thread or task asks it for the next
+    :class:`Step` and tells it how each extend went; it does no I/O of its own.
+
+    It renews every ``ttl / 3`` and never asks for a lease that would outlive
+    ``max_hold`` from acquisition, so a hung body loses the lock instead of keeping
+    it. An unreachable broker is retried briefly, never past the lease's deadline; a
+    refusal other than ``lease_lost`` ends renewing, and the lease then runs out. A
+    lease past its deadline, or one the broker says is gone, is marked lost.
+    """
+
+    def __init__(self, lease: LeaseBase, max_hold: float, timeout: float, now: float) -> None:
+        self.lease = lease
+        self.ttl = lease.ttl
+        self.interval = lease.ttl / 3.0
+        self.hold_deadline = lease.granted_at + max_hold
+        #: The client's HTTP timeout; an extend never waits past the lease's deadline.
+        self.timeout = timeout
+        self.renewing = True
+        #: Set once renewing is over and the lease is left to run out: the next step
+        #: after that wait marks it expired.
+        self.running_out = False
+        self.next_at = now + self.interval
+        self._sent_at = now
+
+    def next_step(self, now: float) -> Step:
+        lease = self.lease
+        if self.running_out or now >= lease.deadline:
+            lease._mark_lost("expired")
+            return Step(Action.STOP)
+        if lease.lost.is_set():
+            return Step(Action.STOP)
+        ttl = self._next_ttl(now) if self.renewing else None
+        if ttl is None:
+            # Max hold reached (or renewing refused): let the lease run out, then
+            # report it gone.
+            self.running_out = True
+            return Step(Action.WAIT, delay=lease.deadline - now)
+        if now < self.next_at:
+            return Step(Action.WAIT, delay=min(self.next_at, lease.deadline) - now)
+        self._sent_at = now
+        timeout = min(self.timeout, max(0.05, lease.deadline - now))
+        return Step(Action.EXTEND, ttl=ttl, timeout=timeout)
+
+    def renewed(self, data: Dict[str, Any]) -> None:
+        """The extend succeeded: the new deadline counts from when it was sent."""
+        self.lease._renewed(data, self._sent_at)
+        self.next_at = self._sent_at + self.interval
+
+    def failed(self, error: LockBrokerError, now: float) -> None:
+        """The extend raised ``error``; decides whether and when to try again."""
+        name = self.lease.name
+        if isinstance(error, LeaseLost):
+            self.lease._mark_lost("lease_lost")
+        elif isinstance(error, MaxHoldExceeded):
+            log.info("lease on %r reached the broker's max hold", name)
+            self.renewing = False
+        elif isinstance(error, BrokerUnavailable):
+            log.warning("renewing lease on %r failed, retrying: %s", name, error)
+            self.next_at = now + self._retry_pause(now)
+        else:
+            log.error("renewing lease on %r refused, not retrying: %s", name, error)
+            self.renewing = False
+
+    def crashed(self) -> None:
+        """Called from the renewer's last-resort handler: a bug in the renewer must
+        not leave the work believing it holds the lock."""
+        log.exception("lease renewer for %r failed", self.lease.name)
+        self.lease._mark_lost("renewer_failed")
+
+    def _next_ttl(self, now: float) -> Optional[float]:
         """The TTL to ask for now, or ``None`` when max hold leaves no room (the
         lease then runs out at the hold deadline)."""
         room = self.hold_deadline - now
@@ -199,6 +502,98 @@ class RenewPlan:
             return None
         return min(self.ttl, room)
 
-    def retry_pause(self, lease_deadline: float, now: float) -> float:
+    def _retry_pause(self, now: float) -> float:
         """Pause before retrying a failed renewal: short, and never past expiry."""
-        return max(0.0, min(RETRY_PAUSE, self.interval / 2.0, lease_deadline - now))
+        return max(0.0, min(RETRY_PAUSE, self.interval / 2.0, self.lease.deadline - now))
+
+
+# -- lock() ------------------------------------------------------------------------
+
+
+class LockBase:
+    """What :class:`lockbroker.Lock` and :class:`lockbroker.AsyncLock` share: the
+    checked options, single use, and what leaving the block means."""
+
+    #: How the class is named in the error for a second entry.
+    _called: ClassVar[str]
+    lease: Optional[LeaseBase]
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        *,
+        ttl: Duration,
+        wait: Duration,
+        owner: Optional[str],
+        max_hold: Duration,
+        lock_delay: Optional[Duration],
+        fair: bool = False,
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.options = LockOptions.check(
+            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair, max_hold=max_hold
+        )
+        self.ttl = self.options.ttl
+        self.wait = self.options.wait
+        self.max_hold = cast(float, self.options.max_hold)  # lock() always has one
+        self.owner = owner
+        self.lock_delay = lock_delay
+        self.fair = fair
+        self.lease = None
+
+    def _check_unused(self) -> None:
+        if self.lease is not None:
+            raise RuntimeError(
+                f"{self._called} can be entered only once; call client.lock() again"
+            )
+
+    def _wants_release(self) -> bool:
+        """False when the broker has already said the lease is gone: nothing to
+        release then."""
+        assert self.lease is not None
+        return self.lease.lost_reason != "lease_lost"
+
+    def _leave(
+        self,
+        released: bool,
+        error: Optional[LockBrokerError],
+        exc_type: Optional[Type[BaseException]],
+    ) -> None:
+        """Ends the block: raises :class:`LeaseLost` if the lease was lost while the
+        body ran, unless the body raised first (then it is only logged, so the
+        body's own exception is the one the caller sees).
+
+        ``released`` says whether a release was tried, ``error`` what it raised."""
+        assert self.lease is not None
+        problem = _release_outcome(self.lease, error) if released else _lost_error(self.lease)
+        if problem is not None:
+            if exc_type is None:
+                raise problem
+            log.warning("lease on %r: %s (while handling %s)", self.name, problem, exc_type.__name__)
+
+
+def _release_outcome(lease: LeaseBase, error: Optional[LockBrokerError]) -> Optional[LeaseLost]:
+    """The :class:`LeaseLost` to raise on leaving a ``lock()`` block, given what the
+    release raised (``None`` if it succeeded).
+
+    A release that fails for another reason (the broker is down) is only logged
+    when the lease was still ours: it expires on its own.
+    """
+    if isinstance(error, LeaseLost):
+        return error
+    if error is not None:
+        if lease.lost.is_set():
+            return _lost_error(lease)
+        log.warning("could not release lease on %r, it will expire: %s", lease.name, error)
+    return None
+
+
+def _lost_error(lease: LeaseBase) -> LeaseLost:
+    return LeaseLost(
+        f"the lease on {lease.name!r} (fence {lease.fence}) was lost while the work ran "
+        f"({lease.lost_reason}); another holder may already have run, so treat the work "
+        "as possibly duplicated",
+        code="lease_lost",
+    )

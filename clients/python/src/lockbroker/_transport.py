@@ -11,7 +11,7 @@ import json
 import socket
 import ssl
 import threading
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Awaitable, Dict, Generic, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
 
 from ._version import __version__
@@ -57,6 +57,13 @@ class Endpoint:
     def describe(self) -> str:
         return f"{'https' if self.tls else 'http'}://{self.headers['Host']}{self.prefix}"
 
+    def headers_for(self, method: str, **extra: str) -> Dict[str, str]:
+        """The headers of one request: a JSON body goes with everything but GET."""
+        headers = dict(self.headers, **extra)
+        if method != "GET":
+            headers["Content-Type"] = "application/json"
+        return headers
+
 
 def _encode(body: Optional[Dict[str, Any]]) -> bytes:
     return b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
@@ -87,14 +94,17 @@ def _unavailable(endpoint: Endpoint, error: BaseException) -> BrokerUnavailable:
     )
 
 
-class SyncTransport:
-    """Thread-safe: each request takes a pooled connection or opens one."""
+#: What a transport's ``request`` returns: the answer, or an awaitable of it.
+R = TypeVar("R")
+
+
+class _Transport(Generic[R]):
+    """What both transports share: the endpoint, the default timeout, TLS settings,
+    and the call the clients make."""
 
     def __init__(self, url: str, api_key: Optional[str], timeout: float) -> None:
         self.endpoint = Endpoint(url, api_key)
         self.timeout = timeout
-        self._idle: List[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
         self._ssl = ssl.create_default_context() if self.endpoint.tls else None
 
     def request(
@@ -103,12 +113,27 @@ class SyncTransport:
         path: str,
         body: Optional[Dict[str, Any]] = None,
         timeout: Optional[float] = None,
-    ) -> Dict[str, Any]:
-        """One exchange. A pooled connection the broker has closed meanwhile is
-        retried once on a fresh one; every call this client makes is safe to
-        repeat (acquires carry a ``request_id``)."""
-        timeout = self.timeout if timeout is None else timeout
-        payload = _encode(body)
+    ) -> R:
+        """One exchange: the decoded JSON object of a 2xx answer (to be awaited, from
+        the async transport); ``timeout`` defaults to the client's."""
+        return self._send(method, path, _encode(body), self.timeout if timeout is None else timeout)
+
+    def _send(self, method: str, path: str, payload: bytes, timeout: float) -> R:
+        raise NotImplementedError
+
+
+class SyncTransport(_Transport[Dict[str, Any]]):
+    """Thread-safe: each request takes a pooled connection or opens one."""
+
+    def __init__(self, url: str, api_key: Optional[str], timeout: float) -> None:
+        super().__init__(url, api_key, timeout)
+        self._idle: List[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _send(self, method: str, path: str, payload: bytes, timeout: float) -> Dict[str, Any]:
+        """A pooled connection the broker has closed meanwhile is retried once on a
+        fresh one; every call this client makes is safe to repeat (acquires carry a
+        ``request_id``)."""
         for attempt in (1, 2):
             conn, reused = self._take(timeout)
             try:
@@ -128,9 +153,7 @@ class SyncTransport:
     def _exchange(
         self, conn: http.client.HTTPConnection, method: str, path: str, payload: bytes
     ) -> Tuple[int, bytes, Optional[str], bool]:
-        headers = dict(self.endpoint.headers)
-        if method != "GET":
-            headers["Content-Type"] = "application/json"
+        headers = self.endpoint.headers_for(method)
         conn.request(method, self.endpoint.target(path), body=payload or None, headers=headers)
         response = conn.getresponse()
         raw = response.read()
@@ -169,26 +192,16 @@ class SyncTransport:
             conn.close()
 
 
-class AsyncTransport:
+class AsyncTransport(_Transport[Awaitable[Dict[str, Any]]]):
     """One short-lived connection per request: no pool to share between tasks or
     event loops, and cancelling a request (say, a waiting acquire) just closes it."""
 
-    def __init__(self, url: str, api_key: Optional[str], timeout: float) -> None:
-        self.endpoint = Endpoint(url, api_key)
-        self.timeout = timeout
-        self._ssl = ssl.create_default_context() if self.endpoint.tls else None
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        body: Optional[Dict[str, Any]] = None,
-        timeout: Optional[float] = None,
+    async def _send(
+        self, method: str, path: str, payload: bytes, timeout: float
     ) -> Dict[str, Any]:
-        timeout = self.timeout if timeout is None else timeout
         try:
             status, raw, retry_after = await asyncio.wait_for(
-                self._exchange(method, path, _encode(body)), timeout
+                self._exchange(method, path, payload), timeout
             )
         except (
             OSError,
@@ -213,9 +226,8 @@ class AsyncTransport:
         )
         try:
             lines = [f"{method} {endpoint.target(path)} HTTP/1.1"]
-            headers = dict(endpoint.headers, Connection="close")
+            headers = endpoint.headers_for(method, Connection="close")
             if method != "GET":
-                headers["Content-Type"] = "application/json"
                 headers["Content-Length"] = str(len(payload))
             lines += [f"{key}: {value}" for key, value in headers.items()]
             writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
