@@ -12,6 +12,7 @@ use lockbroker_redis::scripts::Scripts;
 use lockbroker_redis::KeyLayout;
 use serde_json::{json, Value};
 
+use crate::http1;
 use crate::resp::{self, Reply};
 
 /// TTL of every benchmark lease: long enough never to expire mid-pair.
@@ -93,7 +94,9 @@ impl PairClient {
     /// HTTP; the benchmarks warm it up before they measure).
     pub async fn connect(target: &Target, lock: &str) -> Result<Self, String> {
         Ok(match target {
-            Target::Broker { port } => PairClient::Broker(BrokerClient::new(*port, lock)?),
+            Target::Broker { port } => {
+                PairClient::Broker(BrokerClient::connect(*port, lock).await?)
+            }
             Target::Direct { port, shas } => PairClient::Direct(Box::new(
                 DirectClient::connect(*port, Arc::clone(shas), lock).await?,
             )),
@@ -117,47 +120,34 @@ impl PairClient {
     }
 }
 
-/// The broker over HTTP/1.1 with keep-alive: one reqwest client per caller,
-/// so each caller keeps exactly one connection.
+/// The broker over one keep-alive HTTP/1.1 connection per caller.
 pub struct BrokerClient {
-    http: reqwest::Client,
-    acquire_url: String,
-    release_url: String,
+    connection: http1::Connection,
+    acquire_path: String,
+    release_path: String,
+    release_body: Vec<u8>,
 }
 
 impl BrokerClient {
-    fn new(port: u16, lock: &str) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
-            .pool_max_idle_per_host(1)
-            .tcp_nodelay(true)
-            .no_proxy()
-            .build()
-            .map_err(|e| e.to_string())?;
-        let base = format!("http://127.0.0.1:{port}/v1/locks/{lock}");
+    async fn connect(port: u16, lock: &str) -> Result<Self, String> {
+        let base = format!("/v1/locks/{lock}");
         Ok(Self {
-            http,
-            acquire_url: format!("{base}/acquire"),
-            release_url: format!("{base}/release"),
+            connection: http1::Connection::connect(port).await?,
+            acquire_path: format!("{base}/acquire"),
+            release_path: format!("{base}/release"),
+            release_body: Vec::with_capacity(64),
         })
     }
 
-    async fn acquire(&self) -> Result<Lease, String> {
-        let response = self
-            .http
-            .post(&self.acquire_url)
-            .header("content-type", "application/json")
-            .body(ACQUIRE_BODY)
-            .send()
+    async fn acquire(&mut self) -> Result<Lease, String> {
+        let (status, body) = self
+            .connection
+            .post(&self.acquire_path, ACQUIRE_BODY.as_bytes())
             .await
             .map_err(|e| format!("acquire: {e}"))?;
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| format!("acquire body: {e}"))?;
         let body: Value =
             serde_json::from_slice(&body).map_err(|e| format!("acquire body: {e}"))?;
-        if status != reqwest::StatusCode::OK {
+        if status != 200 {
             return Err(format!(
                 "acquire answered {status}: {}",
                 body["error"]["code"]
@@ -169,23 +159,19 @@ impl BrokerClient {
         })
     }
 
-    async fn release(&self, lease: &Lease) -> Result<(), String> {
-        let response = self
-            .http
-            .post(&self.release_url)
-            .header("content-type", "application/json")
-            .body(format!(r#"{{"token":"{}"}}"#, lease.token))
-            .send()
+    async fn release(&mut self, lease: &Lease) -> Result<(), String> {
+        self.release_body.clear();
+        self.release_body.extend_from_slice(br#"{"token":""#);
+        self.release_body.extend_from_slice(lease.token.as_bytes());
+        self.release_body.extend_from_slice(br#""}"#);
+        let (status, body) = self
+            .connection
+            .post(&self.release_path, &self.release_body)
             .await
             .map_err(|e| format!("release: {e}"))?;
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| format!("release body: {e}"))?;
         let body: Value =
             serde_json::from_slice(&body).map_err(|e| format!("release body: {e}"))?;
-        if status != reqwest::StatusCode::OK || body["released"] != Value::Bool(true) {
+        if status != 200 || body["released"] != Value::Bool(true) {
             return Err(format!(
                 "release answered {status}: {}",
                 body["error"]["code"]

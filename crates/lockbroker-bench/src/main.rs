@@ -20,6 +20,7 @@
 
 mod client;
 mod handoff;
+mod http1;
 mod load;
 mod memory;
 mod pairs;
