@@ -19,8 +19,12 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::client::{now_us, BrokerClient, Outcome};
 
-/// The counter table; one row, `id = 1`.
-pub const TABLE: &str = "lockbroker_lab_counter";
+/// The counter table of one lab process: one row, `id = 1`. Named after the
+/// process, so two labs sharing a database (a CI run beside a full run) never
+/// write into each other's counter.
+pub fn counter_table(lab_pid: u32) -> String {
+    format!("lockbroker_lab_counter_{lab_pid}")
+}
 
 /// How a critical section uses its fence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +77,8 @@ pub struct WorkerPlan {
     pub pg: String,
     /// The lock all workers share.
     pub lock: String,
+    /// The counter table all workers share (see [`counter_table`]).
+    pub table: String,
     /// How the fence is used.
     pub mode: Mode,
     /// Critical sections to complete (each ends in one accepted write).
@@ -152,22 +158,29 @@ pub async fn connect(pg: &str) -> Result<Client, String> {
 }
 
 /// Creates the counter table if needed and sets the row to value 0, fence 0.
-pub async fn reset(db: &Client) -> Result<(), String> {
+pub async fn reset(db: &Client, table: &str) -> Result<(), String> {
     db.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS {TABLE} (id int PRIMARY KEY, value bigint NOT NULL, fence bigint NOT NULL);
-         INSERT INTO {TABLE} (id, value, fence) VALUES (1, 0, 0)
+        "CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY, value bigint NOT NULL, fence bigint NOT NULL);
+         INSERT INTO {table} (id, value, fence) VALUES (1, 0, 0)
            ON CONFLICT (id) DO UPDATE SET value = 0, fence = 0;"
     ))
     .await
-    .map_err(|e| format!("cannot reset {TABLE}: {e}"))
+    .map_err(|e| format!("cannot reset {table}: {e}"))
+}
+
+/// Drops the counter table once the lab is done with it.
+pub async fn drop_table(db: &Client, table: &str) -> Result<(), String> {
+    db.batch_execute(&format!("DROP TABLE IF EXISTS {table}"))
+        .await
+        .map_err(|e| format!("cannot drop {table}: {e}"))
 }
 
 /// The counter's value now.
-pub async fn final_value(db: &Client) -> Result<u64, String> {
+pub async fn final_value(db: &Client, table: &str) -> Result<u64, String> {
     let row = db
-        .query_one(&format!("SELECT value FROM {TABLE} WHERE id = 1"), &[])
+        .query_one(&format!("SELECT value FROM {table} WHERE id = 1"), &[])
         .await
-        .map_err(|e| format!("cannot read {TABLE}: {e}"))?;
+        .map_err(|e| format!("cannot read {table}: {e}"))?;
     Ok(row.get::<_, i64>(0).unsigned_abs())
 }
 
@@ -177,7 +190,7 @@ pub async fn run_worker(plan: &WorkerPlan) -> Result<WorkerTally, String> {
     let broker = BrokerClient::new(&plan.url, Duration::from_secs(30));
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut tally = WorkerTally::default();
-    let sql = Statements::prepare(&db).await?;
+    let sql = Statements::prepare(&db, &plan.table).await?;
     let mut done = 0;
     while done < plan.sections {
         let (timed, token) = broker.acquire(&plan.lock, plan.ttl_ms, 10_000).await;
@@ -224,25 +237,25 @@ struct Statements {
 }
 
 impl Statements {
-    async fn prepare(db: &Client) -> Result<Self, String> {
+    async fn prepare(db: &Client, table: &str) -> Result<Self, String> {
         let p = |sql: String| async move {
             db.prepare(&sql)
                 .await
                 .map_err(|e| format!("cannot prepare {sql:?}: {e}"))
         };
         Ok(Self {
-            read: p(format!("SELECT value FROM {TABLE} WHERE id = 1")).await?,
-            write: p(format!("UPDATE {TABLE} SET value = $1 WHERE id = 1")).await?,
+            read: p(format!("SELECT value FROM {table} WHERE id = 1")).await?,
+            write: p(format!("UPDATE {table} SET value = $1 WHERE id = 1")).await?,
             write_fenced: p(format!(
-                "UPDATE {TABLE} SET value = $1, fence = $2 WHERE id = 1 AND fence < $2"
+                "UPDATE {table} SET value = $1, fence = $2 WHERE id = 1 AND fence < $2"
             ))
             .await?,
             claim: p(format!(
-                "UPDATE {TABLE} SET fence = $1 WHERE id = 1 AND fence < $1 RETURNING value"
+                "UPDATE {table} SET fence = $1 WHERE id = 1 AND fence < $1 RETURNING value"
             ))
             .await?,
             write_claimed: p(format!(
-                "UPDATE {TABLE} SET value = $1 WHERE id = 1 AND fence = $2"
+                "UPDATE {table} SET value = $1 WHERE id = 1 AND fence = $2"
             ))
             .await?,
         })

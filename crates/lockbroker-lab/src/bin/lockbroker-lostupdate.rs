@@ -78,6 +78,7 @@ async fn worker(args: &Args) -> Result<bool, String> {
         url: need("url")?,
         pg: need("pg")?,
         lock: need("lock")?,
+        table: need("table")?,
         mode: need("mode")?.parse()?,
         sections: args.get("sections", 0)?,
         stall_rate: args.get("stall-rate", 0.0)?,
@@ -167,19 +168,20 @@ async fn lab(args: &Args) -> Result<bool, String> {
          after reading, work {} ms, {runs} run(s) per row, seed {seed}",
         settings.sections, settings.workers, settings.ttl_ms, settings.stall_ms, settings.work_ms
     );
+    let table_name = lostupdate::counter_table(std::process::id());
     let mut table: Vec<(f64, Mode, Vec<RunResult>)> = Vec::new();
     for (r, &rate) in rates.iter().enumerate() {
         for &mode in &modes {
             let mut results = Vec::new();
             for run in 0..runs {
-                lostupdate::reset(&db).await?;
+                lostupdate::reset(&db, &table_name).await?;
                 let lock = format!("lab-{}-{r}-{mode}-{run}", std::process::id());
                 let run_seed = seed.wrapping_add((r as u64) << 32).wrapping_add(run << 16);
                 let started = Instant::now();
-                let tally = run_workers(&settings, &lock, mode, rate, run_seed)?;
+                let tally = run_workers(&settings, (&lock, &table_name), mode, rate, run_seed)?;
                 let result = RunResult {
                     tally,
-                    final_value: lostupdate::final_value(&db).await?,
+                    final_value: lostupdate::final_value(&db, &table_name).await?,
                     seconds: started.elapsed().as_secs_f64(),
                 };
                 eprintln!(
@@ -199,6 +201,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
             table.push((rate, mode, results));
         }
     }
+    lostupdate::drop_table(&db, &table_name).await?;
     print_table(&table);
 
     if !args.flag("check") {
@@ -248,7 +251,7 @@ fn percent(rate: f64) -> String {
 /// Starts the workers, waits for them (bounded), and adds up their reports.
 fn run_workers(
     s: &Settings,
-    lock: &str,
+    (lock, counter): (&str, &str),
     mode: Mode,
     rate: f64,
     seed: u64,
@@ -259,7 +262,9 @@ fn run_workers(
         let share = s.sections / s.workers + u64::from(w < s.sections % s.workers);
         let child = Command::new(&exe)
             .arg("worker")
-            .args(["--url", &s.url, "--pg", &s.pg, "--lock", lock])
+            .args([
+                "--url", &s.url, "--pg", &s.pg, "--lock", lock, "--table", counter,
+            ])
             .args(["--mode", mode.name(), "--sections", &share.to_string()])
             .args([
                 "--stall-rate",
