@@ -267,16 +267,21 @@ impl RedisLockStore {
     }
 
     /// After an acquire whose answer never came back, the script may still have
-    /// run and granted a lease nobody will ever hear of. Send the release for
-    /// that token on the same connection (so it queues behind the acquire) and
-    /// keep trying until it lands or the lease would have expired anyway.
+    /// run and granted a lease nobody will ever hear of, or may still run
+    /// later: the client library re-sends commands after a reconnect. Send the
+    /// release for that token on the same connection (so it queues behind the
+    /// acquire), and until it finds the lease, keep sending it for as long as
+    /// the acquire could still arrive (bounded by the lease's own TTL).
     fn release_orphan(&self, client: Client, name: LockName, token: LeaseToken, ttl: Ttl) {
         let store = self.clone();
+        let redelivery = self.inner.settings.command_timeout * 10 + Duration::from_secs(5);
         tokio::spawn(async move {
-            let give_up = Instant::now() + Duration::from_millis(ttl.as_millis());
+            let give_up = Instant::now() + Duration::from_millis(ttl.as_millis()).min(redelivery);
             let mut backoff = Duration::from_millis(50);
             while Instant::now() < give_up {
-                if store.run_release(&client, &name, &token).await.is_ok() {
+                if let Ok(ReleaseOutcome::Released(_)) =
+                    store.run_release(&client, &name, &token).await
+                {
                     return;
                 }
                 sleep(backoff).await;
