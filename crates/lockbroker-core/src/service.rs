@@ -127,9 +127,8 @@ impl<S: LockStore> Grant<S> {
     }
 
     /// The lease reached the caller: keep it.
-    pub fn delivered(mut self) -> Lease {
+    pub fn delivered(mut self) {
         self.armed = false;
-        self.lease.clone()
     }
 }
 
