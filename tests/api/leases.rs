@@ -345,3 +345,40 @@ async fn max_hold_stops_extends_past_the_limit() {
         "the lease itself stays"
     );
 }
+
+#[tokio::test]
+async fn busy_answers_say_what_is_in_the_way() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let held = app.acquire("job", 100).await;
+    let busy = app.acquire("job", 1_000).await;
+    let message = busy.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("held by another lease"), "{message}");
+    assert_eq!(busy.body["error"]["fence"], held.fence());
+
+    app.acquire_with("delayed", json!({"ttl_ms": 100, "lock_delay_ms": 5_000}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let delayed = app.acquire("delayed", 1_000).await;
+    assert_eq!(delayed.code(), "lock_busy");
+    assert_eq!(delayed.body["error"]["expires_in_ms"], 0);
+    let message = delayed.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("lock-delay"), "{message}");
+    assert!(message.contains(" ms"), "says for how long: {message}");
+}
+
+#[tokio::test]
+async fn an_extend_after_the_holders_own_release_says_it_was_released() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let lease = app.acquire("job", 10_000).await;
+    assert_eq!(
+        app.release("job", &lease.token()).await.status,
+        StatusCode::OK
+    );
+    let extend = app.extend("job", &lease.token(), 10_000).await;
+    assert_eq!(extend.status, StatusCode::CONFLICT);
+    assert_eq!(extend.code(), "lease_lost");
+    let message = extend.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("already released"), "{message}");
+}

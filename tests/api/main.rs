@@ -2,12 +2,15 @@
 
 mod faults;
 mod fences;
+mod http_errors;
+mod keys;
 mod leases;
 mod lifecycle;
 mod lockctl;
 mod observability;
 mod openapi;
 mod outage;
+mod retries;
 mod security;
 mod validation;
 mod waiting;

@@ -66,3 +66,67 @@ async fn redis_killed_mid_test_gives_503_then_recovers_without_a_broker_restart(
     }
     assert_eq!(app.get("/readyz").await.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_redis_out_of_memory_still_lets_holders_extend_and_release() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let first = app.acquire("first", 30_000).await;
+    let second = app.acquire("second", 30_000).await;
+    redis
+        .conn()
+        .cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.conn().cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+
+    let refused = app.acquire("third", 1_000).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    let message = refused.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("refuses writes"), "{message}");
+    let ready = app.get("/readyz").await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    let message = ready.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("refuses writes"), "{message}");
+
+    let extended = app.extend("first", &first.token(), 20_000).await;
+    assert_eq!(extended.status, StatusCode::OK, "{}", extended.body);
+    for (name, lease) in [("first", &first), ("second", &second)] {
+        let released = app.release(name, &lease.token()).await;
+        assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+        assert_eq!(app.status(name).await.body["held"], false);
+    }
+
+    redis.conn().cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(app.get("/readyz").await.status, StatusCode::OK);
+    assert_eq!(app.acquire("third", 1_000).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_acquire_whose_answer_is_lost_says_the_outcome_is_unknown() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    redis.pause();
+    let lost = app.acquire("job", 30_000).await;
+    assert_eq!(lost.status, StatusCode::SERVICE_UNAVAILABLE);
+    let message = lost.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("outcome is unknown"), "{message}");
+    assert!(!message.contains("nothing was changed"), "{message}");
+    redis.resume();
+
+    // The acquire reaches Redis after all, and the broker gives its lease back.
+    let mut conn = redis.conn();
+    let fence_key = format!("{}:{{job}}:fence", app.prefix);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ran = conn.cmd(&["EXISTS", &fence_key]).as_int() == Some(1);
+        let status = app.status("job").await;
+        if ran && status.body["held"] == false {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the late grant was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
+}

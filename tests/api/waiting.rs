@@ -403,3 +403,27 @@ async fn a_grant_that_arrives_with_too_little_validity_is_released_not_handed_ou
     }
     assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_waiting_acquire_of_a_free_lock_is_granted_even_at_the_waiter_cap() {
+    let redis = RedisServer::start();
+    let mut settings = test_settings(&redis);
+    settings.locks.max_waiters = 1;
+    let app = Arc::new(TestApp::spawn_with(settings).await);
+    app.acquire("held", 30_000).await;
+    let waiter = {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move { app.acquire_with("held", json!({"wait_ms": 1_500})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The broker's one waiter slot is taken; a request that finds its lock
+    // free never waits, so it does not need one.
+    let free = app.acquire_with("free", json!({"wait_ms": 2_000})).await;
+    assert_eq!(free.status, StatusCode::OK, "{}", free.body);
+    // One that would wait is still refused.
+    let busy = app.acquire_with("held", json!({"wait_ms": 2_000})).await;
+    assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS, "{}", busy.body);
+    assert_eq!(busy.code(), "too_many_waiters");
+    assert_eq!(waiter.await.expect("task").code(), "lock_busy");
+}

@@ -7,6 +7,8 @@ use std::time::Duration;
 use lockbroker_server::{Application, Settings};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -196,6 +198,39 @@ impl TestApp {
     pub async fn status(&self, name: &str) -> Reply {
         self.get(&format!("/v1/locks/{name}")).await
     }
+
+    /// Sends `request` as raw bytes on a new connection (for requests no HTTP
+    /// client sends) and returns what the broker answered before closing the
+    /// connection or before `limit`; `None` if it was still open then.
+    pub async fn raw_exchange(&self, request: &[u8], limit: Duration) -> Option<String> {
+        let addr = self.base.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        // The broker may answer and close before reading all of a large request.
+        let _ = stream.write_all(request).await;
+        let mut received = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => return Some(String::from_utf8_lossy(&received).into()),
+                Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// The status code and JSON body of a raw HTTP/1.1 answer.
+pub fn parse_raw(answer: &str) -> (u16, Value) {
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP answer: {answer:?}"));
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("");
+    let body = serde_json::from_str(body)
+        .unwrap_or_else(|_| panic!("answer body is not JSON: {answer:?}"));
+    (status, body)
 }
 
 impl Drop for TestApp {

@@ -231,7 +231,7 @@ impl DirectClient {
         let [lease, fence, queue, expiry] = &self.keys;
         // ARGV as in acquire.lua: token, ttl, owner, request id, lock-delay,
         // fence idle, floor, fair waiter id, queue entry ttl, wake channel,
-        // caller id, lock name.
+        // caller id, lock name, principal.
         let reply = self
             .redis
             .call(&[
@@ -254,6 +254,7 @@ impl DirectClient {
                 self.wake_channel.as_bytes(),
                 self.client_id.as_bytes(),
                 self.name.as_bytes(),
+                b"",
             ])
             .await?;
         let Reply::Array(items) = reply else {

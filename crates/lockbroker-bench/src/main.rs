@@ -11,6 +11,8 @@
 //! - `handoff`: time from a release's response to the next waiter's grant
 //!   response, for a waiter on the same broker, on a second broker sharing the
 //!   Redis, and for a client polling every 100 ms as redis-py's Lock does.
+//! - `churn`: rounds of waiters arriving and leaving, and whether their memory
+//!   comes back.
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
 //!   and with many acquires waiting at once.
 //! - `all`: each of the above in one run, then one table.
@@ -34,14 +36,15 @@ use std::time::Duration;
 use stats::Table;
 
 const USAGE: &str = "\
-Usage: lockbroker-bench all|latency|throughput|handoff|memory [OPTIONS]
+Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn [OPTIONS]
 
 Options:
   --duration SECS   time per target for each latency/throughput case and for
                     the memory load (default 6)
   --slices N        alternate broker and direct Redis in N slices (default 3)
   --rounds N        handoff rounds per case (default 200)
-  --waiters N       waiting acquires in the memory case (default 10000)
+  --waiters N       waiting acquires in the memory and churn cases (default 10000)
+  --waiter-rounds N rounds of waiters in the churn case (default 10)
 
 Starts its own redis-server and lockbroker processes on free loopback ports.
 Build first: cargo build --release -p lockbroker-server -p lockbroker-bench
@@ -55,8 +58,10 @@ pub struct Settings {
     pub slices: u32,
     /// Handoff rounds per case.
     pub rounds: usize,
-    /// Waiting acquires in the memory case.
+    /// Waiting acquires in the memory and churn cases.
     pub waiters: usize,
+    /// Rounds of waiters in the churn case.
+    pub waiter_rounds: usize,
 }
 
 #[tokio::main]
@@ -78,6 +83,8 @@ async fn main() -> ExitCode {
             slices: u32::try_from(number("--slices", 3)?).map_err(|e| e.to_string())?,
             rounds: usize::try_from(number("--rounds", 200)?).map_err(|e| e.to_string())?,
             waiters: usize::try_from(number("--waiters", 10_000)?).map_err(|e| e.to_string())?,
+            waiter_rounds: usize::try_from(number("--waiter-rounds", 10)?)
+                .map_err(|e| e.to_string())?,
         })
     })();
     let settings = match settings {
@@ -85,8 +92,8 @@ async fn main() -> ExitCode {
         Err(problem) => return usage(&problem),
     };
     let benches: &[&str] = match args.first().map(String::as_str) {
-        Some("all") => &["latency", "throughput", "handoff", "memory"],
-        Some(one @ ("latency" | "throughput" | "handoff" | "memory")) => &[one],
+        Some("all") => &["latency", "throughput", "handoff", "memory", "churn"],
+        Some(one @ ("latency" | "throughput" | "handoff" | "memory" | "churn")) => &[one],
         Some("-h" | "--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -124,7 +131,8 @@ async fn run(benches: &[&str], settings: &Settings) -> Result<(), Vec<String>> {
             "latency" => pairs::latency(&redis, &first, settings, &mut table).await,
             "throughput" => pairs::throughput(&redis, &first, settings, &mut table).await,
             "handoff" => handoff::run(&first, &second, settings.rounds, &mut table).await,
-            _ => memory::run(&redis, settings, &mut table).await,
+            "memory" => memory::run(&redis, settings, &mut table).await,
+            _ => memory::churn(&redis, settings, &mut table).await,
         };
         if let Err(error) = result {
             errors.push(format!("{bench}: {error}"));

@@ -1,6 +1,7 @@
 //! `memory`: the broker's resident memory (`VmRSS`, and the peak `VmHWM`, from
 //! `/proc/<pid>/status`) idle, under the 64-caller pair load, and holding many
-//! waiting acquires at once. A broker of its own, so the peak is its peak.
+//! waiting acquires at once; and (`churn`) whether the memory of many waiters
+//! comes back after they leave. A broker of its own, so the peak is its peak.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -18,13 +19,16 @@ const WAITED_LOCKS: usize = 20;
 /// Outlasts the whole phase, so no lease expires under its waiters.
 const HOLD_TTL_MS: u64 = 300_000;
 
-/// Measures one broker through the three phases.
-pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
-    // Room for every waiter, and requests beyond them, on one broker.
-    let max_waiters = (settings.waiters + 1_000).to_string();
-    let per_lock = settings.waiters.div_ceil(WAITED_LOCKS) + 100;
-    let max_requests = (settings.waiters + 4_000).max(16_384).to_string();
-    let max_connections = (settings.waiters + 4_000).max(20_000).to_string();
+/// A broker of its own with room for `waiters` waiting acquires (and
+/// requests beyond them), ready, with a client for it.
+async fn roomy_broker(
+    redis: &Proc,
+    waiters: usize,
+) -> Result<(Proc, String, reqwest::Client), String> {
+    let max_waiters = (waiters + 1_000).to_string();
+    let per_lock = waiters.div_ceil(WAITED_LOCKS) + 100;
+    let max_requests = (waiters + 4_000).max(16_384).to_string();
+    let max_connections = (waiters + 4_000).max(20_000).to_string();
     let broker = procs::broker_with(
         redis,
         &[
@@ -44,6 +48,12 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
         .map_err(|e| e.to_string())?;
     wait_ready(&http, &url).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
+    Ok((broker, url, http))
+}
+
+/// Measures one broker through the three phases.
+pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
+    let (broker, url, http) = roomy_broker(redis, settings.waiters).await?;
 
     let idle = phase("idle", broker.pid())?;
     table.add(
@@ -75,6 +85,41 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
         "MB",
         (waiting.1, None),
         Goal::Below(200.0),
+    );
+    Ok(())
+}
+
+/// How long the broker idles after the last round before memory is read
+/// again: what it keeps when nothing happens.
+const IDLE_AFTER_ROUNDS: Duration = Duration::from_secs(5);
+
+/// `churn`: round after round of `settings.waiters` acquires that wait and
+/// then leave, on one broker. Memory after each round must level off (the
+/// last round at most 1.25x the first), and after idling the broker must have
+/// given most of its peak back to the operating system (at most half).
+pub async fn churn(redis: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
+    let (broker, url, http) = roomy_broker(redis, settings.waiters).await?;
+    let mut after = Vec::new();
+    for round in 1..=settings.waiter_rounds {
+        waiters(&http, &url, broker.pid(), settings.waiters).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        after.push(phase(&format!("after round {round}"), broker.pid())?);
+    }
+    tokio::time::sleep(IDLE_AFTER_ROUNDS).await;
+    let (idle_rss, peak) = phase("idle after the rounds", broker.pid())?;
+    let first = after.first().map_or(0.0, |r| r.0);
+    let last = after.last().map_or(0.0, |r| r.0);
+    table.add(
+        format!("broker RSS after round {} / after round 1", after.len()),
+        "x",
+        (last / first.max(f64::MIN_POSITIVE), None),
+        Goal::Below(1.25),
+    );
+    table.add(
+        "broker RSS idle after the rounds / peak",
+        "x",
+        (idle_rss / peak.max(f64::MIN_POSITIVE), None),
+        Goal::Below(0.5),
     );
     Ok(())
 }

@@ -28,9 +28,17 @@ impl ValidationError {
 /// on the strength of an error.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The backend did not answer in time or could not be reached.
+    /// The backend could not be reached; the step did not run.
     #[error("lock store unavailable: {0}")]
     Unavailable(String),
+    /// The step was sent but its answer was lost (a timeout or a dropped
+    /// connection): it may have run, or may still run.
+    #[error("lock store outcome unknown: {0}")]
+    OutcomeUnknown(String),
+    /// The backend answers but refuses writes (for Redis: out of memory under
+    /// `noeviction`, or a read-only replica); the step did not run.
+    #[error("lock store refuses writes: {0}")]
+    RefusesWrites(String),
     /// The backend answered something the store cannot interpret.
     #[error("lock store protocol error: {0}")]
     Protocol(String),
@@ -45,9 +53,12 @@ pub enum LockError {
     /// Another lease holds the lock (after waiting, if the caller asked to wait).
     #[error("lock is held by another lease")]
     Busy(Holder),
-    /// The token no longer holds the lease: it expired, was released, or was taken.
+    /// The token no longer holds the lease: it expired or was taken.
     #[error("the lease expired or was taken by another holder")]
     LeaseLost,
+    /// The token's lease was already released by its holder.
+    #[error("the lease was released by its holder")]
+    LeaseReleased,
     /// Extending would keep the lease past its acquisition time plus the max hold.
     #[error("extending would exceed the maximum hold time of {max_hold_ms} ms")]
     MaxHoldExceeded {

@@ -207,6 +207,30 @@ impl RequestId {
     }
 }
 
+/// Who asked for a lease, as far as `request_id` retries are concerned: a
+/// retry gets the lease back only when it comes from the same principal.
+///
+/// With API keys this is the key's id. Without keys every caller is the same
+/// anonymous principal, so a `request_id` (with the owner) is all that tells
+/// one caller's retry from another caller's acquire.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Principal(String);
+
+impl Principal {
+    /// The anonymous principal of a broker without API keys.
+    pub const ANONYMOUS: Self = Self(String::new());
+
+    /// The principal of the API key with this id.
+    pub fn key(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+
+    /// The principal as stored beside a lease; empty for anonymous.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A granted lease, as the acquirer sees it.
 #[derive(Clone, Debug)]
 pub struct Lease {

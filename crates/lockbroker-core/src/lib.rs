@@ -23,7 +23,9 @@ pub mod store;
 pub mod wait;
 
 pub use error::{LockError, StoreError, ValidationError};
-pub use lease::{Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, RequestId, Ttl};
+pub use lease::{
+    Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Principal, RequestId, Ttl,
+};
 pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix};
 pub use service::{AcquireRequest, Grant, LockPolicy, LockService};

@@ -10,8 +10,8 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError, ValidationError};
 use crate::lease::{
-    random_hex, Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Renewal, RequestId,
-    Ttl,
+    random_hex, Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Principal, Renewal,
+    RequestId, Ttl,
 };
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
@@ -77,6 +77,8 @@ pub struct AcquireRequest {
     pub owner: Option<String>,
     /// Idempotency key for retries.
     pub request_id: Option<String>,
+    /// Who asks: a retry returns an existing lease only to the same principal.
+    pub principal: Principal,
     /// Lock-delay if the lease expires unreleased; the policy default when absent.
     pub lock_delay_ms: Option<u64>,
     /// Wait in the store's queue, in arrival order across all brokers.
@@ -89,6 +91,7 @@ struct AcquirePlan {
     wait: Duration,
     owner: Option<Owner>,
     request_id: Option<RequestId>,
+    principal: Principal,
     lock_delay: LockDelay,
     fair: bool,
 }
@@ -233,7 +236,7 @@ impl<S: LockStore> LockService<S> {
             fair_id,
         };
         if attempt.plan.wait.is_zero() {
-            return match self.attempt(&attempt).await? {
+            return match self.attempt(&attempt, None).await? {
                 Ok(grant) => Ok(grant),
                 Err((holder, _)) => Err(LockError::Busy(holder)),
             };
@@ -247,7 +250,19 @@ impl<S: LockStore> LockService<S> {
             Some(id) => WaitMode::Fair(id.clone()),
             None => WaitMode::Local,
         };
-        let ticket = self.waiters.join(attempt.name, mode)?;
+        let ticket = match self.waiters.join(attempt.name, mode) {
+            Ok(ticket) => ticket,
+            // Only a request that would actually wait counts against the cap:
+            // one that finds the lock free is granted. A lock with waiters of
+            // its own here is not tried, so nobody passes them.
+            Err(LockError::TooManyWaiters) if !self.waiters.has_line(attempt.name) => {
+                return match self.attempt(attempt, None).await? {
+                    Ok(grant) => Ok(grant),
+                    Err(_) => Err(LockError::TooManyWaiters),
+                };
+            }
+            Err(error) => return Err(error),
+        };
         let mut queue_exit = attempt.fair_id.as_deref().map(|waiter_id| QueueExit {
             service: self,
             name: attempt.name,
@@ -263,7 +278,7 @@ impl<S: LockStore> LockService<S> {
             woken.as_mut().enable();
             let mut wake_at = deadline;
             if ticket.may_attempt() || Instant::now() >= deadline {
-                match self.attempt(attempt).await? {
+                match self.attempt(attempt, attempt.fair_id.as_deref()).await? {
                     Ok(grant) => {
                         // The store took the entry out of its queue with the grant.
                         if let Some(exit) = &mut queue_exit {
@@ -297,10 +312,12 @@ impl<S: LockStore> LockService<S> {
         }
     }
 
-    /// One try at the store. `Ok(Err(..))` is a busy answer.
+    /// One try at the store, in the store's fair queue under `fair_id` if
+    /// given. `Ok(Err(..))` is a busy answer.
     async fn attempt(
         self: &Arc<Self>,
         attempt: &Attempt<'_>,
+        fair_id: Option<&str>,
     ) -> Result<Result<Grant<S>, (Holder, Option<u64>)>, LockError> {
         let plan = &attempt.plan;
         let params = AcquireParams {
@@ -309,8 +326,9 @@ impl<S: LockStore> LockService<S> {
             ttl: plan.ttl,
             owner: plan.owner.as_ref(),
             request_id: plan.request_id.as_ref(),
+            principal: &plan.principal,
             lock_delay: plan.lock_delay,
-            fair: attempt.fair_id.as_deref().map(|waiter_id| FairEntry {
+            fair: fair_id.map(|waiter_id| FairEntry {
                 waiter_id,
                 entry_ttl_ms: self.policy.fair_entry_ttl_ms,
             }),
@@ -376,6 +394,7 @@ impl<S: LockStore> LockService<S> {
         match self.store.extend(name, token, ttl, max_hold_ms).await? {
             ExtendOutcome::Extended(renewal) => Ok(renewal),
             ExtendOutcome::Lost => Err(LockError::LeaseLost),
+            ExtendOutcome::Released => Err(LockError::LeaseReleased),
             ExtendOutcome::MaxHoldExceeded { expires_in_ms } => Err(LockError::MaxHoldExceeded {
                 max_hold_ms,
                 expires_in_ms,
@@ -471,6 +490,7 @@ impl<S: LockStore> LockService<S> {
             wait,
             owner,
             request_id,
+            principal: request.principal,
             lock_delay,
             fair: request.fair,
         })

@@ -7,7 +7,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::error::StoreError;
 use crate::lease::{
-    Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Renewal, RequestId, Ttl,
+    Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Principal, Renewal, RequestId,
+    Ttl,
 };
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
@@ -24,9 +25,12 @@ pub struct AcquireParams<'a> {
     pub ttl: Ttl,
     /// The holder's label.
     pub owner: Option<&'a Owner>,
-    /// The caller's idempotency key: a live lease taken with the same key and
-    /// owner is returned as-is instead of a busy answer.
+    /// The caller's idempotency key: a live lease taken with the same key,
+    /// owner and principal is returned as-is instead of a busy answer.
     pub request_id: Option<&'a RequestId>,
+    /// Who is asking; a `request_id` retry from another principal is an
+    /// ordinary acquire.
+    pub principal: &'a Principal,
     /// How long the lock stays unavailable if this lease expires unreleased.
     pub lock_delay: LockDelay,
     /// Set for a fair waiter: its id in the lock's queue in the store, and
@@ -66,6 +70,9 @@ pub enum ExtendOutcome {
     Extended(Renewal),
     /// The token does not hold a valid lease on this lock.
     Lost,
+    /// The token's lease was released by its holder (the store still
+    /// remembers the release).
+    Released,
     /// The new expiry would pass the lease's acquisition time plus `max_hold_ms`.
     MaxHoldExceeded {
         /// How long the lease stays valid as it is.

@@ -174,6 +174,11 @@ impl Waiters {
         }
     }
 
+    /// Whether any acquire waits for `name` on this broker.
+    pub fn has_line(&self, name: &LockName) -> bool {
+        self.lock().lines.contains_key(name)
+    }
+
     /// How many acquires are waiting on this broker now.
     pub fn count(&self) -> usize {
         self.lock().total

@@ -6,6 +6,7 @@
 -- ARGV[7] fence floor: the highest fence the calling broker has seen
 -- ARGV[8] fair waiter id ('' for none)  ARGV[9] queue entry ttl_ms
 -- ARGV[10] wake channel  ARGV[11] calling broker id  ARGV[12] lock name
+-- ARGV[13] principal: who asks ('' for a broker without API keys)
 --
 -- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
 --         granted (floor_raised 1 when the broker's floor, not Redis's counter
@@ -13,7 +14,7 @@
 --         {0, owner, fence, expires_in_ms, available_in_ms, queue_position}
 --         when busy (queue_position -1 for a caller not in the fair queue).
 --
--- The lease hash holds: token, fence, owner, rid, acq (acquired at, ms),
+-- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms) and rel ('1' once released).
 -- The key lives until exp + delay, so an expired lease keeps the lock
 -- unavailable for its lock-delay; a released one frees it at once.
@@ -22,7 +23,7 @@ local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], K
 local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local delay, fence_idle, floor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
-local channel, broker_id, name = ARGV[10], ARGV[11], ARGV[12]
+local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 
 local time = redis.call('TIME')
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -36,14 +37,17 @@ local function wait_in_line()
   return queue_join(queue_key, expiry_key, waiter_id, now_us, now_ms, entry_ttl)
 end
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by')
 if cur[1] and cur[6] ~= '1' then
   local exp = tonumber(cur[5])
   local available_in = redis.call('PTTL', lease_key)
   if exp > now_ms then
     -- The same request again (re-sent by the client library, or retried by the
-    -- caller with its request_id) gets back the lease it already holds.
-    if cur[1] == token or (rid ~= '' and cur[4] == rid and cur[3] == owner) then
+    -- caller with its request_id) gets back the lease it already holds; a
+    -- request_id is matched only within the principal that took the lease,
+    -- so another API key cannot obtain the token by guessing it.
+    local same_retry = rid ~= '' and cur[4] == rid and cur[3] == owner and (cur[7] or '') == principal
+    if cur[1] == token or same_retry then
       return {1, cur[1], tonumber(cur[2]), exp - now_ms, exp, cur[3]}
     end
     return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in, wait_in_line()}
@@ -85,7 +89,7 @@ local exp = now_ms + ttl
 redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
 redis.call('DEL', lease_key)
 redis.call('HSET', lease_key,
-  'token', token, 'fence', fence_text, 'owner', owner, 'rid', rid,
+  'token', token, 'fence', fence_text, 'owner', owner, 'rid', rid, 'by', principal,
   'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
   'delay', string.format('%d', delay))
 redis.call('PEXPIRE', lease_key, ttl + delay)

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Sets the remaining validity of a held lease to ttl_ms (replace, not add).
 --
 -- KEYS[1] lease hash
@@ -5,8 +6,11 @@
 --
 -- Returns {1, fence, ttl_ms, expires_at_ms, owner} when extended,
 --         {0} when the token holds no valid lease,
+--         {-2} when the token's lease was released by its holder (memo kept),
 --         {-1, expires_in_ms} when the max hold would be exceeded.
 -- Re-sending the same extend is harmless: it sets the same kind of expiry.
+-- Flagged allow-oom: it only rewrites a field of an existing hash, and a
+-- holder must keep (or shorten) its lease even when Redis is out of memory.
 
 local lease_key = KEYS[1]
 local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -15,8 +19,11 @@ local time = redis.call('TIME')
 local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'acq', 'exp', 'delay', 'rel')
-if not cur[1] or cur[1] ~= token or cur[7] == '1' then
+if not cur[1] or cur[1] ~= token then
   return {0}
+end
+if cur[7] == '1' then
+  return {-2}
 end
 local exp = tonumber(cur[5])
 if exp <= now_ms then

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Ends whatever lease holds a lock (an operator override) and announces the
 -- release to every broker, exactly as release.lua does.
 --

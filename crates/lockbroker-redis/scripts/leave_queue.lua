@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- Takes a fair waiter that gave up out of a lock's queue. If the lock is free,
 -- the waiter now first in line is told, so the line never stalls on a leaver.
 --

@@ -1,4 +1,9 @@
+#!lua flags=allow-oom
 -- Frees a held lock at once and announces it to every broker.
+--
+-- Flagged allow-oom: a Redis out of memory under noeviction refuses writes
+-- that grow memory, and a holder must still be able to free its lock rather
+-- than leave it held for its full TTL. The script only shrinks what it keeps.
 --
 -- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
 -- ARGV[1] token  ARGV[2] memo_ms: how long a released lease is remembered so

@@ -66,6 +66,12 @@ impl KeyLayout {
         format!("{}:{{{}}}:queue:expiry", self.prefix, name)
     }
 
+    /// A key readiness checks write to, to learn whether Redis takes writes:
+    /// `{prefix}:probe`.
+    pub fn probe(&self) -> String {
+        format!("{}:probe", self.prefix)
+    }
+
     /// The Pub/Sub channel on which brokers announce releases: `{prefix}:wake`.
     /// A channel, not a key: one subscription per broker serves every lock.
     pub fn wake_channel(&self) -> String {

@@ -20,6 +20,8 @@ pub struct Scripts {
     pub leave_queue: Script,
     /// Ends whatever lease holds a lock, for operators.
     pub force_release: Script,
+    /// Checks that Redis takes writes, for readiness.
+    pub probe: Script,
 }
 
 /// Helpers shared by the scripts that touch the fair queue; Redis has no
@@ -27,7 +29,12 @@ pub struct Scripts {
 const QUEUE_PRELUDE: &str = include_str!("../scripts/queue.lua");
 
 fn with_queue_helpers(body: &str) -> Script {
-    Script::from_lua(format!("{QUEUE_PRELUDE}\n{body}"))
+    // A `#!lua flags=...` line must stay the script's first line.
+    let (shebang, body) = match body.split_once('\n') {
+        Some((first, rest)) if first.starts_with("#!") => (format!("{first}\n"), rest),
+        _ => (String::new(), body),
+    };
+    Script::from_lua(format!("{shebang}{QUEUE_PRELUDE}\n{body}"))
 }
 
 impl Scripts {
@@ -40,10 +47,11 @@ impl Scripts {
             status: Script::from_lua(include_str!("../scripts/status.lua")),
             leave_queue: with_queue_helpers(include_str!("../scripts/leave_queue.lua")),
             force_release: with_queue_helpers(include_str!("../scripts/force_release.lua")),
+            probe: Script::from_lua(include_str!("../scripts/probe.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 6] {
+    fn all(&self) -> [&Script; 7] {
         [
             &self.acquire,
             &self.extend,
@@ -51,6 +59,7 @@ impl Scripts {
             &self.status,
             &self.leave_queue,
             &self.force_release,
+            &self.probe,
         ]
     }
 

@@ -348,7 +348,7 @@ impl RedisLockStore {
                 ),
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error)?;
         let mut reply = Reply::new(reply)?;
         Ok(match reply.int()? {
             1 => ReleaseOutcome::Released(Release {
@@ -377,6 +377,7 @@ impl LockStore for RedisLockStore {
             Value::from(inner.wake_channel.as_str()),
             Value::from(inner.broker_id.as_str()),
             Value::from(params.name.as_str()),
+            Value::from(params.principal.as_str()),
         ];
         let keys = vec![
             inner.keys.lease(params.name),
@@ -398,7 +399,7 @@ impl LockStore for RedisLockStore {
                         params.ttl,
                     );
                 }
-                return Err(unavailable(error));
+                return Err(store_error(error));
             }
         };
         let mut reply = Reply::new(reply)?;
@@ -460,7 +461,7 @@ impl LockStore for RedisLockStore {
                 ],
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error)?;
         let mut reply = Reply::new(reply)?;
         Ok(match reply.int()? {
             1 => ExtendOutcome::Extended(Renewal {
@@ -472,6 +473,7 @@ impl LockStore for RedisLockStore {
             -1 => ExtendOutcome::MaxHoldExceeded {
                 expires_in_ms: reply.uint()?,
             },
+            -2 => ExtendOutcome::Released,
             _ => ExtendOutcome::Lost,
         })
     }
@@ -495,7 +497,7 @@ impl LockStore for RedisLockStore {
                 Vec::<Value>::new(),
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error)?;
         let mut reply = Reply::new(reply)?;
         let held = reply.int()? == 1;
         let owner = non_empty(reply.text()?);
@@ -511,12 +513,25 @@ impl LockStore for RedisLockStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         let client = self.inner.pool.next();
-        let _: Value = client.ping(None).await.map_err(unavailable)?;
+        let _: Value = client.ping(None).await.map_err(store_error)?;
         self.inner
             .scripts
             .ensure_loaded(client)
             .await
-            .map_err(unavailable)
+            .map_err(store_error)?;
+        // A Redis that answers but refuses writes (out of memory under
+        // noeviction, or a replica) cannot grant: only a real write tells.
+        let _: Value = self
+            .run(
+                &self.inner.scripts.probe,
+                "probe",
+                client,
+                vec![self.inner.keys.probe()],
+                Vec::<Value>::new(),
+            )
+            .await
+            .map_err(store_error)?;
+        Ok(())
     }
 
     async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
@@ -534,7 +549,7 @@ impl LockStore for RedisLockStore {
             let reply: Value = client
                 .scan_page(cursor.to_string(), pattern.as_str(), Some(count), None)
                 .await
-                .map_err(unavailable)?;
+                .map_err(store_error)?;
             let (next, keys) = scan_reply(reply)?;
             names.extend(
                 keys.iter()
@@ -583,7 +598,7 @@ impl LockStore for RedisLockStore {
                 self.announce_args(name, Vec::new()),
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error)?;
         let mut reply = Reply::new(reply)?;
         Ok(match reply.int()? {
             1 => ForceReleaseOutcome::Released {
@@ -605,7 +620,7 @@ impl LockStore for RedisLockStore {
                 self.announce_args(name, vec![Value::from(waiter_id)]),
             )
             .await
-            .map_err(unavailable)?;
+            .map_err(store_error)?;
         Ok(())
     }
 
@@ -709,9 +724,19 @@ fn outcome_unknown(error: &RedisError) -> bool {
     )
 }
 
-/// Every Redis failure fails closed: the caller gets "unavailable", never a grant.
-fn unavailable(error: RedisError) -> StoreError {
-    StoreError::Unavailable(format!("{:?}: {}", error.kind(), error.details()))
+/// Every Redis failure fails closed: the caller gets an error, never a grant.
+/// A command whose answer was lost is told apart (it may have run), and so is
+/// a Redis that answers but refuses writes, which Redis names by the error
+/// code that opens its reply: `OOM` (out of memory) or `READONLY` (a replica).
+fn store_error(error: RedisError) -> StoreError {
+    let text = format!("{:?}: {}", error.kind(), error.details());
+    if outcome_unknown(&error) {
+        return StoreError::OutcomeUnknown(text);
+    }
+    match error.details().split_whitespace().next() {
+        Some("OOM" | "READONLY") => StoreError::RefusesWrites(text),
+        _ => StoreError::Unavailable(text),
+    }
 }
 
 fn millis(duration: Duration) -> i64 {

@@ -11,7 +11,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockbroker_core::{LockName, LockPrefix};
+use lockbroker_core::{LockName, LockPrefix, Principal};
 use ring::digest::{digest, SHA256};
 use serde::{Deserialize, Serialize};
 use subtle::ConstantTimeEq;
@@ -39,17 +39,25 @@ impl fmt::Display for Scope {
 }
 
 /// One configured key, as written in the settings.
+///
+/// Missing fields read as empty, so that the check of the key (rather than the
+/// settings parser) reports them, naming the key.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKeyConfig {
     /// A name for the key, used in audit and log lines (never the key itself).
+    #[serde(default)]
     pub id: String,
     /// Lowercase hex SHA-256 of the token, e.g. from
     /// `printf %s "$TOKEN" | sha256sum`.
+    #[serde(default)]
     pub sha256: String,
     /// What the key may do.
+    #[serde(default)]
     pub scopes: Vec<Scope>,
     /// Lock-name prefixes the key may touch; `"*"` (or `""`) for every lock.
+    /// Not needed by a key with only the `metrics` scope.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prefixes: Vec<String>,
     /// Requests per second for this key; the `auth.rate_limit_per_sec`
     /// default when absent, 0 for no limit.
@@ -107,8 +115,14 @@ impl KeyRing {
         burst_secs: u32,
     ) -> Result<Self, KeyConfigError> {
         let mut keys: Vec<Arc<ApiKey>> = Vec::with_capacity(configs.len());
-        for config in configs {
-            let key = parse_key(config, default_rate, burst_secs)?;
+        for (position, config) in configs.iter().enumerate() {
+            let key = parse_key(config, default_rate, burst_secs).map_err(|error| {
+                if config.id.trim().is_empty() {
+                    KeyConfigError(format!("key number {} (no id): {}", position + 1, error.0))
+                } else {
+                    error
+                }
+            })?;
             if keys.iter().any(|k| k.id == key.id) {
                 return Err(KeyConfigError(format!("duplicate id {:?}", key.id)));
             }
@@ -121,6 +135,11 @@ impl KeyRing {
             keys.push(Arc::new(key));
         }
         Ok(Self { keys })
+    }
+
+    /// The ids of every accepted key, for logs and metrics.
+    pub fn ids(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(|key| key.id.as_str())
     }
 
     /// Whether callers must present a key.
@@ -227,6 +246,15 @@ pub enum Caller {
 }
 
 impl Caller {
+    /// Who asks, for `request_id` retries: the key's id, or the one
+    /// anonymous principal without authentication.
+    pub fn principal(&self) -> Principal {
+        match self {
+            Self::Anonymous => Principal::ANONYMOUS,
+            Self::Key(key) => Principal::key(&key.id),
+        }
+    }
+
     /// The key id for logs, `anonymous` without authentication.
     pub fn id(&self) -> &str {
         match self {

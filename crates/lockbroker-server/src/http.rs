@@ -79,6 +79,7 @@ pub fn router(
         )),
         body_read_timeout: Duration::from_millis(settings.body_read_timeout_ms),
         request_timeout: Duration::from_millis(settings.request_timeout_ms),
+        max_body_bytes: settings.max_body_bytes,
     };
     routes()
         .into_iter()

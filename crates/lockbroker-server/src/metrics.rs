@@ -39,7 +39,29 @@ impl Families {
             })
             .map_or(OTHER_FAMILY, String::as_str)
     }
+
+    /// Every family label: the configured ones, then `other`.
+    pub fn labels(&self) -> impl Iterator<Item = &str> {
+        self.patterns
+            .iter()
+            .map(String::as_str)
+            .chain([OTHER_FAMILY])
+    }
 }
+
+/// Every outcome label each counter can carry. All are created at 0 for every
+/// family on startup: a series first seen at 1 shows no increase in Prometheus,
+/// so the first lost lease or error after a start would raise no alert.
+const ACQUIRE_OUTCOMES: &[&str] = &["acquired", "busy", "wait_timeout", "rejected", "error"];
+const EXTEND_OUTCOMES: &[&str] = &[
+    "extended",
+    "lease_lost",
+    "max_hold_exceeded",
+    "lease_released",
+    "error",
+];
+const RELEASE_OUTCOMES: &[&str] = &["released", "lease_lost", "error"];
+const LOST_OPERATIONS: &[&str] = &["extend", "release"];
 
 /// Every metric the broker exports.
 pub struct Metrics {
@@ -55,12 +77,16 @@ pub struct Metrics {
     script_seconds: HistogramVec,
     /// Acquires waiting on this broker now (set at scrape time).
     pub waiters: IntGauge,
+    /// The most acquires that may wait on this broker (set at scrape time).
+    pub max_waiters: IntGauge,
     /// Leases held now, across all brokers: counted up and down as this
     /// broker grants and releases, and reset from Redis periodically.
     pub leases_held: IntGauge,
     /// 1 while Redis answers this broker's health checks.
     pub redis_up: IntGauge,
     fence_floor_raises: IntCounter,
+    /// Requests by the id of the API key that made them.
+    requests_by_key: IntCounterVec,
 }
 
 const WAIT_BUCKETS: &[f64] = &[
@@ -105,7 +131,7 @@ impl Metrics {
             "Grants whose fence was raised by this broker's floor above both Redis's counter and clock (Redis lost data and runs behind).",
         )?;
         registry.register(Box::new(fence_floor_raises.clone()))?;
-        Ok(Self {
+        let metrics = Self {
             acquires: counter(
                 "lockbroker_acquires_total",
                 "Acquire requests by outcome: acquired, busy, wait_timeout, rejected (waiter limits, shutdown), error.",
@@ -151,15 +177,53 @@ impl Metrics {
                 SCRIPT_BUCKETS,
             )?,
             waiters: gauge("lockbroker_waiters", "Acquires waiting on this broker now.")?,
+            max_waiters: gauge(
+                "lockbroker_max_waiters",
+                "The most acquires that may wait on this broker at once (locks.max_waiters).",
+            )?,
             leases_held: gauge(
                 "lockbroker_leases_held",
                 "Leases held now (maintained as leases are granted and released, reconciled with Redis periodically).",
             )?,
             redis_up: gauge("lockbroker_redis_up", "1 while Redis answers this broker, 0 otherwise.")?,
             fence_floor_raises,
+            requests_by_key: counter(
+                "lockbroker_requests_total",
+                "Requests made with each API key, by key id (never the key), refused ones included.",
+                &["key"],
+            )?,
             families,
             registry,
-        })
+        };
+        metrics.create_family_series();
+        Ok(metrics)
+    }
+
+    /// Creates every per-family series at 0 (see [`ACQUIRE_OUTCOMES`]).
+    fn create_family_series(&self) {
+        for family in self.families.labels() {
+            for (counter, outcomes) in [
+                (&self.acquires, ACQUIRE_OUTCOMES),
+                (&self.extends, EXTEND_OUTCOMES),
+                (&self.releases, RELEASE_OUTCOMES),
+                (&self.leases_lost, LOST_OPERATIONS),
+            ] {
+                for outcome in outcomes {
+                    counter.with_label_values(&[family, outcome]);
+                }
+            }
+            self.wait_seconds.with_label_values(&[family]);
+            self.hold_seconds.with_label_values(&[family]);
+        }
+    }
+
+    /// Creates the request series of each `(method, route)` with status 200 at
+    /// 0, so the latency of the first requests after a start is not lost.
+    pub fn register_routes<'a>(&self, routes: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        for (method, route) in routes {
+            self.request_seconds
+                .with_label_values(&[route, method, "200"]);
+        }
     }
 
     /// The family label of a lock.
@@ -206,6 +270,8 @@ impl Metrics {
                 "lease_lost"
             }
             Err(LockError::MaxHoldExceeded { .. }) => "max_hold_exceeded",
+            // The holder's own release came first: a caller's slip, not an overrun.
+            Err(LockError::LeaseReleased) => "lease_released",
             Err(LockError::Invalid(_)) => return,
             Err(_) => "error",
         };
@@ -250,6 +316,19 @@ impl Metrics {
         self.script_seconds
             .with_label_values(&[script])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Creates the per-key request series at 0 for every configured key id,
+    /// so the first request of a key shows as an increase.
+    pub fn register_keys<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        for id in ids {
+            self.requests_by_key.with_label_values(&[id]);
+        }
+    }
+
+    /// Counts one request made with the API key `id`.
+    pub fn request_by_key(&self, id: &str) {
+        self.requests_by_key.with_label_values(&[id]).inc();
     }
 
     /// Counts a fence raised by the broker's floor.
@@ -302,6 +381,8 @@ fn status_label(status: u16) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use lockbroker_core::{Holder, StoreError};
+
     use super::*;
 
     #[test]
@@ -324,5 +405,61 @@ mod tests {
             .render()
             .contains(r#"lockbroker_acquires_total{family="other",outcome="acquired"} 1"#));
         assert!(!b.render().contains("lockbroker_acquires_total{"));
+    }
+
+    /// The counter series in `text`, without their values.
+    fn counter_series(text: &str) -> Vec<String> {
+        text.lines()
+            .filter(|line| line.starts_with("lockbroker_") && line.contains("_total{"))
+            .filter_map(|line| line.rsplit_once(' ').map(|(series, _)| series.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_outcome_of_every_family_exists_at_zero_from_the_start() {
+        let metrics = Metrics::new(Families::new(vec!["billing:*".into()])).expect("metrics");
+        let at_start = counter_series(&metrics.render());
+        assert!(at_start.contains(
+            &r#"lockbroker_leases_lost_total{family="billing:*",operation="extend"}"#.to_owned()
+        ));
+        assert!(metrics
+            .render()
+            .contains(r#"lockbroker_leases_lost_total{family="other",operation="release"} 0"#));
+
+        // Every way each operation can end, for a name of each family, adds
+        // no series: each one existed already.
+        let holder = Holder {
+            owner: None,
+            fence: lockbroker_core::Fence::new(1),
+            expires_in_ms: 1,
+            available_in_ms: 1,
+        };
+        let errors = || {
+            [
+                LockError::Busy(holder.clone()),
+                LockError::LeaseLost,
+                LockError::LeaseReleased,
+                LockError::MaxHoldExceeded {
+                    max_hold_ms: 1,
+                    expires_in_ms: 1,
+                },
+                LockError::TooManyWaiters,
+                LockError::ShuttingDown,
+                LockError::Store(StoreError::Unavailable("down".into())),
+            ]
+        };
+        for name in ["billing:1", "jobs:1"] {
+            let name = LockName::parse(name).expect("name");
+            metrics.acquire_finished(&name, Ok(()), Some(Duration::from_millis(1)));
+            metrics.extend_finished(&name, Ok(()));
+            metrics.release_finished(&name, Ok(Some(Duration::from_millis(1))));
+            for error in errors() {
+                metrics.acquire_finished(&name, Err(&error), None);
+                metrics.acquire_finished(&name, Err(&error), Some(Duration::ZERO));
+                metrics.extend_finished(&name, Err(&error));
+                metrics.release_finished(&name, Err(&error));
+            }
+        }
+        assert_eq!(counter_series(&metrics.render()), at_start);
     }
 }

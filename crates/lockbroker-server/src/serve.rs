@@ -22,6 +22,10 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+mod parse_errors;
+
+use parse_errors::JsonParseErrors;
+
 /// How connections are accepted and read.
 #[derive(Clone)]
 pub struct ServeOptions {
@@ -107,7 +111,10 @@ impl Connection {
     async fn run_plain(self, stream: TcpStream, watcher: Watcher) {
         let service = with_peer(&self.router, self.peer);
         let result = watcher
-            .watch(self.http.serve_connection(TokioIo::new(stream), service))
+            .watch(
+                self.http
+                    .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service),
+            )
             .await;
         self.ended(result);
     }
@@ -128,7 +135,10 @@ impl Connection {
             };
         let service = with_peer(&self.router, self.peer);
         let result = watcher
-            .watch(self.http.serve_connection(TokioIo::new(stream), service))
+            .watch(
+                self.http
+                    .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service),
+            )
             .await;
         self.ended(result);
     }

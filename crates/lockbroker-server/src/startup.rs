@@ -88,6 +88,7 @@ impl Application {
                 }
             })?,
         );
+        metrics.register_keys(keys.ids());
         let store = RedisLockStore::connect_observed(
             settings.redis_settings(),
             Some(Arc::clone(&metrics) as Arc<dyn StoreObserver>),
@@ -166,12 +167,19 @@ impl Application {
             reconcile_every,
         } = self;
         let upkeep = tokio::spawn(keep_gauges(Arc::clone(&service), metrics, reconcile_every));
+        // The metrics listener has the main listener's header timeout and
+        // connection cap, in plain HTTP; it ends when the broker does.
         let metrics_server = metrics_router.map(|(listener, router)| {
-            tokio::spawn(async move {
-                if let Err(error) = axum::serve(listener, router).await {
-                    tracing::error!(%error, "metrics listener failed");
-                }
-            })
+            let options = ServeOptions {
+                tls: None,
+                ..serve.clone()
+            };
+            tokio::spawn(crate::serve::serve(
+                listener,
+                router,
+                options,
+                std::future::pending(),
+            ))
         });
         let (stop_tx, mut stop_rx) = watch::channel(false);
         let https = serve.tls.is_some();

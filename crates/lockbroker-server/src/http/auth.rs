@@ -33,6 +33,9 @@ pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
 /// Identifies the caller, checks the route's scope and the caller's rate
 /// limit, and hands the [`Caller`] to the handler. With no keys configured
 /// every caller is [`Caller::Anonymous`].
+///
+/// The response carries the [`Caller`] too, so the request log line and the
+/// per-key request count name the key (never the key itself: its id).
 pub async fn authenticate(
     State(keys): State<Arc<KeyRing>>,
     mut request: Request,
@@ -42,36 +45,68 @@ pub async fn authenticate(
         Some(path) => required_scope(request.method(), path.as_str()),
         None => Some(Scope::Admin),
     };
-    let caller = match identify(&keys, &request, scope) {
-        Ok(caller) => caller,
-        Err(error) => return error.into_response(),
+    let (caller, mut response) = match identify(&keys, &request, scope) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller.clone());
+            (Some(caller), next.run(request).await)
+        }
+        Err(Refusal { error, caller }) => (caller, error.into_response()),
     };
-    request.extensions_mut().insert(caller);
-    next.run(request).await
+    if let Some(caller @ Caller::Key(_)) = caller {
+        response.extensions_mut().insert(caller);
+    }
+    response
 }
 
-fn identify(keys: &KeyRing, request: &Request, scope: Option<Scope>) -> Result<Caller, ApiError> {
-    let Some(scope) = scope else {
+/// Why a request is refused, and by whom it came when its key is known (a
+/// known key can still lack the scope or exceed its rate limit).
+struct Refusal {
+    error: ApiError,
+    caller: Option<Caller>,
+}
+
+impl From<ApiError> for Refusal {
+    fn from(error: ApiError) -> Self {
+        Self {
+            error,
+            caller: None,
+        }
+    }
+}
+
+fn identify(keys: &KeyRing, request: &Request, scope: Option<Scope>) -> Result<Caller, Refusal> {
+    // A proxy that reads the last of several headers would disagree with a
+    // broker that reads the first: refuse the ambiguity.
+    let presented = request.headers().get_all(header::AUTHORIZATION);
+    if presented.iter().nth(1).is_some() {
+        return Err(ApiError::RepeatedAuthorization.into());
+    }
+    let Some(scope) = scope.filter(|_| keys.enabled()) else {
         return Ok(Caller::Anonymous);
     };
-    if !keys.enabled() {
-        return Ok(Caller::Anonymous);
-    }
-    let token = bearer_token(request).ok_or(ApiError::Unauthorized)?;
-    let key = keys.authenticate(token).ok_or(ApiError::Unauthorized)?;
-    let caller = Caller::Key(key);
-    if !caller.has_scope(scope) {
-        return Err(ApiError::Forbidden(format!(
+    let token = bearer_token(request).ok_or(ApiError::MissingKey)?;
+    let caller = Caller::Key(keys.authenticate(token).ok_or(ApiError::KeyNotAccepted)?);
+    let refused = if caller.has_scope(scope) {
+        caller
+            .take_request()
+            .err()
+            .map(|retry_after| ApiError::RateLimited { retry_after })
+    } else {
+        Some(ApiError::Forbidden(format!(
             "this API key lacks the {scope} scope this route needs"
-        )));
+        )))
+    };
+    match refused {
+        None => Ok(caller),
+        Some(error) => Err(Refusal {
+            error,
+            caller: Some(caller),
+        }),
     }
-    caller
-        .take_request()
-        .map_err(|retry_after| ApiError::RateLimited { retry_after })?;
-    Ok(caller)
 }
 
-/// The token of an `Authorization: Bearer <token>` header.
+/// The token of an `Authorization: Bearer <token>` header; `None` when the
+/// header is absent, empty, or of another scheme.
 fn bearer_token(request: &Request) -> Option<&str> {
     let value = request
         .headers()

@@ -43,8 +43,12 @@ pub enum ApiError {
     Unavailable(StoreError),
     /// The lock store failed a step that concerns no single lock (listing).
     Store(StoreError),
-    /// No valid API key was presented.
-    Unauthorized,
+    /// The route needs an API key and the request presented none.
+    MissingKey,
+    /// The request presented a key the broker does not accept.
+    KeyNotAccepted,
+    /// The request carried more than one `Authorization` header.
+    RepeatedAuthorization,
     /// The API key lacks the scope or the lock-name prefix this request needs.
     Forbidden(String),
     /// The API key sent more requests than its rate limit allows.
@@ -92,11 +96,14 @@ impl ApiError {
     /// The status and the stable error code of each kind of error.
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
-            Self::Invalid(_) | Self::BadBody { .. } | Self::Lock(_, LockError::Invalid(_)) => {
-                (StatusCode::BAD_REQUEST, "invalid_request")
-            }
+            Self::Invalid(_)
+            | Self::BadBody { .. }
+            | Self::RepeatedAuthorization
+            | Self::Lock(_, LockError::Invalid(_)) => (StatusCode::BAD_REQUEST, "invalid_request"),
             Self::Lock(_, LockError::Busy(_)) => (StatusCode::LOCKED, "lock_busy"),
-            Self::Lock(_, LockError::LeaseLost) => (StatusCode::CONFLICT, "lease_lost"),
+            Self::Lock(_, LockError::LeaseLost | LockError::LeaseReleased) => {
+                (StatusCode::CONFLICT, "lease_lost")
+            }
             Self::Lock(_, LockError::MaxHoldExceeded { .. }) => {
                 (StatusCode::CONFLICT, "max_hold_exceeded")
             }
@@ -109,17 +116,15 @@ impl ApiError {
             Self::Lock(_, LockError::Store(StoreError::Protocol(_))) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
             }
-            Self::Lock(_, LockError::Store(StoreError::Unavailable(_)))
-            | Self::Unavailable(_)
-            | Self::Timeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable"),
+            Self::Lock(_, LockError::Store(_)) | Self::Unavailable(_) | Self::Timeout { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
+            }
             Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             Self::Store(StoreError::Protocol(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-            Self::Store(StoreError::Unavailable(_)) => {
-                (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
-            }
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable"),
+            Self::MissingKey | Self::KeyNotAccepted => (StatusCode::UNAUTHORIZED, "unauthorized"),
             Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
@@ -131,10 +136,13 @@ impl ApiError {
         match self {
             Self::Invalid(e) | Self::Lock(_, LockError::Invalid(e)) => e.to_string(),
             Self::BadBody { field, message } => format!("{field}: {message}"),
-            Self::Lock(name, LockError::Busy(_)) => format!("lock {name:?} is held by another lease"),
+            Self::Lock(name, LockError::Busy(holder)) => busy_message(name, holder),
             Self::Lock(name, LockError::LeaseLost) => format!(
                 "the lease on {name:?} expired or was taken by another holder; another holder may \
                  already have run, so treat the work done under this lease as possibly duplicated"
+            ),
+            Self::Lock(name, LockError::LeaseReleased) => format!(
+                "the lease on {name:?} was already released by its holder; acquire the lock again"
             ),
             Self::Lock(name, LockError::MaxHoldExceeded { max_hold_ms, .. }) => format!(
                 "the lease on {name:?} cannot be extended past its maximum hold of {max_hold_ms} ms; \
@@ -146,9 +154,8 @@ impl ApiError {
             Self::Lock(_, LockError::ShuttingDown) | Self::ShuttingDown => {
                 "this broker is shutting down; retry on another instance".to_owned()
             }
-            Self::Lock(_, LockError::Store(StoreError::Protocol(_))) => "internal error".to_owned(),
-            Self::Lock(_, LockError::Store(StoreError::Unavailable(_))) | Self::Unavailable(_) => {
-                "the lock store is unavailable; nothing was changed, retry later".to_owned()
+            Self::Lock(_, LockError::Store(cause)) | Self::Unavailable(cause) | Self::Store(cause) => {
+                store_message(cause).to_owned()
             }
             Self::Timeout { limit } => format!(
                 "the request did not complete within {} ms; retry later",
@@ -157,13 +164,17 @@ impl ApiError {
             Self::PayloadTooLarge => "the request body is larger than this broker accepts".to_owned(),
             Self::NotFound => "no such route".to_owned(),
             Self::MethodNotAllowed => "this route does not take that method".to_owned(),
-            Self::Store(StoreError::Protocol(_)) => "internal error".to_owned(),
-            Self::Store(StoreError::Unavailable(_)) => {
-                "the lock store is unavailable; nothing was changed, retry later".to_owned()
-            }
             // Never echo the presented credential.
-            Self::Unauthorized => {
+            Self::MissingKey => {
                 "this route needs an API key: send `Authorization: Bearer <key>`".to_owned()
+            }
+            Self::KeyNotAccepted => {
+                "the API key presented was not accepted: check that it is one the broker is \
+                 configured with"
+                    .to_owned()
+            }
+            Self::RepeatedAuthorization => {
+                "Authorization: send one Authorization header, not several".to_owned()
             }
             Self::Forbidden(reason) => reason.clone(),
             Self::RateLimited { .. } => {
@@ -195,6 +206,44 @@ impl ApiError {
             }
             _ => {}
         }
+    }
+}
+
+/// What a `lock_busy` answer says is in the way: a live lease, the
+/// lock-delay of one that expired unreleased, or an earlier fair waiter.
+fn busy_message(name: &LockName, holder: &Holder) -> String {
+    if holder.expires_in_ms > 0 {
+        format!("lock {name:?} is held by another lease")
+    } else if holder.available_in_ms > 0 {
+        format!(
+            "lock {name:?} is in its lock-delay after a lease expired unreleased; it frees in {} ms",
+            holder.available_in_ms
+        )
+    } else {
+        format!(
+            "lock {name:?} is free but promised to an earlier fair waiter; wait with \
+             `\"fair\": true` to take a place in line"
+        )
+    }
+}
+
+/// What the caller is told when the lock store failed: what is known of the
+/// outcome, never the cause (that is logged).
+fn store_message(cause: &StoreError) -> &'static str {
+    match cause {
+        StoreError::Unavailable(_) => {
+            "the lock store is unavailable; nothing was changed, retry later"
+        }
+        StoreError::RefusesWrites(_) => {
+            "the lock store refuses writes (Redis is out of memory or read-only); nothing was \
+             changed, retry later"
+        }
+        StoreError::OutcomeUnknown(_) => {
+            "the lock store did not answer in time, so the outcome is unknown: the step may \
+             still take effect, and a lease an acquire took this way is being released by the \
+             broker; retrying with the same token or request_id is safe"
+        }
+        StoreError::Protocol(_) => "internal error",
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
@@ -24,6 +25,8 @@ pub struct Limits {
     pub body_read_timeout: Duration,
     /// How long a request may take in all, waiting included.
     pub request_timeout: Duration,
+    /// The largest body accepted, in bytes.
+    pub max_body_bytes: usize,
 }
 
 /// Refuses a request with `503 overloaded` when the broker already serves as
@@ -34,6 +37,16 @@ pub async fn enforce(State(limits): State<Limits>, mut request: Request, next: N
     let Ok(_permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
         return ApiError::Overloaded.into_response();
     };
+    // A body announced larger than the limit is refused from its header, at
+    // once, rather than after waiting for bytes that will be refused anyway.
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if announced.is_some_and(|length| length > limits.max_body_bytes as u64) {
+        return ApiError::PayloadTooLarge.into_response();
+    }
     request
         .extensions_mut()
         .insert(BodyReadTimeout(limits.body_read_timeout));

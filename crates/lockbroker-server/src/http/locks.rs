@@ -14,6 +14,7 @@ use super::delivery;
 use super::error::ApiError;
 use super::extract::{JsonBody, LockPath};
 use super::AppState;
+use crate::auth::Caller;
 use crate::metrics::Metrics;
 
 /// Body of `POST /v1/locks/{name}/acquire`; every field is optional.
@@ -87,6 +88,7 @@ pub struct StatusResponse {
 pub async fn acquire(
     State(service): State<AppState>,
     Extension(metrics): Extension<Arc<Metrics>>,
+    caller: Caller,
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
@@ -97,6 +99,7 @@ pub async fn acquire(
         wait_ms: body.wait_ms,
         owner: body.owner,
         request_id: body.request_id,
+        principal: caller.principal(),
         lock_delay_ms: body.lock_delay_ms,
         fair: body.fair.unwrap_or(false),
     };

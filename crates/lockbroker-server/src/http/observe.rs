@@ -14,6 +14,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument;
 
+use crate::auth::Caller;
 use crate::metrics::Metrics;
 
 /// The header that carries the request id both ways.
@@ -46,9 +47,19 @@ pub async fn observe(
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
     metrics.request_finished(&route, method.as_str(), status, elapsed);
+    // The id of the API key that made the request, when one was presented and
+    // accepted: operators rotating a key watch for its id to disappear.
+    let key = response
+        .extensions()
+        .get::<Caller>()
+        .map(|caller| caller.id().to_owned());
+    if let Some(key) = &key {
+        metrics.request_by_key(key);
+    }
     span.in_scope(|| {
         tracing::info!(
             status,
+            key,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             "request finished"
         );
