@@ -1,0 +1,23 @@
+// Package lockbroker is the Go client of lockbroker, a lock broker that hands
+// out leases with fence numbers over HTTP.
+//
+// A lease is valid for a TTL and carries a fence, a number larger than every
+// fence issued before for the same lock. Pass the fence to whatever the work
+// writes to, and have it refuse smaller fences than one it has seen: a holder
+// that stalled past its lease then cannot overwrite the work of the next one.
+//
+//	client, err := lockbroker.NewClient("http://127.0.0.1:7700", lockbroker.ClientOptions{})
+//	lease, err := client.Lock(ctx, "nightly-report", lockbroker.LockOptions{TTL: 30 * time.Second})
+//	if err != nil { ... }                 // *LockBusy, *Unavailable, ...
+//	defer lease.Release(context.Background())
+//	err = run(lease.Context(), lease.Fence)  // Context is done if the lease is lost
+//
+// Lock renews the lease in the background every TTL/3 and stops at MaxHold.
+// Acquire, Extend, Release and Status are the single calls of the HTTP API.
+// Errors are typed for errors.As and errors.Is: *LockBusy, ErrLeaseLost
+// (*LeaseLost), *MaxHoldExceeded, *Unavailable, *InvalidRequest, *AuthError,
+// all unwrapping to *Error.
+package lockbroker
+
+// Version is this client's version, sent in the User-Agent header.
+const Version = "0.1.0"

@@ -1,0 +1,239 @@
+package lockbroker
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrLeaseLost matches (with errors.Is) every error that says a lease is gone:
+// the broker's 409 lease_lost, and a lease this client stopped trusting because
+// it ran out without a renewal. Another holder may already have run, so treat
+// the work done under the lease as possibly duplicated.
+var ErrLeaseLost = errors.New("lockbroker: lease lost")
+
+// ErrReleased is returned when a lease that was already released is extended.
+var ErrReleased = errors.New("lockbroker: lease already released")
+
+// BrokerError is a failed call: the broker's error answer ({"error": {"code",
+// "message"}}), or a transport failure (Code "transport", Status 0). Every
+// error type of this package unwraps to one, so
+//
+//	var e *lockbroker.BrokerError
+//	if errors.As(err, &e) { log.Print(e.Code, e.Status) }
+//
+// works for all of them.
+type BrokerError struct {
+	// Status is the HTTP status; 0 when no answer came back.
+	Status int
+	// Code is the broker's stable error code (see openapi.yaml), "transport"
+	// when no answer came back, or "http_<status>" for an answer without one.
+	Code string
+	// Message says what went wrong, for people. It never holds a token.
+	Message string
+	// Field names the rejected request field, for invalid_request.
+	Field string
+	// RetryAfter is the answer's Retry-After header (0 when absent).
+	RetryAfter time.Duration
+
+	cause error
+}
+
+func (e *BrokerError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("lockbroker: %s: %s", e.Code, e.Message)
+	}
+	return fmt.Sprintf("lockbroker: %s (%d): %s", e.Code, e.Status, e.Message)
+}
+
+// Unwrap returns the transport failure behind a "transport" error (a refused
+// connection, a timeout, an untrusted certificate), nil otherwise.
+func (e *BrokerError) Unwrap() error { return e.cause }
+
+// LockBusy is 423 lock_busy: another lease (or its lock-delay) holds the lock,
+// also after waiting.
+type LockBusy struct {
+	BrokerError
+	// Owner is the holder's owner label ("" when it gave none).
+	Owner string
+	// Fence is the holder's fence.
+	Fence int64
+	// ExpiresIn is how long the holder's lease stays valid unless renewed.
+	ExpiresIn time.Duration
+	// AvailableIn is how long until the lock can be granted at the earliest
+	// (expiry plus lock-delay).
+	AvailableIn time.Duration
+}
+
+// Unwrap gives the common BrokerError.
+func (e *LockBusy) Unwrap() error { return &e.BrokerError }
+
+// LeaseLost is 409 lease_lost, or a lease this client gave up on locally. It
+// matches ErrLeaseLost.
+type LeaseLost struct {
+	BrokerError
+	// Reason is "lease_lost" when the broker said so, "expired" when the lease
+	// ran out without a renewal (broker unreachable, or max hold reached).
+	Reason string
+}
+
+// Unwrap gives the common BrokerError.
+func (e *LeaseLost) Unwrap() error { return &e.BrokerError }
+
+// Is makes errors.Is(err, ErrLeaseLost) true.
+func (e *LeaseLost) Is(target error) bool { return target == ErrLeaseLost }
+
+// MaxHoldExceeded is 409 max_hold_exceeded: the broker will not extend the
+// lease past its acquisition time plus the configured maximum hold.
+type MaxHoldExceeded struct {
+	BrokerError
+	// ExpiresIn is how long the lease stays valid as it is.
+	ExpiresIn time.Duration
+}
+
+// Unwrap gives the common BrokerError.
+func (e *MaxHoldExceeded) Unwrap() error { return &e.BrokerError }
+
+// Unavailable means nothing was done and trying again later is safe: the broker
+// could not be reached (Code "transport"), or answered backend_unavailable,
+// shutting_down, overloaded, too_many_waiters, rate_limited, request_timeout,
+// internal or another 5xx. RetryAfter carries the broker's Retry-After.
+type Unavailable struct {
+	BrokerError
+}
+
+// Unwrap gives the common BrokerError (and through it the transport failure).
+func (e *Unavailable) Unwrap() error { return &e.BrokerError }
+
+// InvalidRequest is a request the broker refused as such: invalid_request
+// (Field names the field), payload_too_large, uri_too_long, headers_too_large,
+// not_found, method_not_allowed.
+type InvalidRequest struct {
+	BrokerError
+}
+
+// Unwrap gives the common BrokerError.
+func (e *InvalidRequest) Unwrap() error { return &e.BrokerError }
+
+// AuthError is 401 unauthorized (no API key, or an unknown one) or 403
+// forbidden (the key lacks the scope, or the lock is outside its prefixes).
+type AuthError struct {
+	BrokerError
+}
+
+// Unwrap gives the common BrokerError.
+func (e *AuthError) Unwrap() error { return &e.BrokerError }
+
+// errorBody is the error object of a broker answer.
+type errorBody struct {
+	Code          string  `json:"code"`
+	Message       string  `json:"message"`
+	Field         string  `json:"field"`
+	Owner         *string `json:"owner"`
+	Fence         int64   `json:"fence"`
+	ExpiresInMs   int64   `json:"expires_in_ms"`
+	AvailableInMs int64   `json:"available_in_ms"`
+}
+
+// kinds is the one table from error code to error type.
+var kinds = map[string]string{
+	"lock_busy":           "busy",
+	"lease_lost":          "lost",
+	"max_hold_exceeded":   "max_hold",
+	"backend_unavailable": "unavailable",
+	"shutting_down":       "unavailable",
+	"overloaded":          "unavailable",
+	"too_many_waiters":    "unavailable",
+	"rate_limited":        "unavailable",
+	"request_timeout":     "unavailable",
+	"internal":            "unavailable",
+	"invalid_request":     "invalid",
+	"payload_too_large":   "invalid",
+	"not_found":           "invalid",
+	"method_not_allowed":  "invalid",
+	"uri_too_long":        "invalid",
+	"headers_too_large":   "invalid",
+	"unauthorized":        "auth",
+	"forbidden":           "auth",
+}
+
+// byStatus types answers that carry no known code (a proxy's HTML 502, say).
+var byStatus = map[int]string{
+	400: "invalid", 401: "auth", 403: "auth", 404: "invalid", 405: "invalid",
+	408: "unavailable", 413: "invalid", 414: "invalid", 423: "busy", 429: "unavailable",
+	431: "invalid",
+}
+
+// errorFromAnswer turns a non-2xx answer into the matching error type.
+func errorFromAnswer(status int, body *errorBody, retryAfter string) error {
+	base := BrokerError{Status: status, RetryAfter: parseRetryAfter(retryAfter)}
+	if body != nil {
+		base.Code, base.Message, base.Field = body.Code, body.Message, body.Field
+	} else {
+		body = &errorBody{}
+	}
+	if base.Code == "" {
+		base.Code = "http_" + strconv.Itoa(status)
+	}
+	if base.Message == "" {
+		base.Message = fmt.Sprintf("the broker answered HTTP %d", status)
+	}
+	kind, known := kinds[base.Code]
+	if !known {
+		kind = byStatus[status]
+		if kind == "" && status >= 500 {
+			kind = "unavailable"
+		}
+	}
+	switch kind {
+	case "busy":
+		busy := &LockBusy{BrokerError: base, Fence: body.Fence,
+			ExpiresIn:   millis(body.ExpiresInMs),
+			AvailableIn: millis(body.AvailableInMs)}
+		if body.Owner != nil {
+			busy.Owner = *body.Owner
+		}
+		return busy
+	case "lost":
+		return &LeaseLost{BrokerError: base, Reason: "lease_lost"}
+	case "max_hold":
+		return &MaxHoldExceeded{BrokerError: base, ExpiresIn: millis(body.ExpiresInMs)}
+	case "unavailable":
+		return &Unavailable{BrokerError: base}
+	case "invalid":
+		return &InvalidRequest{BrokerError: base}
+	case "auth":
+		return &AuthError{BrokerError: base}
+	}
+	return &base
+}
+
+// transportError is a call that got no answer.
+func transportError(endpoint string, cause error) error {
+	return &Unavailable{BrokerError: BrokerError{
+		Code:    "transport",
+		Message: fmt.Sprintf("cannot reach the broker at %s: %v", endpoint, cause),
+		cause:   cause,
+	}}
+}
+
+// lostLocally is the error of a lease this client stopped trusting.
+func lostLocally(name string, fence int64, reason string) *LeaseLost {
+	return &LeaseLost{Reason: reason, BrokerError: BrokerError{
+		Code: "lease_lost",
+		Message: fmt.Sprintf("the lease on %q (fence %d) is lost (%s); another holder may "+
+			"already be running, so treat the work as possibly duplicated", name, fence, reason),
+	}}
+}
+
+func parseRetryAfter(value string) time.Duration {
+	seconds, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+	if err != nil || seconds < 0 {
+		return 0 // absent, or an HTTP date: rare from a broker
+	}
+	return time.Duration(seconds * float64(time.Second))
+}
+
+func millis(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -1,0 +1,3 @@
+module lockbroker.dev/lockbroker
+
+go 1.19
