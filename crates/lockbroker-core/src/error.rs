@@ -1,28 +1,7 @@
 //! Errors of the lock domain: what a caller did wrong, and what went wrong underneath.
 
-use std::borrow::Cow;
-
 use crate::lease::Holder;
-
-/// A request field that broke a rule; nothing was changed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ValidationError {
-    /// The field as the API spells it, e.g. `ttl_ms`.
-    pub field: &'static str,
-    /// What the rule is, phrased for the caller.
-    pub message: Cow<'static, str>,
-}
-
-impl ValidationError {
-    /// A rejection of `field` with a human-readable rule.
-    pub fn new(field: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
-        Self {
-            field,
-            message: message.into(),
-        }
-    }
-}
+pub use crate::validation::ValidationError;
 
 /// Why a lock store could not answer. Every variant fails closed: no grant is made
 /// on the strength of an error.

@@ -4,8 +4,8 @@ use std::fmt;
 
 use rand::RngCore;
 
-use crate::error::ValidationError;
 use crate::name::LockName;
+use crate::validation::ValidationError;
 
 /// A lease duration in milliseconds, at least 1 and never "forever".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

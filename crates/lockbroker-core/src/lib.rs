@@ -10,16 +10,24 @@
 //! - [`service`]: [`LockService`], the rules around those steps (limits, waiting,
 //!   max hold) that every transport shares.
 //! - [`wait`]: the in-process registry that wakes waiting acquires when a lock frees.
-//! - [`error`]: [`LockError`] and [`ValidationError`].
+//! - [`validation`]: [`ValidationError`], what every checked constructor returns.
+//! - [`error`]: [`LockError`] and [`StoreError`].
+//! - `memory` and `conformance` (feature `testing`): an in-memory store for
+//!   unit tests of the service, and the suite of tests every store must pass.
 //!
 //! A request travels `handler -> LockService -> LockStore -> script`, one hop each.
 
+#[cfg(feature = "testing")]
+pub mod conformance;
 pub mod error;
 pub mod lease;
 pub mod listing;
+#[cfg(feature = "testing")]
+pub mod memory;
 pub mod name;
 pub mod service;
 pub mod store;
+pub mod validation;
 pub mod wait;
 
 pub use error::{LockError, StoreError, ValidationError};

@@ -1,9 +1,9 @@
 //! Listing locks for operators: a name prefix, a page size and a cursor, each
 //! checked once here, and the page a store hands back.
 
-use crate::error::ValidationError;
 use crate::lease::LockStatus;
 use crate::name::{LockName, LockPrefix};
+use crate::validation::ValidationError;
 
 /// The largest page an operator may ask for.
 pub const MAX_LIST_LIMIT: usize = 1_000;

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::ValidationError;
+use crate::validation::ValidationError;
 
 /// The longest lock name accepted, in characters (all of them ASCII).
 pub const MAX_NAME_LEN: usize = 200;

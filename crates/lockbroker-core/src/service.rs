@@ -371,11 +371,46 @@ impl<S: LockStore> LockService<S> {
                 Ok(Err((holder, queue_position)))
             }
             Err(error) => {
-                // The store itself cleans up after an answer it lost.
                 grant.armed = false;
+                if let StoreError::OutcomeUnknown(_) = error {
+                    self.release_orphan(attempt.name, &attempt.token, plan.ttl);
+                }
                 Err(error.into())
             }
         }
+    }
+
+    /// After an acquire whose answer was lost, the store may have granted a
+    /// lease nobody will hear of, or may still grant it later (a re-sent
+    /// command). Releases that token until the release finds the lease, for
+    /// as long as the acquire could still arrive (the store's orphan window,
+    /// bounded by the lease's own TTL).
+    fn release_orphan(self: &Arc<Self>, name: &LockName, token: &LeaseToken, ttl: Ttl) {
+        let service = Arc::clone(self);
+        let (name, token) = (name.clone(), token.clone());
+        let window = self
+            .store
+            .orphan_window()
+            .min(Duration::from_millis(ttl.as_millis()));
+        spawn_detached(async move {
+            let give_up = Instant::now() + window;
+            let mut backoff = Duration::from_millis(50);
+            loop {
+                if let Ok(ReleaseOutcome::Released(_)) = service.store.release(&name, &token).await
+                {
+                    service.waiters.wake(&Wake::Released {
+                        name: name.clone(),
+                        next_fair: None,
+                    });
+                    return;
+                }
+                if Instant::now() + backoff > give_up {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        });
     }
 
     /// Sets the remaining TTL of the caller's lease to `ttl_ms` (replace, not add).

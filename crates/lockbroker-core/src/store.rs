@@ -2,6 +2,7 @@
 //! read-modify-write on the backend, safe to re-send with the same token.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -180,4 +181,10 @@ pub trait LockStore: Send + Sync + 'static {
     /// store, taken once by the service that owns the store. `None` for a
     /// store that cannot announce releases (waiters then wake on expiry only).
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>>;
+
+    /// How long after an acquire answered [`StoreError::OutcomeUnknown`] the
+    /// backend may still run it (a client library re-sends commands after a
+    /// reconnect). The service keeps releasing such an orphaned token for this
+    /// long, or until the lease's TTL, whichever is shorter.
+    fn orphan_window(&self) -> Duration;
 }

@@ -266,30 +266,6 @@ impl RedisLockStore {
         self.inner.fence_floor.fetch_max(fence, Ordering::Relaxed);
     }
 
-    /// After an acquire whose answer never came back, the script may still have
-    /// run and granted a lease nobody will ever hear of, or may still run
-    /// later: the client library re-sends commands after a reconnect. Send the
-    /// release for that token on the same connection (so it queues behind the
-    /// acquire), and until it finds the lease, keep sending it for as long as
-    /// the acquire could still arrive (bounded by the lease's own TTL).
-    fn release_orphan(&self, client: Client, name: LockName, token: LeaseToken, ttl: Ttl) {
-        let store = self.clone();
-        let redelivery = self.inner.settings.command_timeout * 10 + Duration::from_secs(5);
-        tokio::spawn(async move {
-            let give_up = Instant::now() + Duration::from_millis(ttl.as_millis()).min(redelivery);
-            let mut backoff = Duration::from_millis(50);
-            while Instant::now() < give_up {
-                if let Ok(ReleaseOutcome::Released(_)) =
-                    store.run_release(&client, &name, &token).await
-                {
-                    return;
-                }
-                sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-            }
-        });
-    }
-
     /// The keys of scripts that may free a lock: its lease and its fair queue.
     fn queue_keys(&self, name: &LockName) -> Vec<String> {
         let keys = &self.inner.keys;
@@ -390,17 +366,7 @@ impl LockStore for RedisLockStore {
             .await
         {
             Ok(reply) => reply,
-            Err(error) => {
-                if outcome_unknown(&error) {
-                    self.release_orphan(
-                        client.clone(),
-                        params.name.clone(),
-                        params.token.clone(),
-                        params.ttl,
-                    );
-                }
-                return Err(store_error(error));
-            }
+            Err(error) => return Err(store_error(error)),
         };
         let mut reply = Reply::new(reply)?;
         if reply.int()? == 1 {
@@ -622,6 +588,13 @@ impl LockStore for RedisLockStore {
             .await
             .map_err(store_error)?;
         Ok(())
+    }
+
+    /// fred re-sends a command after a reconnect for up to its attempts, each
+    /// bounded by the command timeout: ten of those, plus room for a
+    /// reconnect's backoff, bounds when a lost acquire can still run.
+    fn orphan_window(&self) -> Duration {
+        self.inner.settings.command_timeout * 10 + Duration::from_secs(5)
     }
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {

@@ -1,0 +1,514 @@
+//! [`MemoryStore`]: a [`LockStore`] in process memory, for unit tests of the
+//! service logic only (the `testing` feature). It is never a production mode.
+//!
+//! It follows the Redis scripts step for step (the same grant, retry, fence,
+//! lock-delay, memo and fair-queue rules), so it passes the same conformance
+//! suite, and it keeps time with Tokio's clock, so tests may pause time. Several
+//! handles on one store act as several brokers sharing a backend: each has its
+//! own id, fence floor and stream of release announcements.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::time::Instant;
+
+use crate::error::StoreError;
+use crate::lease::{random_hex, Fence, Holder, Lease, LockStatus, Renewal};
+use crate::listing::{ListCursor, ListRequest, LockEntry, LockPage};
+use crate::name::LockName;
+use crate::store::{
+    AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, Release,
+    ReleaseOutcome,
+};
+use crate::wait::Wake;
+use crate::{LeaseToken, Ttl};
+
+/// How long a released lease is remembered, as the Redis store's default.
+const RELEASE_MEMO_MS: u64 = 30_000;
+
+/// One lock's lease record, as the Redis lease hash holds it.
+#[derive(Clone)]
+struct Record {
+    token: String,
+    fence: u64,
+    owner: String,
+    rid: String,
+    by: String,
+    acquired_ms: u64,
+    expires_ms: u64,
+    delay_ms: u64,
+    released: bool,
+    /// When the record itself is forgotten (the key's TTL in Redis).
+    kept_until_ms: u64,
+}
+
+/// A lock's fair queue: waiter id and entry expiry (ms) by arrival (µs, then
+/// a sequence number that breaks ties).
+type FairQueue = BTreeMap<(u64, u64), (String, u64)>;
+
+#[derive(Default)]
+struct Backend {
+    leases: BTreeMap<LockName, Record>,
+    /// The last fence issued per lock.
+    fences: HashMap<LockName, u64>,
+    /// The fair queue of each lock that has one.
+    queues: HashMap<LockName, FairQueue>,
+    arrivals: u64,
+    /// Every handle's announcements, by handle id.
+    subscribers: Vec<(String, UnboundedSender<(String, Wake)>)>,
+    unavailable: bool,
+}
+
+struct Shared {
+    backend: Mutex<Backend>,
+    /// Unix ms at `started`, so the clock follows Tokio's (pausable) time.
+    epoch_ms: u64,
+    started: Instant,
+}
+
+/// A lock store in memory; see the module documentation.
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+    broker_id: String,
+    fence_floor: AtomicU64,
+    wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// A new, empty store with one handle.
+    pub fn new() -> Self {
+        let epoch_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(0));
+        let shared = Arc::new(Shared {
+            backend: Mutex::new(Backend::default()),
+            epoch_ms,
+            started: Instant::now(),
+        });
+        Self::attach(shared)
+    }
+
+    /// Another handle on the same store: a second broker sharing the backend.
+    pub fn peer(&self) -> Self {
+        Self::attach(Arc::clone(&self.shared))
+    }
+
+    fn attach(shared: Arc<Shared>) -> Self {
+        let broker_id = random_hex::<8>();
+        let (raw_tx, mut raw_rx) = unbounded_channel::<(String, Wake)>();
+        let (tx, rx) = unbounded_channel();
+        lock(&shared.backend)
+            .subscribers
+            .push((broker_id.clone(), raw_tx));
+        // This handle's own releases already woke its local waiters: from its
+        // own announcements only the fair waiter named is woken, as in Redis.
+        let own = broker_id.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                while let Some((origin, wake)) = raw_rx.recv().await {
+                    let wake = match wake {
+                        Wake::Released { next_fair, .. } if origin == own => {
+                            next_fair.map(|waiter_id| Wake::Turn { waiter_id })
+                        }
+                        other => Some(other),
+                    };
+                    if let Some(wake) = wake {
+                        if tx.send(wake).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        Self {
+            shared,
+            broker_id,
+            fence_floor: AtomicU64::new(0),
+            wakes: Mutex::new(Some(rx)),
+        }
+    }
+
+    /// Forgets every lock, fence and queue, as a backend restarted without
+    /// persistence does. Fences still grow afterwards: from the clock and from
+    /// each handle's floor.
+    pub fn lose_data(&self) {
+        let mut backend = lock(&self.shared.backend);
+        backend.leases.clear();
+        backend.fences.clear();
+        backend.queues.clear();
+    }
+
+    /// Makes every step fail as unreachable (`true`) or work again (`false`).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        lock(&self.shared.backend).unavailable = unavailable;
+    }
+
+    /// The store's clock in Unix microseconds.
+    fn now_us(&self) -> u64 {
+        let elapsed = u64::try_from(self.shared.started.elapsed().as_micros()).unwrap_or(0);
+        self.shared.epoch_ms * 1_000 + elapsed
+    }
+
+    /// The backend, with forgotten records pruned, or unavailable.
+    fn backend(&self, now_ms: u64) -> Result<MutexGuard<'_, Backend>, StoreError> {
+        let mut backend = lock(&self.shared.backend);
+        if backend.unavailable {
+            return Err(StoreError::Unavailable(
+                "the memory store is set unavailable".into(),
+            ));
+        }
+        backend.leases.retain(|_, r| r.kept_until_ms > now_ms);
+        Ok(backend)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn owner_of(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+impl Backend {
+    /// The first live fair waiter of `name`, pruning expired entries.
+    fn queue_head(&mut self, name: &LockName, now_ms: u64) -> Option<String> {
+        let queue = self.queues.get_mut(name)?;
+        queue.retain(|_, (_, expires)| *expires > now_ms);
+        let head = queue.values().next().map(|(id, _)| id.clone());
+        if queue.is_empty() {
+            self.queues.remove(name);
+        }
+        head
+    }
+
+    /// Joins (keeping the first arrival) or refreshes; the waiters ahead.
+    fn queue_join(&mut self, name: &LockName, id: &str, now_us: u64, entry_ttl_ms: u64) -> u64 {
+        let expires = now_us / 1_000 + entry_ttl_ms;
+        self.arrivals += 1;
+        let arrival = (now_us, self.arrivals);
+        let queue = self.queues.entry(name.clone()).or_default();
+        let at = match queue.iter().find(|(_, (w, _))| w == id).map(|(k, _)| *k) {
+            Some(at) => at,
+            None => arrival,
+        };
+        queue.insert(at, (id.to_owned(), expires));
+        queue.range(..at).count() as u64
+    }
+
+    fn queue_leave(&mut self, name: &LockName, id: &str) {
+        if let Some(queue) = self.queues.get_mut(name) {
+            queue.retain(|_, (w, _)| w != id);
+            if queue.is_empty() {
+                self.queues.remove(name);
+            }
+        }
+    }
+
+    fn announce(&self, origin: &str, wake: &Wake) {
+        for (_, subscriber) in &self.subscribers {
+            let _ = subscriber.send((origin.to_owned(), wake.clone()));
+        }
+    }
+}
+
+impl LockStore for MemoryStore {
+    async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
+        let now_us = self.now_us();
+        let now_ms = now_us / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        let name = params.name;
+        let wait_in_line = |backend: &mut Backend| {
+            params
+                .fair
+                .map(|fair| backend.queue_join(name, fair.waiter_id, now_us, fair.entry_ttl_ms))
+        };
+        let current = backend.leases.get(name).filter(|r| !r.released).cloned();
+        if let Some(cur) = &current {
+            let available_in_ms = cur.kept_until_ms - now_ms;
+            if cur.expires_ms > now_ms {
+                let same_retry = params.request_id.is_some_and(|rid| {
+                    cur.rid == rid.as_str()
+                        && cur.owner == params.owner.map_or("", |o| o.as_str())
+                        && cur.by == params.principal.as_str()
+                });
+                if cur.token == params.token.expose() || same_retry {
+                    return Ok(AcquireOutcome::Granted(Lease {
+                        name: name.clone(),
+                        token: LeaseToken::parse(&cur.token)
+                            .map_err(|_| StoreError::Protocol("stored token".into()))?,
+                        fence: Fence::new(cur.fence),
+                        ttl_ms: cur.expires_ms - now_ms,
+                        expires_at_ms: cur.expires_ms,
+                        owner: owner_of(&cur.owner),
+                    }));
+                }
+            }
+            let expires_in_ms = cur.expires_ms.saturating_sub(now_ms);
+            return Ok(AcquireOutcome::Busy {
+                holder: Holder {
+                    owner: owner_of(&cur.owner),
+                    fence: Fence::new(cur.fence),
+                    expires_in_ms,
+                    available_in_ms,
+                },
+                queue_position: wait_in_line(&mut backend),
+            });
+        }
+        let recorded = backend.leases.get(name).map_or(0, |r| r.fence);
+        let last = backend.fences.get(name).copied().unwrap_or(0).max(recorded);
+        let waiter_id = params.fair.map(|f| f.waiter_id);
+        if let Some(head) = backend.queue_head(name, now_ms) {
+            if Some(head.as_str()) != waiter_id {
+                return Ok(AcquireOutcome::Busy {
+                    holder: Holder {
+                        owner: None,
+                        fence: Fence::new(last),
+                        expires_in_ms: 0,
+                        available_in_ms: 0,
+                    },
+                    queue_position: wait_in_line(&mut backend),
+                });
+            }
+            backend.queue_leave(name, &head);
+        }
+        let floor = self.fence_floor.load(Ordering::Relaxed);
+        let fence = (last + 1).max(now_us).max(floor + 1);
+        let ttl_ms = params.ttl.as_millis();
+        let expires_ms = now_ms + ttl_ms;
+        backend.fences.insert(name.clone(), fence);
+        backend.leases.insert(
+            name.clone(),
+            Record {
+                token: params.token.expose().to_owned(),
+                fence,
+                owner: params.owner.map_or("", |o| o.as_str()).to_owned(),
+                rid: params.request_id.map_or("", |r| r.as_str()).to_owned(),
+                by: params.principal.as_str().to_owned(),
+                acquired_ms: now_ms,
+                expires_ms,
+                delay_ms: params.lock_delay.as_millis(),
+                released: false,
+                kept_until_ms: expires_ms + params.lock_delay.as_millis(),
+            },
+        );
+        self.fence_floor.fetch_max(fence, Ordering::Relaxed);
+        if waiter_id.is_some() {
+            if let Some(next) = backend.queue_head(name, now_ms) {
+                backend.announce(&self.broker_id, &Wake::Turn { waiter_id: next });
+            }
+        }
+        Ok(AcquireOutcome::Granted(Lease {
+            name: name.clone(),
+            token: params.token.clone(),
+            fence: Fence::new(fence),
+            ttl_ms,
+            expires_at_ms: expires_ms,
+            owner: params.owner.map(|o| o.as_str().to_owned()),
+        }))
+    }
+
+    async fn extend(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        ttl: Ttl,
+        max_hold_ms: u64,
+    ) -> Result<ExtendOutcome, StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        let Some(cur) = backend
+            .leases
+            .get_mut(name)
+            .filter(|r| r.token == token.expose())
+        else {
+            return Ok(ExtendOutcome::Lost);
+        };
+        if cur.released {
+            return Ok(ExtendOutcome::Released);
+        }
+        if cur.expires_ms <= now_ms {
+            return Ok(ExtendOutcome::Lost);
+        }
+        let new_expiry = now_ms + ttl.as_millis();
+        if max_hold_ms > 0 && new_expiry > cur.acquired_ms + max_hold_ms {
+            return Ok(ExtendOutcome::MaxHoldExceeded {
+                expires_in_ms: cur.expires_ms - now_ms,
+            });
+        }
+        cur.expires_ms = new_expiry;
+        cur.kept_until_ms = new_expiry + cur.delay_ms;
+        Ok(ExtendOutcome::Extended(Renewal {
+            fence: Fence::new(cur.fence),
+            ttl_ms: ttl.as_millis(),
+            expires_at_ms: new_expiry,
+            owner: owner_of(&cur.owner),
+        }))
+    }
+
+    async fn release(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        let Some(cur) = backend
+            .leases
+            .get_mut(name)
+            .filter(|r| r.token == token.expose())
+        else {
+            return Ok(ReleaseOutcome::Lost);
+        };
+        let fence = Fence::new(cur.fence);
+        if cur.released {
+            return Ok(ReleaseOutcome::Released(Release {
+                fence,
+                held_ms: None,
+            }));
+        }
+        if cur.expires_ms <= now_ms {
+            return Ok(ReleaseOutcome::Lost);
+        }
+        let held_ms = now_ms - cur.acquired_ms;
+        cur.released = true;
+        cur.expires_ms = now_ms;
+        cur.kept_until_ms = now_ms + RELEASE_MEMO_MS;
+        let next_fair = backend.queue_head(name, now_ms);
+        backend.announce(
+            &self.broker_id,
+            &Wake::Released {
+                name: name.clone(),
+                next_fair,
+            },
+        );
+        Ok(ReleaseOutcome::Released(Release {
+            fence,
+            held_ms: Some(held_ms),
+        }))
+    }
+
+    async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let backend = self.backend(now_ms)?;
+        let cur = backend.leases.get(name);
+        let recorded = cur.map(|r| r.fence);
+        let fence = backend
+            .fences
+            .get(name)
+            .copied()
+            .max(recorded)
+            .map(Fence::new);
+        Ok(match cur.filter(|r| !r.released) {
+            Some(r) if r.expires_ms > now_ms => LockStatus {
+                held: true,
+                owner: owner_of(&r.owner),
+                fence,
+                expires_in_ms: r.expires_ms - now_ms,
+                available_in_ms: r.kept_until_ms - now_ms,
+            },
+            Some(r) => LockStatus {
+                held: false,
+                owner: None,
+                fence,
+                expires_in_ms: 0,
+                available_in_ms: r.kept_until_ms - now_ms,
+            },
+            None => LockStatus {
+                held: false,
+                owner: None,
+                fence,
+                expires_in_ms: 0,
+                available_in_ms: 0,
+            },
+        })
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.backend(0).map(drop)
+    }
+
+    async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
+        let names: Vec<LockName> = {
+            let now_ms = self.now_us() / 1_000;
+            let backend = self.backend(now_ms)?;
+            backend
+                .leases
+                .keys()
+                .filter(|name| request.prefix.matches(name))
+                .cloned()
+                .collect()
+        };
+        // The cursor is a position in name order.
+        let start = usize::try_from(request.cursor.get()).unwrap_or(usize::MAX);
+        let end = start.saturating_add(request.limit.get()).min(names.len());
+        let mut locks = Vec::new();
+        for name in names.get(start..end).unwrap_or(&[]) {
+            let status = self.status(name).await?;
+            if status.held || status.available_in_ms > 0 {
+                locks.push(LockEntry {
+                    name: name.clone(),
+                    status,
+                });
+            }
+        }
+        Ok(LockPage {
+            locks,
+            next_cursor: (end < names.len()).then(|| ListCursor::new(end as u64)),
+        })
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        let Some(cur) = backend.leases.get(name).filter(|r| !r.released).cloned() else {
+            return Ok(ForceReleaseOutcome::NotHeld);
+        };
+        backend.leases.remove(name);
+        let next_fair = backend.queue_head(name, now_ms);
+        backend.announce(
+            &self.broker_id,
+            &Wake::Released {
+                name: name.clone(),
+                next_fair,
+            },
+        );
+        Ok(ForceReleaseOutcome::Released {
+            fence: Fence::new(cur.fence),
+            owner: owner_of(&cur.owner),
+        })
+    }
+
+    async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        backend.queue_leave(name, waiter_id);
+        let free = backend
+            .leases
+            .get(name)
+            .is_none_or(|r| r.released || r.expires_ms <= now_ms);
+        if free {
+            if let Some(next) = backend.queue_head(name, now_ms) {
+                backend.announce(&self.broker_id, &Wake::Turn { waiter_id: next });
+            }
+        }
+        Ok(())
+    }
+
+    fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
+        lock(&self.wakes).take()
+    }
+
+    fn orphan_window(&self) -> Duration {
+        Duration::ZERO
+    }
+}

@@ -1,0 +1,63 @@
+//! The Redis store passes the store conformance suite, against a real
+//! `redis-server` of its own.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use lockbroker_core::conformance::Backend;
+use lockbroker_core::LockStore;
+use lockbroker_redis::{RedisLockStore, RedisSettings};
+use lockbroker_tests::RedisServer;
+
+/// Brokers on one `redis-server`, each a store with its own connections.
+struct Redis {
+    server: RedisServer,
+    prefix: String,
+    brokers: AtomicU32,
+}
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+impl Redis {
+    fn start() -> Self {
+        Self {
+            server: RedisServer::start(),
+            prefix: format!("conf{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+            brokers: AtomicU32::new(0),
+        }
+    }
+}
+
+impl Backend for Redis {
+    type Store = RedisLockStore;
+
+    async fn broker(&self) -> RedisLockStore {
+        let settings = RedisSettings {
+            url: self.server.url(),
+            key_prefix: self.prefix.clone(),
+            command_timeout: Duration::from_millis(500),
+            connect_timeout: Duration::from_millis(500),
+            ..RedisSettings::default()
+        };
+        let store = RedisLockStore::connect(settings).expect("store");
+        let brokers = i64::from(self.brokers.fetch_add(1, Ordering::Relaxed) + 1);
+        // Ready, and subscribed to the wake channel, before the case begins.
+        let channel = format!("{}:wake", self.prefix);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let subscribed = self.server.conn().cmd(&["PUBSUB", "NUMSUB", &channel]);
+            let count = subscribed.as_array().get(1).and_then(|c| c.as_int());
+            if store.ping().await.is_ok() && count >= Some(brokers) {
+                return store;
+            }
+            assert!(Instant::now() < deadline, "the store never became ready");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn lose_data(&self) {
+        self.server.conn().cmd(&["FLUSHALL"]);
+    }
+}
+
+lockbroker_core::store_conformance!(Redis::start());
