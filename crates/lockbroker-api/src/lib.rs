@@ -1,0 +1,32 @@
+//! The JSON of the lockbroker HTTP API, shared by the broker and every Rust
+//! client (lockctl, the reliability lab, the benchmarks, the tests).
+//!
+//! `openapi.yaml` is the contract; these types are its Rust spelling, and a
+//! test holds the two in step. The crate knows serde and nothing of HTTP
+//! servers, so a client pulls in no server code.
+//!
+//! # Layout
+//!
+//! - [`request`]: the bodies of acquire, extend and release, and the query of
+//!   the operators' listing.
+//! - [`response`]: leases, renewals, releases, lock states, listing pages,
+//!   force releases and probe answers.
+//! - [`error`]: the `{"error": {...}}` body and [`ErrorCode`], every code with
+//!   its HTTP status.
+//!
+//! Request types reject unknown fields, as the broker does. Response types
+//! accept them, so a client keeps working against a broker that says more.
+
+pub mod error;
+pub mod request;
+pub mod response;
+
+pub use error::{ErrorCode, ErrorDetail, ErrorResponse};
+pub use request::{AcquireBody, ExtendBody, ListQuery, ReleaseBody};
+pub use response::{
+    ForceReleaseResponse, HealthResponse, HealthStatus, LeaseResponse, ListResponse,
+    ReleaseResponse, RenewalResponse, StatusResponse,
+};
+
+#[cfg(test)]
+mod tests;

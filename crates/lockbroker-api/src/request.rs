@@ -1,0 +1,115 @@
+//! What callers send: the bodies of the lock routes and the listing's query.
+//!
+//! Every field is optional on the wire. The broker answers a missing required
+//! field (`token`) with `invalid_request` naming it, which serde's own
+//! "missing field" error would not do, so the check lives in the broker and
+//! the types here stay `Option`. Absent and `null` mean the same. Clients
+//! leave absent fields out of what they send.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Body of `POST /v1/locks/{name}/acquire` (`AcquireRequest` in the spec).
+/// An empty body reads as `{}`: every field takes its configured default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    /// How long the lease is valid, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait for a busy lock, in milliseconds; 0 answers at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// A label of who holds the lease, shown to other callers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// An idempotency key: a retry with the same one gets the same lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// How long the lock stays unavailable if this lease expires unreleased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// With `wait_ms` > 0, wait in the lock's queue shared by every broker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair: Option<bool>,
+}
+
+/// Body of `POST /v1/locks/{name}/extend` (`ExtendRequest` in the spec).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendBody {
+    /// The lease's token; required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The new remaining validity from now, in milliseconds (replace, not add).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl ExtendBody {
+    /// Extends the lease of `token` to `ttl_ms` from now, or to the default TTL.
+    pub fn new(token: impl Into<String>, ttl_ms: Option<u64>) -> Self {
+        Self {
+            token: Some(token.into()),
+            ttl_ms,
+        }
+    }
+}
+
+/// Body of `POST /v1/locks/{name}/release` (`ReleaseRequest` in the spec).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// The lease's token; required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl ReleaseBody {
+    /// Releases the lease of `token`.
+    pub fn new(token: impl Into<String>) -> Self {
+        Self {
+            token: Some(token.into()),
+        }
+    }
+}
+
+/// Query of `GET /v1/locks`: one page of the held locks under `prefix`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// Only names starting with this; absent or empty for all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// How many keys the page visits, 1 to 1000 (100 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// The `next_cursor` of the previous page; absent or `0` to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+}
+
+// Tokens are secrets: the Debug output of a body that carries one says only
+// whether it is there.
+impl fmt::Debug for ExtendBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExtendBody")
+            .field("token", &redacted(self.token.as_deref()))
+            .field("ttl_ms", &self.ttl_ms)
+            .finish()
+    }
+}
+
+impl fmt::Debug for ReleaseBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReleaseBody")
+            .field("token", &redacted(self.token.as_deref()))
+            .finish()
+    }
+}
+
+/// What Debug shows of a token.
+pub(crate) fn redacted(token: Option<&str>) -> Option<&'static str> {
+    token.map(|_| "<redacted>")
+}

@@ -1,0 +1,123 @@
+//! What the broker answers with `200`.
+//!
+//! Every field is always present; the ones that may be unknown are `null`
+//! (`owner` when the holder gave no label, a lock's `fence` when none is
+//! remembered), never absent.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A granted lease (`Lease` in the spec): the only answer that carries a token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseResponse {
+    /// The lock's name.
+    pub name: String,
+    /// The secret that extends or releases this lease. Keep it private.
+    pub token: String,
+    /// Strictly greater than every fence issued before for this lock.
+    pub fence: u64,
+    /// How long the lease is valid from now, in milliseconds.
+    pub ttl_ms: u64,
+    /// When the lease expires, in Unix milliseconds of the Redis clock.
+    pub expires_at_ms: u64,
+    /// The holder's label.
+    pub owner: Option<String>,
+}
+
+/// An extended lease (`Renewal` in the spec): the same fence, a new expiry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewalResponse {
+    /// The lock's name.
+    pub name: String,
+    /// The lease's fence, unchanged by the extend.
+    pub fence: u64,
+    /// The new remaining validity, in milliseconds.
+    pub ttl_ms: u64,
+    /// The new expiry, in Unix milliseconds of the Redis clock.
+    pub expires_at_ms: u64,
+    /// The holder's label.
+    pub owner: Option<String>,
+}
+
+/// A released lease (`Released` in the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseResponse {
+    /// The lock's name.
+    pub name: String,
+    /// Always `true`: a release that fails is an error instead.
+    pub released: bool,
+    /// The released lease's fence.
+    pub fence: u64,
+}
+
+/// A lock's state at one instant (`LockStatus` in the spec). Never a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusResponse {
+    /// The lock's name.
+    pub name: String,
+    /// Whether a valid lease holds the lock now.
+    pub held: bool,
+    /// The holder's label, while held.
+    pub owner: Option<String>,
+    /// The last fence issued for the lock, held or not; `null` when none is
+    /// remembered.
+    pub fence: Option<u64>,
+    /// How long the current lease stays valid; 0 when not held.
+    pub expires_in_ms: u64,
+    /// How long until the lock can be acquired at the earliest (lease plus
+    /// lock-delay); 0 when it is free now.
+    pub available_in_ms: u64,
+}
+
+/// One page of the operators' listing (`LockList` in the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListResponse {
+    /// Held locks (or locks in their lock-delay) on this page.
+    pub locks: Vec<StatusResponse>,
+    /// Pass as `cursor` for the next page; `null` once the listing is complete.
+    pub next_cursor: Option<String>,
+}
+
+/// The answer to a force release (`ForceReleased` in the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForceReleaseResponse {
+    /// The lock's name.
+    pub name: String,
+    /// Whether a lease (or lock-delay) was in place and is gone now.
+    pub released: bool,
+    /// The fence of the lease that was ended.
+    pub fence: Option<u64>,
+    /// The label of the holder whose lease was ended.
+    pub owner: Option<String>,
+}
+
+/// The answer of `/healthz` and `/readyz` (`Health` in the spec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthResponse {
+    /// `ok` from liveness, `ready` from readiness.
+    pub status: HealthStatus,
+}
+
+/// What a probe reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    /// The process is alive and serving HTTP.
+    Ok,
+    /// Redis answers and the broker takes lock requests.
+    Ready,
+}
+
+impl fmt::Debug for LeaseResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseResponse")
+            .field("name", &self.name)
+            .field("token", &crate::request::redacted(Some(&self.token)))
+            .field("fence", &self.fence)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
