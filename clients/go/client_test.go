@@ -220,7 +220,7 @@ func (p *dropFirstAcquire) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func TestAnAcquireRetriedAfterALostAnswerGetsTheSameLease(t *testing.T) {
-	target, _ := url.Parse(shared.url)
+	target, _ := url.Parse(shared.URL)
 	proxy := &dropFirstAcquire{target: target}
 	server := httptest.NewServer(proxy)
 	defer server.Close()
@@ -262,8 +262,8 @@ func TestAnUnreachableBrokerIsUnavailable(t *testing.T) {
 func TestRedisDownIsUnavailableWithRetryAfter(t *testing.T) {
 	redis := ownRedis(t)
 	b := ownBroker(t, redis, nil)
-	client := clientOf(t, b.url, lockbroker.ClientOptions{Timeout: 5 * time.Second})
-	redis.stop()
+	client := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second})
+	redis.Stop()
 	_, err := client.Acquire(bg, lockName(t), lockbroker.AcquireOptions{TTL: 5 * time.Second})
 	var down *lockbroker.Unavailable
 	if !errors.As(err, &down) || down.Status != 503 || down.Code != "backend_unavailable" || down.RetryAfter != time.Second {

@@ -16,7 +16,7 @@
 // Acquire, Extend, Release and Status are the single calls of the HTTP API.
 // Errors are typed for errors.As and errors.Is: *LockBusy, ErrLeaseLost
 // (*LeaseLost), *MaxHoldExceeded, *Unavailable, *InvalidRequest, *AuthError,
-// all unwrapping to *Error.
+// all unwrapping to *BrokerError.
 package lockbroker
 
 // Version is this client's version, sent in the User-Agent header.

@@ -112,7 +112,7 @@ func TestForceReleaseCancelsTheContextWithinOneRenewalPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forceRelease(t, shared.url, name)
+	forceRelease(t, shared, name)
 	forced := time.Now()
 	select {
 	case <-lease.Context().Done():
@@ -136,13 +136,13 @@ func TestForceReleaseCancelsTheContextWithinOneRenewalPeriod(t *testing.T) {
 
 func TestAnUnreachableBrokerEndsTheLeaseBeforeTheBrokersExpiry(t *testing.T) {
 	b := ownBroker(t, nil, nil)
-	client, name := clientOf(t, b.url, lockbroker.ClientOptions{Timeout: 300 * time.Millisecond}), lockName(t)
+	client, name := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 300 * time.Millisecond}), lockName(t)
 	ttl := 1500 * time.Millisecond
 	lease, err := client.Lock(bg, name, lockbroker.LockOptions{TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.pause()
+	b.Pause()
 	paused := time.Now()
 	select {
 	case <-lease.Context().Done():
@@ -162,7 +162,7 @@ func TestAnUnreachableBrokerEndsTheLeaseBeforeTheBrokersExpiry(t *testing.T) {
 		t.Fatalf("Extend of an expired lease: %v after %s", err, time.Since(started))
 	}
 	time.Sleep(300 * time.Millisecond) // past the broker's own expiry
-	b.resume()
+	b.Resume()
 	status, err := client.Status(bg, name)
 	if err != nil || status.Held {
 		t.Fatalf("status after expiry: %+v, %v", status, err)
@@ -199,7 +199,7 @@ func TestMaxHoldStopsRenewingAndTheLeaseRunsOut(t *testing.T) {
 
 func TestTheBrokersMaxHoldEndsTheLease(t *testing.T) {
 	b := ownBroker(t, nil, map[string]string{"LOCKBROKER_LOCKS_MAX_HOLD_MS": "1500"})
-	client, name := clientOf(t, b.url, lockbroker.ClientOptions{Timeout: 5 * time.Second}), lockName(t)
+	client, name := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second}), lockName(t)
 	lease, err := client.Acquire(bg, name, lockbroker.AcquireOptions{TTL: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -317,7 +317,7 @@ func (r *recorder) extendsAfter(at time.Time) (count, after int) {
 
 func TestNoRenewalIsSentAfterRelease(t *testing.T) {
 	rec := &recorder{}
-	client := clientOf(t, shared.url, lockbroker.ClientOptions{HTTPClient: &http.Client{Transport: rec}})
+	client := clientOf(t, shared.URL, lockbroker.ClientOptions{HTTPClient: &http.Client{Transport: rec}})
 	lease, err := client.Lock(bg, lockName(t), lockbroker.LockOptions{TTL: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

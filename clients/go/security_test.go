@@ -18,18 +18,19 @@ import (
 	"time"
 
 	"lockbroker.dev/lockbroker"
+	"lockbroker.dev/lockbroker/lockbrokertest"
 )
 
 const apiKey = "test-key-0123456789abcdef"
 
-func keyedBroker(t *testing.T) *broker {
+func keyedBroker(t *testing.T) *lockbrokertest.Broker {
 	path := keysFile(t, apiKey, []string{"lock"}, []string{"allowed-"})
 	return ownBroker(t, nil, map[string]string{"LOCKBROKER_AUTH_KEYS_FILE": path})
 }
 
 func TestTheBearerKeyOpensTheBroker(t *testing.T) {
 	b := keyedBroker(t)
-	client, name := clientOf(t, b.url, lockbroker.ClientOptions{APIKey: apiKey}), "allowed-"+lockName(t)
+	client, name := clientOf(t, b.URL, lockbroker.ClientOptions{APIKey: apiKey}), "allowed-"+lockName(t)
 	lease, err := client.Lock(bg, name, lockbroker.LockOptions{TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +46,7 @@ func TestTheBearerKeyOpensTheBroker(t *testing.T) {
 func TestAMissingOrWrongKeyIsUnauthorized(t *testing.T) {
 	b := keyedBroker(t)
 	for _, key := range []string{"", "wrong-key"} {
-		client := clientOf(t, b.url, lockbroker.ClientOptions{APIKey: key})
+		client := clientOf(t, b.URL, lockbroker.ClientOptions{APIKey: key})
 		_, err := client.Acquire(bg, "allowed-"+lockName(t), lockbroker.AcquireOptions{})
 		var denied *lockbroker.AuthError
 		if !errors.As(err, &denied) || denied.Status != 401 || denied.Code != "unauthorized" {
@@ -56,7 +57,7 @@ func TestAMissingOrWrongKeyIsUnauthorized(t *testing.T) {
 
 func TestALockOutsideTheKeysPrefixesIsForbidden(t *testing.T) {
 	b := keyedBroker(t)
-	client := clientOf(t, b.url, lockbroker.ClientOptions{APIKey: apiKey})
+	client := clientOf(t, b.URL, lockbroker.ClientOptions{APIKey: apiKey})
 	_, err := client.Acquire(bg, "other-"+lockName(t), lockbroker.AcquireOptions{})
 	var denied *lockbroker.AuthError
 	if !errors.As(err, &denied) || denied.Status != 403 || denied.Code != "forbidden" {
@@ -66,7 +67,7 @@ func TestALockOutsideTheKeysPrefixesIsForbidden(t *testing.T) {
 
 func TestTheKeyComesFromTheEnvironment(t *testing.T) {
 	b := keyedBroker(t)
-	t.Setenv("LOCKBROKER_URL", b.url)
+	t.Setenv("LOCKBROKER_URL", b.URL)
 	t.Setenv("LOCKBROKER_API_KEY", apiKey)
 	client, err := lockbroker.NewClientFromEnv(lockbroker.ClientOptions{})
 	if err != nil {
@@ -125,7 +126,7 @@ func TestHTTPSWithAPrivateCA(t *testing.T) {
 	})
 	name := lockName(t)
 
-	untrusting := clientOf(t, b.url, lockbroker.ClientOptions{Timeout: 5 * time.Second})
+	untrusting := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second})
 	_, err := untrusting.Status(bg, name)
 	var unknown x509.UnknownAuthorityError
 	var down *lockbroker.Unavailable
@@ -133,7 +134,7 @@ func TestHTTPSWithAPrivateCA(t *testing.T) {
 		t.Fatalf("without the CA: %v", err)
 	}
 
-	client := clientOf(t, b.url, lockbroker.ClientOptions{Timeout: 5 * time.Second, CACertFile: caPath})
+	client := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second, CACertFile: caPath})
 	lease, err := client.Lock(bg, name, lockbroker.LockOptions{TTL: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestHTTPSWithAPrivateCA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := lockbroker.NewClient(b.url, lockbroker.ClientOptions{CACertFile: keyPath}); err == nil {
+	if _, err := lockbroker.NewClient(b.URL, lockbroker.ClientOptions{CACertFile: keyPath}); err == nil {
 		t.Fatal("a CA file without a certificate was accepted")
 	}
 }
