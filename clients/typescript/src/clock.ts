@@ -1,0 +1,2 @@
+/** The monotonic clock, in milliseconds, that every local deadline is counted in. */
+export const now = (): number => performance.now();

@@ -1,0 +1,41 @@
+/**
+ * Client for lockbroker: locks as leases with a TTL and a fence number that
+ * only grows, over HTTP with `fetch` (Node 18+ and browsers).
+ *
+ * ```ts
+ * import { Client, LockBusy } from "lockbroker";
+ *
+ * const client = new Client("http://127.0.0.1:7700", { apiKey: undefined, timeoutMs: 10_000 });
+ * await using lease = await client.lock("nightly-report", { ttlMs: 30_000, waitMs: 10_000 });
+ * await runReport({ fence: lease.fence, signal: lease.signal });
+ * ```
+ *
+ * @module
+ */
+
+export {
+  Client,
+  DEFAULT_MAX_HOLD_MS,
+  DEFAULT_TIMEOUT_MS,
+  DEFAULT_TTL_MS,
+  DEFAULT_URL,
+  VERSION,
+  type AcquireOptions,
+  type ClientOptions,
+  type LockOptions,
+  type LockStatus,
+  type Renewal,
+} from "./client.js";
+export { Lease } from "./lease.js";
+export {
+  AuthError,
+  BrokerUnavailable,
+  ERROR_CLASSES,
+  InvalidRequest,
+  LeaseLost,
+  LockBrokerError,
+  LockBusy,
+  MaxHoldExceeded,
+  errorFromResponse,
+  type ErrorInit,
+} from "./errors.js";

@@ -1,0 +1,325 @@
+/**
+ * A granted lease: its fence and secret token, the local deadline that is never
+ * later than the broker's, the signal that aborts when the lease is gone, and
+ * the renewer that `client.lock()` starts.
+ */
+
+import type { Client } from "./client.js";
+import { now } from "./clock.js";
+import { BrokerUnavailable, LeaseLost, LockBrokerError, MaxHoldExceeded } from "./errors.js";
+
+/** @internal The JSON of a grant, and (without the token) of a renewal. */
+export interface LeaseAnswer {
+  name: string;
+  token?: string;
+  fence: number;
+  ttl_ms: number;
+  expires_at_ms: number;
+  owner?: string | null;
+}
+
+/** Longest pause between renewal retries while the broker cannot be reached. */
+const RETRY_PAUSE_MS = 1000;
+
+/**
+ * A granted lease: `fence` for the protected resource, `token` (secret) to
+ * extend and release it, and `signal`, which aborts once the lease is lost or
+ * released. Release it with {@link Lease.release}, `await using`, or
+ * `try … finally`.
+ */
+export class Lease {
+  /** The lock's name. */
+  readonly name: string;
+  /** Larger than every fence issued before for this lock: pass it to what you write to. */
+  readonly fence: number;
+  /** The holder's label. */
+  readonly owner: string | null;
+  /** The validity asked for at each renewal, in ms. */
+  readonly ttlMs: number;
+
+  readonly #client: Client;
+  readonly #token: string;
+  readonly #grantedAt: number;
+  readonly #controller = new AbortController();
+  #deadline: number;
+  #expiresAtMs: number;
+  #lastSent: number;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #armed = false;
+  #lost: LeaseLost | undefined;
+  #released = false;
+  // The renewer.
+  #renewing: Promise<void> | undefined;
+  #stopped = false;
+  #wake: (() => void) | undefined;
+  #release: Promise<void> | undefined;
+
+  /** @internal */
+  constructor(client: Client, answer: LeaseAnswer, sent: number, ttlMs: number) {
+    this.name = answer.name;
+    this.fence = answer.fence;
+    this.owner = answer.owner ?? null;
+    this.ttlMs = ttlMs;
+    this.#client = client;
+    this.#token = answer.token ?? "";
+    this.#grantedAt = sent;
+    this.#deadline = sent + answer.ttl_ms;
+    this.#expiresAtMs = answer.expires_at_ms;
+    this.#lastSent = sent;
+  }
+
+  /** The secret that extends and releases the lease. Keep it out of logs and URLs. */
+  get token(): string {
+    return this.#token;
+  }
+
+  /**
+   * Aborts the moment the lease is lost (the broker said so, or it ran out
+   * without a renewal; the reason is a {@link LeaseLost}) or released. Pass it
+   * to the work that needs the lock, so that work stops when the lock is gone.
+   */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Whether the lease is lost (or may be). */
+  get lost(): boolean {
+    return this.#lost !== undefined;
+  }
+
+  /** Why the lease was lost: `"lease_lost"` (the broker said so) or `"expired"`. */
+  get lostReason(): string | undefined {
+    return this.#lost?.reason;
+  }
+
+  /** Whether the lease was released. */
+  get released(): boolean {
+    return this.#released;
+  }
+
+  /** The broker's expiry, in Unix milliseconds of its clock. */
+  get expiresAtMs(): number {
+    return this.#expiresAtMs;
+  }
+
+  /**
+   * How long the lease stays valid unless renewed, by the local clock, counted
+   * from when the request that granted or last extended it was sent (so never
+   * longer than the broker's own count). 0 once past, lost or released.
+   */
+  remainingMs(): number {
+    if (this.#lost || this.#released) return 0;
+    return Math.max(0, this.#deadline - now());
+  }
+
+  /** Throws {@link LeaseLost} if the lease is lost or past its deadline. */
+  throwIfLost(): void {
+    if (!this.#lost && !this.#released && this.remainingMs() <= 0) this.#markLost(this.#expired());
+    if (this.#lost) throw this.#lost;
+  }
+
+  /**
+   * Sets the remaining TTL to `ttlMs` (default: the lease's TTL). A lease
+   * already lost or released is never extended: that throws at once.
+   */
+  async extend(ttlMs: number = this.ttlMs): Promise<void> {
+    await this.#extend(ttlMs, undefined);
+  }
+
+  /**
+   * Gives the lock back, after stopping the renewer and waiting for an extend
+   * in flight (so no extend follows the release), and aborts `signal`.
+   *
+   * Throws {@link LeaseLost} when the lease was lost while held: another holder
+   * may have run, so treat the work as possibly duplicated. Throws
+   * {@link BrokerUnavailable} when the broker could not be told; the lease then
+   * expires on its own, and no one else held the lock meanwhile. Calling it
+   * again settles as the first call did.
+   */
+  release(): Promise<void> {
+    this.#release ??= this.#releaseOnce();
+    return this.#release;
+  }
+
+  async #releaseOnce(): Promise<void> {
+    this.#stopped = true;
+    this.#wake?.();
+    await this.#renewing;
+    try {
+      if (this.#lost?.reason === "lease_lost") throw this.#lost; // nothing left to release
+      try {
+        await this.#client.release(this.name, this.#token);
+      } catch (error) {
+        if (error instanceof LeaseLost) {
+          this.#markLost(error);
+          throw error;
+        }
+        throw this.#lost ?? error;
+      }
+      // The broker still had the lease: even one this client had given up on by
+      // its (conservative) clock was never held by anyone else.
+      this.#released = true;
+      this.#end(new LockBrokerError("the lease was released", { code: "released" }));
+    } finally {
+      this.#end(new LockBrokerError("the lease was released", { code: "released" }));
+    }
+  }
+
+  /** The lease without its token. */
+  toJSON(): Record<string, unknown> {
+    const state = this.#lost ? "lost" : this.#released ? "released" : "held";
+    return { name: this.name, fence: this.fence, owner: this.owner, state, remainingMs: this.remainingMs() };
+  }
+
+  toString(): string {
+    const s = this.toJSON();
+    return `Lease(${JSON.stringify(this.name)}, fence ${this.fence}, ${String(s["state"])}, ${Math.round(this.remainingMs())} ms left)`;
+  }
+
+  /** @internal After a grant that waited: an extend sent now restarts the local deadline. */
+  async _resync(): Promise<void> {
+    try {
+      await this.#extend(this.ttlMs, undefined);
+    } catch (error) {
+      // Unreachable, or max hold: the deadline from the acquire stays, and it is conservative.
+      if (!(error instanceof BrokerUnavailable || error instanceof MaxHoldExceeded)) throw error;
+    }
+  }
+
+  /** @internal Starts the timer that marks the lease expired at its deadline. */
+  _arm(): void {
+    this.#armed = true;
+    this.#schedule();
+  }
+
+  /** @internal Starts the renewer (for `client.lock()`). */
+  _startRenewing(maxHoldMs: number): void {
+    this.#renewing = this.#renew(maxHoldMs).catch((error: unknown) => {
+      // A bug in the renewer must not leave the work believing it holds the lock.
+      this.#markLost(this.#expired(`renewer failed: ${String(error)}`));
+    });
+  }
+
+  async #extend(ttlMs: number, timeoutMs: number | undefined): Promise<number> {
+    if (this.#lost) throw this.#lost;
+    if (this.#released) throw new LockBrokerError("the lease was already released", { code: "released" });
+    const sent = now();
+    let answer: LeaseAnswer;
+    try {
+      answer = await this.#client._extend(this.name, this.#token, ttlMs, timeoutMs);
+    } catch (error) {
+      if (error instanceof LeaseLost) this.#markLost(error);
+      throw error;
+    }
+    if (this.#lost) throw this.#lost; // lost while the extend was in flight
+    this.#deadline = sent + answer.ttl_ms;
+    this.#expiresAtMs = answer.expires_at_ms;
+    this.#lastSent = sent;
+    this.#schedule();
+    return sent;
+  }
+
+  /** (Re)sets the deadline timer. */
+  #schedule(): void {
+    if (!this.#armed || this.#lost || this.#released) return;
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = unref(
+      setTimeout(() => {
+        if (!this.#lost && !this.#released && now() >= this.#deadline) this.#markLost(this.#expired());
+        else this.#schedule();
+      }, Math.max(0, this.#deadline - now())),
+    );
+  }
+
+  #expired(why = "expired"): LeaseLost {
+    return new LeaseLost(
+      `the lease on ${JSON.stringify(this.name)} (fence ${this.fence}) is lost (${why}); another holder ` +
+        "may already be running, so stop and treat the work as possibly duplicated",
+      { code: "lease_lost", details: { reason: "expired" } },
+    );
+  }
+
+  #markLost(error: LeaseLost): void {
+    if (this.#lost || this.#released) return;
+    this.#lost = error;
+    this.#end(error);
+  }
+
+  #end(reason: unknown): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#wake?.();
+    if (!this.#controller.signal.aborted) this.#controller.abort(reason);
+  }
+
+  /**
+   * The renewer: extends every `ttlMs / 3`, never asking for validity past the
+   * grant plus `maxHoldMs`, so a hung worker loses the lock instead of keeping
+   * it. It retries an unreachable broker briefly, never past the deadline (the
+   * deadline timer then marks the lease lost); it ends at once when the broker
+   * says the lease is gone, and stops asking after any other refusal, letting
+   * the lease run out.
+   */
+  async #renew(maxHoldMs: number): Promise<void> {
+    const holdDeadline = this.#grantedAt + maxHoldMs;
+    const interval = this.ttlMs / 3;
+    let next = this.#lastSent + interval;
+    for (;;) {
+      if (!(await this.#sleepUntil(next))) return;
+      const room = holdDeadline - now();
+      if (room < 1) return; // max hold: let the lease run out
+      const ttlMs = Math.min(this.ttlMs, room);
+      const timeoutMs = Math.max(50, Math.min(this.#client.timeoutMs, this.remainingMs()));
+      try {
+        next = (await this.#extend(ttlMs, timeoutMs)) + interval;
+      } catch (error) {
+        if (this.#lost || this.#released) return;
+        if (!(error instanceof BrokerUnavailable)) return; // max_hold_exceeded, or a refusal that stays
+        next = now() + Math.min(RETRY_PAUSE_MS, interval / 2, this.remainingMs());
+      }
+    }
+  }
+
+  /** Resolves true at `at`, or false as soon as the lease is released or lost. */
+  #sleepUntil(at: number): Promise<boolean> {
+    if (this.#stopped || this.#lost || this.#released) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const timer = unref(
+        setTimeout(() => {
+          this.#wake = undefined;
+          resolve(true);
+        }, Math.max(0, at - now())),
+      );
+      this.#wake = () => {
+        clearTimeout(timer);
+        this.#wake = undefined;
+        resolve(false);
+      };
+    });
+  }
+}
+
+// `await using lease = await client.lock(...)` where the runtime knows Symbol.asyncDispose.
+declare global {
+  interface SymbolConstructor {
+    readonly asyncDispose: unique symbol;
+  }
+}
+if (typeof Symbol.asyncDispose === "symbol") {
+  Object.defineProperty(Lease.prototype, Symbol.asyncDispose, {
+    value(this: Lease): Promise<void> {
+      return this.release();
+    },
+    writable: true,
+    configurable: true,
+  });
+}
+export interface Lease {
+  /** Releases the lease (see {@link Lease.release}); present where the runtime has `Symbol.asyncDispose`. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** Timers of the renewer do not keep a Node process alive (like a daemon thread). */
+function unref<T>(timer: T): T {
+  (timer as { unref?: () => void }).unref?.();
+  return timer;
+}

@@ -1,0 +1,207 @@
+/**
+ * The test harness: a real redis-server and lockbroker on free loopback ports.
+ * Each test file starts the pair it needs (node --test runs files in their own
+ * processes); tests that pause, stop or configure a broker start their own.
+ */
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
+import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { createServer, connect } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** The repository root (this file runs from clients/typescript/build/test). */
+export const REPO = resolve(here, "../../../..");
+const BROKER_BIN = process.env["LOCKBROKER_BIN"] || join(REPO, "target/debug/lockbroker");
+
+export const workdir = mkdtempSync(join(tmpdir(), "lockbroker-ts-"));
+process.on("exit", () => rmSync(workdir, { recursive: true, force: true }));
+
+export function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const server = createServer();
+    server.once("error", fail);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => done(typeof address === "object" && address ? address.port : 0));
+    });
+  });
+}
+
+/** Polls `check` every 20 ms for up to `timeoutMs`. */
+export async function waitUntil(check: () => Promise<boolean> | boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return true;
+    await sleep(20);
+  }
+  return false;
+}
+
+async function stopProcess(child: ChildProcess | undefined, graceMs: number): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((done) => child.once("exit", done));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** A redis-server that keeps nothing on disk. */
+export class RedisServer {
+  port = 0;
+  child: ChildProcess | undefined;
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}/0`;
+  }
+
+  static async start(): Promise<RedisServer> {
+    const server = new RedisServer();
+    server.port = await freePort();
+    const dir = mkdtempSync(join(workdir, "redis-"));
+    server.child = spawn(
+      "redis-server",
+      ["--port", String(server.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir],
+      { stdio: "ignore" },
+    );
+    if (!(await waitUntil(() => server.pings(), 10_000))) {
+      await server.stop();
+      throw new Error(`redis-server did not answer on port ${server.port}`);
+    }
+    return server;
+  }
+
+  pings(): Promise<boolean> {
+    return new Promise((done) => {
+      const socket = connect(this.port, "127.0.0.1");
+      socket.setTimeout(1000);
+      socket.once("connect", () => socket.write("PING\r\n"));
+      socket.once("data", (data) => {
+        done(data.toString().startsWith("+PONG"));
+        socket.destroy();
+      });
+      socket.once("error", () => done(false));
+      socket.once("timeout", () => {
+        done(false);
+        socket.destroy();
+      });
+    });
+  }
+
+  async stop(): Promise<void> {
+    await stopProcess(this.child, 5000);
+  }
+}
+
+/** A lockbroker process pointed at a RedisServer. */
+export class Broker {
+  url = "";
+  child: ChildProcess | undefined;
+  log = "";
+
+  static async start(redis: RedisServer, env: Record<string, string> = {}): Promise<Broker> {
+    if (!existsSync(BROKER_BIN)) {
+      throw new Error(`no broker binary at ${BROKER_BIN}: run \`cargo build -p lockbroker-server\` or set LOCKBROKER_BIN`);
+    }
+    const broker = new Broker();
+    broker.log = join(workdir, `broker-${Math.random().toString(16).slice(2, 10)}.log`);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      // A free port can be taken between the probe and the bind.
+      const port = await freePort();
+      const out = openSync(broker.log, "a");
+      broker.url = `http://127.0.0.1:${port}`;
+      broker.child = spawn(BROKER_BIN, [], {
+        env: {
+          PATH: process.env["PATH"] ?? "/usr/bin:/bin",
+          LOCKBROKER_LISTEN: `127.0.0.1:${port}`,
+          LOCKBROKER_REDIS_URL: redis.url,
+          LOCKBROKER_LOG_LEVEL: "info",
+          ...env,
+        },
+        stdio: ["ignore", out, out],
+      });
+      if (await waitUntil(() => broker.ready(), 15_000)) return broker;
+      await broker.stop();
+    }
+    throw new Error(`lockbroker did not start; its log:\n${readFileSync(broker.log, "utf8").slice(-3000)}`);
+  }
+
+  async ready(): Promise<boolean> {
+    if (!this.child || this.child.exitCode !== null) return false;
+    try {
+      const response = await fetch(`${this.url}/readyz`, { signal: AbortSignal.timeout(1000) });
+      return response.status === 200;
+    } catch {
+      return false;
+    }
+  }
+
+  /** SIGSTOP: the port stays open but nothing answers. */
+  pause(): void {
+    this.child?.kill("SIGSTOP");
+  }
+
+  resume(): void {
+    this.child?.kill("SIGCONT");
+  }
+
+  async stop(): Promise<void> {
+    this.resume();
+    await stopProcess(this.child, 10_000);
+  }
+}
+
+/** Stops every server it started, at the end of a test file. */
+export class Servers {
+  #started: Array<RedisServer | Broker> = [];
+
+  async redis(): Promise<RedisServer> {
+    const server = await RedisServer.start();
+    this.#started.push(server);
+    return server;
+  }
+
+  async broker(redis: RedisServer, env: Record<string, string> = {}): Promise<Broker> {
+    const server = await Broker.start(redis, env);
+    this.#started.push(server);
+    return server;
+  }
+
+  async stopAll(): Promise<void> {
+    for (const server of this.#started.reverse()) await server.stop();
+    this.#started = [];
+  }
+}
+
+let counter = 0;
+
+/** A lock name of the test's own. */
+export function lockName(label: string): string {
+  counter += 1;
+  return `${label.replace(/[^A-Za-z0-9._:-]/g, "-").slice(0, 60)}-${process.pid}-${counter}`;
+}
+
+/** Ends whatever lease holds `name`, as an operator would. */
+export async function forceRelease(url: string, name: string): Promise<void> {
+  const response = await fetch(`${url}/v1/locks/${encodeURIComponent(name)}`, { method: "DELETE" });
+  if (response.status !== 200) throw new Error(`force release answered ${response.status}`);
+}
+
+/** Writes an API keys file with one key of these scopes and prefixes; returns its path. */
+export function keysFile(key: string, scopes: string[], prefixes: string[]): string {
+  const sum = createHash("sha256").update(key).digest("hex");
+  const list = (items: string[]): string => `[${items.map((i) => JSON.stringify(i)).join(", ")}]`;
+  const path = join(workdir, `keys-${Math.random().toString(16).slice(2, 10)}.toml`);
+  writeFileSync(
+    path,
+    `[[keys]]\nid = "ts-tests"\nsha256 = "${sum}"\nscopes = ${list(scopes)}\nprefixes = ${list(prefixes)}\n`,
+  );
+  return path;
+}
+
+export { sleep };
