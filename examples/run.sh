@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every example against a real broker: starts its own redis-server and
 # lockbroker on free ports, then runs each example whose toolchain is installed
-# (curl, go, node) twice: once on a free lock (acquire, fence, extend, release)
+# (curl; go and node, which use the clients in ../clients, building the
+# TypeScript one when its dist/ is missing) twice: once on a free lock (acquire, fence, extend, release)
 # and once on a lock held by someone else (it must report busy and exit 75).
 # Exits non-zero if any example fails.
 #
@@ -118,11 +119,17 @@ else
     skip go "go not installed"
 fi
 
+ts_client="$repo/clients/typescript"
 if command -v node >/dev/null 2>&1; then
-    if node -e 'process.exit(typeof fetch === "function" ? 0 : 1)'; then
-        check node node "$here/node/lock.mjs"
-    else
+    if ! node -e 'process.exit(typeof fetch === "function" ? 0 : 1)'; then
         skip node "node $(node --version) has no fetch (Node 18 or newer needed)"
+    elif [[ ! -f "$ts_client/dist/index.js" ]] && ! (cd "$ts_client" \
+        && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && npm run --silent build) \
+        >"$work/ts-build.log" 2>&1; then
+        echo "--- node"; sed 's/^/    /' "$work/ts-build.log"
+        echo "FAIL node: building clients/typescript failed"; failed=$((failed + 1))
+    else
+        check node node "$here/node/lock.mjs"
     fi
 else
     skip node "node not installed"

@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 
 set -e
 ensure_cargo
-ensure_packages redis-server redis-tools prometheus python3-venv golang-go nodejs
+ensure_packages redis-server redis-tools prometheus python3-venv golang-go golang-github-lib-pq-dev nodejs
+# Debian's nodejs comes without npm; NodeSource's includes it.
+command -v npm >/dev/null 2>&1 || ensure_packages npm
 ensure_nextest
 cargo build --workspace --all-targets
 set +e
@@ -28,6 +30,8 @@ suite() {
 
 if [ "${1:-}" != "--rust" ]; then
   suite "python client" clients/python/run-tests.sh -q
+  suite "go client" clients/go/run-tests.sh
+  suite "typescript client" clients/typescript/run-tests.sh
   suite "examples" examples/run.sh
   suite "deploy files" deploy/validate.sh
   suite "schemathesis" scripts/schemathesis.sh

@@ -1,79 +1,56 @@
-// Acquire, extend and release a lockbroker lock with fetch, print the fence, and
-// handle a busy lock. Node 18+ and no dependencies.
+// Take a lockbroker lock with the TypeScript client (clients/typescript), print
+// the fence, show what a second worker sees, and release the lock. A lock
+// already held makes it print "busy: ..." and exit 75 (EX_TEMPFAIL).
+// Node 18+; build the client first (cd clients/typescript && npm ci && npm run build).
 //
 //   LOCKBROKER_URL=http://127.0.0.1:7700 [LOCKBROKER_API_KEY=...] node lock.mjs [NAME]
 //
-// The token is a secret: it is kept in memory and never printed.
+// The token is a secret: it stays in the lease and is never printed.
 
-const baseUrl = process.env.LOCKBROKER_URL ?? "http://127.0.0.1:7700";
-const apiKey = process.env.LOCKBROKER_API_KEY;
+import { Client, LeaseLost, LockBusy } from "../../clients/typescript/dist/index.js";
+
 const name = process.argv[2] ?? "example-node";
-
-/** A non-2xx answer: `code` is the broker's error code (lock_busy, lease_lost, ...). */
-class BrokerError extends Error {
-  constructor(status, error, retryAfter) {
-    super(`${error.code} (${status}): ${error.message}`);
-    Object.assign(this, error, { status, retryAfter });
-  }
-}
-
-/** POSTs `body` to `path`; resolves to the JSON answer, rejects with BrokerError. */
-async function call(path, body, timeoutMs = 15000) {
-  const headers = { "content-type": "application/json" };
-  if (apiKey) headers.authorization = `Bearer ${apiKey}`;
-  const response = await fetch(baseUrl + path, {
-    method: "POST",
-    headers,
-    body: JSON.stringify(body),
-    signal: AbortSignal.timeout(timeoutMs),
-  });
-  const data = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    const error = data.error ?? { code: `http_${response.status}`, message: response.statusText };
-    throw new BrokerError(response.status, error, response.headers.get("retry-after"));
-  }
-  return data;
-}
-
-const lockPath = (action) => `/v1/locks/${encodeURIComponent(name)}/${action}`;
-const acquire = (owner, ttlMs, waitMs = 0) =>
-  call(lockPath("acquire"), { ttl_ms: ttlMs, wait_ms: waitMs, owner }, 15000 + waitMs);
+const client = Client.fromEnv();
 
 async function main() {
   let lease;
   try {
-    lease = await acquire("node-example", 10000);
+    // lock() renews the lease every ttlMs / 3 until release().
+    lease = await client.lock(name, { ttlMs: 10_000, owner: "node-example" });
   } catch (error) {
-    if (error.code === "lock_busy") {
-      console.log(`busy: ${name} is held by ${error.owner} (fence ${error.fence}); retry in ${error.retryAfter}s`);
+    if (error instanceof LockBusy) {
+      console.log(`busy: ${name} is held by ${error.owner} (fence ${error.fence}); retry in ${error.retryAfterMs / 1000}s`);
       return 75;
     }
     throw error;
   }
-  console.log(`acquired ${name} with fence ${lease.fence}`);
-
-  // Another worker asking now is told who holds the lock and when to retry.
   try {
-    await acquire("second-worker", 10000, 200);
-    throw new Error("expected lock_busy for a second acquire");
-  } catch (error) {
-    if (error.code !== "lock_busy") throw error;
-    console.log(`second worker: busy, held by ${error.owner} with fence ${error.fence}, retry in ${error.retryAfter}s`);
-  }
+    console.log(`acquired ${name} with fence ${lease.fence}`);
 
-  const renewal = await call(lockPath("extend"), { token: lease.token, ttl_ms: 20000 });
-  console.log(`extended: fence ${renewal.fence}, ttl ${renewal.ttl_ms} ms`);
-
-  try {
-    const released = await call(lockPath("release"), { token: lease.token });
-    console.log(`released: fence ${released.fence}`);
-  } catch (error) {
-    if (error.code === "lease_lost") {
-      console.error("lease lost before release: treat the work as possibly duplicated");
-      return 1;
+    // Another worker asking now is told who holds the lock and when to retry.
+    try {
+      await client.acquire(name, { ttlMs: 10_000, waitMs: 200, owner: "second-worker" });
+      throw new Error("expected lock_busy for a second acquire");
+    } catch (error) {
+      if (!(error instanceof LockBusy)) throw error;
+      console.log(`second worker: busy, held by ${error.owner} with fence ${error.fence}, retry in ${error.retryAfterMs / 1000}s`);
     }
-    throw error;
+
+    // The work: lease.signal aborts the moment the lease is lost.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    lease.signal.throwIfAborted();
+  } finally {
+    try {
+      await lease.release();
+    } catch (error) {
+      if (error instanceof LeaseLost) {
+        console.error("lease lost before release: treat the work as possibly duplicated");
+        return 1;
+      }
+      throw error;
+    }
   }
+  console.log(`released: fence ${lease.fence}`);
   return 0;
 }
 
