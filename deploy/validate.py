@@ -106,6 +106,9 @@ def check_dockerfile() -> None:
     check("Dockerfile: the runtime copies from a named build stage",
           copies_from and all(c in stages for c in copies_from), f"stages {stages}")
     check("Dockerfile: the runtime image is Debian slim", "slim" in froms[-1], froms[-1])
+    shipped = " ".join(a for k, a in steps if k == "COPY" and "--from=" in a)
+    missing = [b for b in ("lockbroker", "lockctl") if f"/out/{b}" not in shipped]
+    check("Dockerfile: the runtime ships lockbroker and lockctl", not missing, f"missing {missing}")
     last_stage = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM"):]
     users = [a for k, a in last_stage if k == "USER"]
     check("Dockerfile: the runtime runs as a non-root user",
