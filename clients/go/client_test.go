@@ -299,3 +299,39 @@ func TestTheCallersContextCancelsAWait(t *testing.T) {
 		t.Fatalf("got %v after %s", err, time.Since(started))
 	}
 }
+
+func TestFairAcquires(t *testing.T) {
+	client, name := newClient(t), lockName(t)
+	first, err := client.Acquire(bg, name, lockbroker.AcquireOptions{TTL: 5 * time.Second, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = first.Release(bg)
+	}()
+	lease, err := client.Lock(bg, name, lockbroker.LockOptions{TTL: 5 * time.Second, Wait: 3 * time.Second, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lease.Fence <= first.Fence {
+		t.Fatalf("fence %d after %d", lease.Fence, first.Fence)
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNoLockDelayAsksForNone(t *testing.T) {
+	b := ownBroker(t, nil, map[string]string{"LOCKBROKER_LOCKS_DEFAULT_LOCK_DELAY_MS": "5000"})
+	client, name := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second}), lockName(t)
+	if _, err := client.Acquire(bg, name, lockbroker.AcquireOptions{TTL: 200 * time.Millisecond, LockDelay: lockbroker.NoLockDelay}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // expired, not released: no lock-delay follows
+	lease, err := client.Acquire(bg, name, lockbroker.AcquireOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatalf("the broker's default lock-delay applied: %v", err)
+	}
+	_ = lease.Release(bg)
+}

@@ -211,3 +211,12 @@ test("bad input is InvalidRequest naming the field", async () => {
   assert.ok(badTtl instanceof InvalidRequest);
   assert.equal(badTtl.field, "ttl_ms");
 });
+
+test("fair acquires", async () => {
+  const name = lockName("fair");
+  const first = await client.acquire(name, { ttlMs: 5000, fair: true });
+  setTimeout(() => void first.release(), 300);
+  const lease = await client.lock(name, { ttlMs: 5000, waitMs: 3000, fair: true });
+  assert.ok(lease.fence > first.fence);
+  await lease.release();
+});

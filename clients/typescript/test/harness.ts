@@ -7,6 +7,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdtempSync, openSync, readFileSync, rmSync, writeFileSync, existsSync } from "node:fs";
+import { request as httpsRequest } from "node:https";
 import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -114,7 +115,8 @@ export class Broker {
       // A free port can be taken between the probe and the bind.
       const port = await freePort();
       const out = openSync(broker.log, "a");
-      broker.url = `http://127.0.0.1:${port}`;
+      const scheme = env["LOCKBROKER_HTTP_TLS_CERT_PATH"] ? "https" : "http";
+      broker.url = `${scheme}://127.0.0.1:${port}`;
       broker.child = spawn(BROKER_BIN, [], {
         env: {
           PATH: process.env["PATH"] ?? "/usr/bin:/bin",
@@ -133,12 +135,26 @@ export class Broker {
 
   async ready(): Promise<boolean> {
     if (!this.child || this.child.exitCode !== null) return false;
+    if (this.url.startsWith("https:")) return this.#readyOverTls();
     try {
       const response = await fetch(`${this.url}/readyz`, { signal: AbortSignal.timeout(1000) });
       return response.status === 200;
     } catch {
       return false;
     }
+  }
+
+  /** /readyz over TLS, trusting any certificate: it only waits for the broker. */
+  #readyOverTls(): Promise<boolean> {
+    return new Promise((done) => {
+      const request = httpsRequest(`${this.url}/readyz`, { rejectUnauthorized: false, timeout: 1000 }, (response) => {
+        response.resume();
+        done(response.statusCode === 200);
+      });
+      request.once("error", () => done(false));
+      request.once("timeout", () => request.destroy());
+      request.end();
+    });
   }
 
   /** SIGSTOP: the port stays open but nothing answers. */
