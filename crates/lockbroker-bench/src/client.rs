@@ -7,21 +7,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockbroker_core::LockName;
-use lockbroker_redis::scripts::Scripts;
-use lockbroker_redis::KeyLayout;
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, LeaseToken, LockDelay, LockName, Principal, ReleaseOutcome, Ttl,
+};
+use lockbroker_redis::scripts::calls::{AcquireCall, ReleaseCall};
+use lockbroker_redis::scripts::{
+    Reply as ScriptReply, ReplyItem, ScriptCall, ScriptContext, ScriptName, Scripts,
+};
+use lockbroker_redis::{KeyLayout, RedisSettings};
 use serde_json::{json, Value};
 
 use crate::http1;
 use crate::resp::{self, Reply};
 
 /// TTL of every benchmark lease: long enough never to expire mid-pair.
-const TTL_MS: &str = "30000";
+const TTL_MS: u64 = 30_000;
 /// The broker's acquire body with the same TTL.
 const ACQUIRE_BODY: &str = r#"{"ttl_ms":30000}"#;
-/// The broker's defaults for what the direct client passes the scripts.
-const FENCE_IDLE_MS: &str = "604800000";
-const RELEASE_MEMO_MS: &str = "30000";
 /// Key prefix of the direct client, apart from the broker's `lockbroker`.
 const DIRECT_PREFIX: &str = "benchdirect";
 
@@ -54,7 +56,8 @@ impl Target {
             (lua, expected)
         };
         let mut shas = Vec::new();
-        for (lua, expected) in [load(&scripts.acquire), load(&scripts.release)] {
+        for name in [ScriptName::Acquire, ScriptName::Release] {
+            let (lua, expected) = load(scripts.get(name));
             let reply = redis.call(&[b"SCRIPT", b"LOAD", lua.as_bytes()]).await?;
             let sha = reply.text().unwrap_or_default().to_owned();
             if sha != expected {
@@ -181,18 +184,14 @@ impl BrokerClient {
     }
 }
 
-/// Redis over one connection, `EVALSHA` of the broker's scripts with the
-/// broker's key layout and arguments. Keys are built once per lock, as a
-/// careful client would.
+/// Redis over one connection, `EVALSHA` of the broker's scripts through the
+/// same typed calls the broker makes, with the broker's key layout.
 pub struct DirectClient {
     redis: resp::Connection,
     shas: Arc<(String, String)>,
-    name: String,
-    /// lease, fence, queue, queue expiry
-    keys: [String; 4],
-    wake_channel: String,
-    /// Stands in for the broker id in release announcements.
-    client_id: String,
+    name: LockName,
+    /// The broker's script settings, under a key prefix of the bench's own.
+    context: ScriptContext,
     /// Tokens are this prefix and a counter: unique per caller and cheap.
     token_prefix: String,
     issued: u64,
@@ -202,100 +201,95 @@ pub struct DirectClient {
 
 impl DirectClient {
     async fn connect(port: u16, shas: Arc<(String, String)>, lock: &str) -> Result<Self, String> {
-        let layout = KeyLayout::new(DIRECT_PREFIX);
-        let name = LockName::parse(lock).map_err(|e| e.to_string())?;
-        let redis = resp::Connection::connect(port).await?;
-        let client_id = lockbroker_core::lease::random_hex::<8>();
+        let defaults = RedisSettings::default();
+        let keys = KeyLayout::new(DIRECT_PREFIX);
+        let context = ScriptContext {
+            wake_channel: keys.wake_channel(),
+            keys,
+            fence_idle_ms: u64::try_from(defaults.fence_idle.as_millis()).unwrap_or(u64::MAX),
+            release_memo_ms: u64::try_from(defaults.release_memo.as_millis()).unwrap_or(u64::MAX),
+            // Stands in for the broker id in release announcements.
+            broker_id: lockbroker_core::lease::random_hex::<8>(),
+        };
         Ok(Self {
-            redis,
+            redis: resp::Connection::connect(port).await?,
             shas,
-            keys: [
-                layout.lease(&name),
-                layout.fence(&name),
-                layout.queue(&name),
-                layout.queue_expiry(&name),
-            ],
-            wake_channel: layout.wake_channel(),
+            name: LockName::parse(lock).map_err(|e| e.to_string())?,
+            context,
             token_prefix: lockbroker_core::lease::random_hex::<8>(),
-            client_id,
-            name: lock.to_owned(),
             issued: 0,
             floor: 0,
         })
     }
 
+    /// Runs `call` by the SHA `sha` and reads its reply.
+    async fn run<C: ScriptCall>(&mut self, sha: &str, call: &C) -> Result<C::Output, String> {
+        let keys = call.keys(&self.context);
+        let args = call.args(&self.context);
+        let key_count = keys.len().to_string();
+        let mut command: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), key_count.as_bytes()];
+        command.extend(keys.iter().chain(&args).map(String::as_bytes));
+        let Reply::Array(items) = self.redis.call(&command).await? else {
+            return Err("expected an array reply".into());
+        };
+        let items = items
+            .into_iter()
+            .map(|item| match item {
+                Reply::Int(n) => ReplyItem::Int(n),
+                Reply::Text(Some(text)) => ReplyItem::Text(text),
+                _ => ReplyItem::Nil,
+            })
+            .collect();
+        call.decode(&mut ScriptReply::new(items))
+            .map_err(|e| e.to_string())
+    }
+
     async fn acquire(&mut self) -> Result<Lease, String> {
         self.issued += 1;
-        let token = format!("{}{:016x}", self.token_prefix, self.issued);
-        let floor = self.floor.to_string();
-        let [lease, fence, queue, expiry] = &self.keys;
-        // ARGV as in acquire.lua: token, ttl, owner, request id, lock-delay,
-        // fence idle, floor, fair waiter id, queue entry ttl, wake channel,
-        // caller id, lock name, principal.
-        let reply = self
-            .redis
-            .call(&[
-                b"EVALSHA",
-                self.shas.0.as_bytes(),
-                b"4",
-                lease.as_bytes(),
-                fence.as_bytes(),
-                queue.as_bytes(),
-                expiry.as_bytes(),
-                token.as_bytes(),
-                TTL_MS.as_bytes(),
-                b"",
-                b"",
-                b"0",
-                FENCE_IDLE_MS.as_bytes(),
-                floor.as_bytes(),
-                b"",
-                b"0",
-                self.wake_channel.as_bytes(),
-                self.client_id.as_bytes(),
-                self.name.as_bytes(),
-                b"",
-            ])
-            .await?;
-        let Reply::Array(items) = reply else {
-            return Err("acquire: expected an array reply".into());
+        let token = LeaseToken::parse(&format!("{}{:016x}", self.token_prefix, self.issued))
+            .map_err(|e| e.to_string())?;
+        let params = AcquireParams {
+            name: &self.name.clone(),
+            token: &token,
+            ttl: Ttl::parse("ttl_ms", TTL_MS, TTL_MS).map_err(|e| e.to_string())?,
+            owner: None,
+            request_id: None,
+            principal: &Principal::ANONYMOUS,
+            lock_delay: LockDelay::default(),
+            fair: None,
         };
-        match items.first().and_then(Reply::int) {
-            Some(1) => {}
-            Some(0) => return Err("acquire: the lock is busy".into()),
-            _ => return Err("acquire: malformed reply".into()),
-        }
-        let fence = items
-            .get(2)
-            .and_then(Reply::int)
-            .and_then(|f| u64::try_from(f).ok())
-            .ok_or("acquire: no fence")?;
-        self.floor = self.floor.max(fence);
-        Ok(Lease { token, fence })
+        let call = AcquireCall {
+            params: &params,
+            fence_floor: self.floor,
+        };
+        let shas = Arc::clone(&self.shas);
+        let acquired = self.run(&shas.0, &call).await?;
+        let AcquireOutcome::Granted(lease) = acquired.outcome else {
+            return Err("acquire: the lock is busy".into());
+        };
+        self.floor = self.floor.max(lease.fence.get());
+        Ok(Lease {
+            token: lease.token.expose().to_owned(),
+            fence: lease.fence.get(),
+        })
     }
 
     async fn release(&mut self, lease: &Lease) -> Result<(), String> {
-        let [lease_key, _, queue, expiry] = &self.keys;
-        // ARGV as in release.lua: token, memo, wake channel, caller id, name.
-        let reply = self
-            .redis
-            .call(&[
-                b"EVALSHA",
-                self.shas.1.as_bytes(),
-                b"3",
-                lease_key.as_bytes(),
-                queue.as_bytes(),
-                expiry.as_bytes(),
-                lease.token.as_bytes(),
-                RELEASE_MEMO_MS.as_bytes(),
-                self.wake_channel.as_bytes(),
-                self.client_id.as_bytes(),
-                self.name.as_bytes(),
-            ])
-            .await?;
-        match reply {
-            Reply::Array(items) if items.first().and_then(Reply::int) == Some(1) => Ok(()),
-            _ => Err("release: the lease was lost".into()),
+        let token = LeaseToken::parse(&lease.token).map_err(|e| e.to_string())?;
+        let name = self.name.clone();
+        let shas = Arc::clone(&self.shas);
+        match self
+            .run(
+                &shas.1,
+                &ReleaseCall {
+                    name: &name,
+                    token: &token,
+                },
+            )
+            .await?
+        {
+            ReleaseOutcome::Released(_) => Ok(()),
+            ReleaseOutcome::Lost => Err("release: the lease was lost".into()),
         }
     }
 }

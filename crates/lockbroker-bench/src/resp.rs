@@ -22,14 +22,6 @@ pub enum Reply {
 }
 
 impl Reply {
-    /// The integer, if this is one.
-    pub fn int(&self) -> Option<i64> {
-        match self {
-            Reply::Int(n) => Some(*n),
-            _ => None,
-        }
-    }
-
     /// The text, if this is a non-nil string.
     pub fn text(&self) -> Option<&str> {
         match self {

@@ -25,9 +25,7 @@ local delay, fence_idle, floor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(
 local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
 local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 
-local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
+local now_us, now_ms = clock()
 
 -- A fair waiter that is turned away keeps (or takes) its place in the queue.
 local function wait_in_line()
@@ -99,7 +97,7 @@ redis.call('PEXPIRE', lease_key, ttl + delay)
 if waiter_id ~= '' then
   local next_head = queue_head(queue_key, expiry_key, now_ms)
   if next_head then
-    redis.call('PUBLISH', channel, broker_id .. ' turn ' .. name .. ' ' .. next_head)
+    announce(channel, broker_id, 'turn', name, next_head)
   end
 end
 return {1, token, fence, ttl, exp, owner, floor_raised}

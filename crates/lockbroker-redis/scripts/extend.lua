@@ -15,8 +15,7 @@
 local lease_key = KEYS[1]
 local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
-local time = redis.call('TIME')
-local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
+local _, now_ms = clock()
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'acq', 'exp', 'delay', 'rel')
 if not cur[1] or cur[1] ~= token then

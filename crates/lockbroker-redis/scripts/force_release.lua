@@ -22,11 +22,10 @@ if not cur[1] or cur[3] == '1' then
 end
 redis.call('DEL', lease_key)
 
-local time = redis.call('TIME')
-local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
-local head = '-'
+local _, now_ms = clock()
+local head
 if redis.call('EXISTS', queue_key) == 1 then
-  head = queue_head(queue_key, expiry_key, now_ms) or '-'
+  head = queue_head(queue_key, expiry_key, now_ms)
 end
-redis.call('PUBLISH', channel, broker_id .. ' released ' .. name .. ' ' .. head)
+announce(channel, broker_id, 'released', name, head)
 return {1, tonumber(cur[1]), cur[2] or ''}

@@ -8,8 +8,7 @@
 local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local waiter_id, channel, broker_id, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 
-local time = redis.call('TIME')
-local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
+local _, now_ms = clock()
 
 queue_leave(queue_key, expiry_key, waiter_id)
 
@@ -18,7 +17,7 @@ local free = not cur[1] or cur[2] == '1' or tonumber(cur[1]) <= now_ms
 if free and redis.call('EXISTS', queue_key) == 1 then
   local head = queue_head(queue_key, expiry_key, now_ms)
   if head then
-    redis.call('PUBLISH', channel, broker_id .. ' turn ' .. name .. ' ' .. head)
+    announce(channel, broker_id, 'turn', name, head)
   end
 end
 return 1

@@ -17,8 +17,7 @@ local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local token, memo_ms = ARGV[1], tonumber(ARGV[2])
 local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
 
-local time = redis.call('TIME')
-local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
+local _, now_ms = clock()
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq')
 if not cur[1] or cur[1] ~= token then
@@ -37,9 +36,9 @@ redis.call('PEXPIRE', lease_key, memo_ms)
 
 -- One message for all brokers: each wakes its first waiter for this lock, and
 -- the one holding the head of the fair queue wakes that waiter.
-local head = '-'
+local head
 if redis.call('EXISTS', queue_key) == 1 then
-  head = queue_head(queue_key, expiry_key, now_ms) or '-'
+  head = queue_head(queue_key, expiry_key, now_ms)
 end
-redis.call('PUBLISH', channel, broker_id .. ' released ' .. name .. ' ' .. head)
+announce(channel, broker_id, 'released', name, head)
 return {1, tonumber(cur[2]), now_ms - tonumber(cur[5])}

@@ -6,8 +6,7 @@
 
 local lease_key, fence_key = KEYS[1], KEYS[2]
 
-local time = redis.call('TIME')
-local now_ms = math.floor((tonumber(time[1]) * 1000000 + tonumber(time[2])) / 1000)
+local _, now_ms = clock()
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel')
 local last = math.max(tonumber(redis.call('GET', fence_key) or '-1'), tonumber(cur[2] or '-1'))

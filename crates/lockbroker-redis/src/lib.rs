@@ -1,16 +1,27 @@
-//! The Redis lock store: connection pool and timeouts, key layout, and the Lua
+//! The Redis lock store: connections and timeouts, key layout, and the Lua
 //! scripts that make every change to lock state one atomic step.
 //!
 //! # Layout
 //!
+//! - [`connection`]: settings, credentials, TLS, the client pool and the
+//!   subscriber, and what a failed command means ([`connection::store_error`]).
 //! - [`keys`]: where a lock's state lives (`{prefix}:{<name>}:lease` and
 //!   `{prefix}:{<name>}:fence`, the name in a Cluster hash tag).
-//! - [`scripts`]: the Lua scripts, loaded once and run by SHA.
+//! - [`scripts`]: the Lua scripts, loaded once and run by SHA, and
+//!   [`scripts::calls`], one typed definition of each script's keys,
+//!   arguments and reply.
+//! - [`wakes`]: release announcements between brokers, read in one place.
 //! - [`store`]: [`RedisLockStore`], the [`lockbroker_core::LockStore`] for Redis.
+//!
+//! An acquire reads `store.rs` (`acquire`) -> `scripts/calls.rs`
+//! (`AcquireCall`) -> `scripts/acquire.lua`.
 
+pub mod connection;
 pub mod keys;
 pub mod scripts;
 pub mod store;
+pub mod wakes;
 
+pub use connection::{RedisAuth, RedisSettings};
 pub use keys::KeyLayout;
-pub use store::{RedisAuth, RedisLockStore, RedisSettings, StoreObserver};
+pub use store::{RedisLockStore, StoreObserver};

@@ -1,0 +1,16 @@
+-- Shared by every script (Redis has no `require`, so this text is prepended):
+-- Redis's clock, and the announcements brokers subscribe to.
+
+-- Redis's clock: microseconds and milliseconds since the Unix epoch.
+local function clock()
+  local time = redis.call('TIME')
+  local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  return now_us, math.floor(now_us / 1000)
+end
+
+-- Tells every broker that a lock freed (kind 'released') or that a fair
+-- waiter is now first in line (kind 'turn'), as one Pub/Sub message:
+-- '<broker id> <kind> <lock name> <fair waiter id, or ->'. wakes.rs reads it.
+local function announce(channel, broker_id, kind, name, waiter)
+  redis.call('PUBLISH', channel, broker_id .. ' ' .. kind .. ' ' .. name .. ' ' .. (waiter or '-'))
+end

@@ -1,0 +1,207 @@
+//! How the store reaches Redis: settings, credentials, TLS, the client pool and
+//! the subscriber, and what a failed command means for the caller.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::{Pool, SubscriberClient};
+use fred::error::{Error as RedisError, ErrorKind};
+use fred::interfaces::ClientLike;
+use fred::rustls::crypto::ring;
+use fred::rustls::pki_types::pem::PemObject;
+use fred::rustls::pki_types::CertificateDer;
+use fred::rustls::{ClientConfig, RootCertStore};
+use fred::types::config::{Config, ReconnectPolicy, TlsConnector, UnresponsiveConfig};
+use fred::types::Builder;
+use lockbroker_core::StoreError;
+
+/// How the store reaches Redis and lays out its keys.
+#[derive(Clone, Debug)]
+pub struct RedisSettings {
+    /// `redis://[user:password@]host:port/db`; `rediss://` for TLS.
+    pub url: String,
+    /// Connections in the pool; each pipelines many commands.
+    pub pool_size: usize,
+    /// Longest wait for any one command's answer before failing closed.
+    pub command_timeout: Duration,
+    /// Longest wait for a new connection (including its handshake).
+    pub connect_timeout: Duration,
+    /// Prefix of every key the store writes.
+    pub key_prefix: String,
+    /// How long a lock's last fence is remembered after its last grant.
+    /// Past it the time floor still keeps fences growing.
+    pub fence_idle: Duration,
+    /// How long a released lease is remembered so a re-sent release still
+    /// reports success.
+    pub release_memo: Duration,
+    /// Credentials for Redis `AUTH` (ACL user and password); they replace any
+    /// in the URL. `Debug` never prints the password.
+    pub auth: RedisAuth,
+    /// PEM file of the CA certificates that sign the Redis server certificate.
+    /// Setting it turns TLS on even for a `redis://` URL; without it a
+    /// `rediss://` URL trusts the system's roots.
+    pub tls_ca_path: Option<PathBuf>,
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379/0".to_owned(),
+            pool_size: 4,
+            command_timeout: Duration::from_secs(1),
+            connect_timeout: Duration::from_secs(1),
+            key_prefix: "lockbroker".to_owned(),
+            fence_idle: Duration::from_secs(7 * 24 * 3600),
+            release_memo: Duration::from_secs(30),
+            auth: RedisAuth::default(),
+            tls_ca_path: None,
+        }
+    }
+}
+
+/// Redis credentials. `Debug` redacts the password.
+#[derive(Clone, Default)]
+pub struct RedisAuth {
+    /// The ACL user, `default` when only a password is set.
+    pub username: Option<String>,
+    /// The password.
+    pub password: Option<String>,
+}
+
+impl fmt::Debug for RedisAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisAuth")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The clients of one store: a pool for lock steps and one subscriber for
+/// release announcements. Both start connecting in the background.
+pub struct Connections {
+    /// Runs the scripts.
+    pub pool: Pool,
+    /// Holds this process's one subscription.
+    pub subscriber: SubscriberClient,
+}
+
+impl Connections {
+    /// Builds the clients and starts connecting, without waiting for Redis: a
+    /// broker that starts while Redis is down answers `503` until Redis is
+    /// back, then serves without a restart.
+    pub fn open(settings: &RedisSettings) -> Result<Self, StoreError> {
+        let mut config = Config::from_url(&settings.url)
+            .map_err(|e| StoreError::Unavailable(format!("invalid Redis URL: {}", e.details())))?;
+        if let Some(username) = &settings.auth.username {
+            config.username = Some(username.clone());
+        }
+        if let Some(password) = &settings.auth.password {
+            config.password = Some(password.clone());
+        }
+        if let Some(ca_path) = &settings.tls_ca_path {
+            config.tls = Some(tls_connector(ca_path)?.into());
+        }
+        // Keep trying on the first connection too, instead of giving up.
+        config.fail_fast = false;
+        let command_timeout = settings.command_timeout;
+        let mut builder = Builder::from_config(config);
+        builder
+            .with_performance_config(|perf| {
+                perf.default_command_timeout = command_timeout;
+            })
+            .with_connection_config(|conn| {
+                conn.connection_timeout = settings.connect_timeout;
+                conn.internal_command_timeout = command_timeout;
+                conn.max_command_attempts = MAX_COMMAND_ATTEMPTS;
+                conn.tcp.nodelay = Some(true);
+                // A connection whose answers stall (a paused Redis) is dropped
+                // and rebuilt rather than kept forever.
+                conn.unresponsive = UnresponsiveConfig {
+                    max_timeout: Some(command_timeout * 2),
+                    interval: command_timeout / 2,
+                };
+                // fred's default queue is unbounded; cap it so a dead Redis
+                // cannot make requests pile up in memory.
+                conn.max_command_buffer_len = 10_000;
+            })
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 1_000, 2));
+        let build_error = |e: RedisError| {
+            StoreError::Unavailable(format!("cannot build Redis client: {}", e.details()))
+        };
+        let pool = builder
+            .build_pool(settings.pool_size.max(1))
+            .map_err(build_error)?;
+        // Release announcements arrive through a broadcast channel; room for
+        // bursts, and a lag is answered with a resync. Only the subscriber
+        // needs it: every client allocates all its event channels at this
+        // capacity up front, about 3 MiB per client at 4,096.
+        builder.with_performance_config(|perf| perf.broadcast_channel_capacity = 4_096);
+        let subscriber = builder.build_subscriber_client().map_err(build_error)?;
+        drop(pool.connect());
+        drop(subscriber.connect());
+        Ok(Self { pool, subscriber })
+    }
+
+    /// Closes every connection.
+    pub async fn close(&self) {
+        let _ = self.subscriber.quit().await;
+        let _ = self.pool.quit().await;
+    }
+}
+
+/// How many times fred sends one command across reconnects.
+const MAX_COMMAND_ATTEMPTS: u32 = 3;
+
+/// How long after a command's answer was lost fred may still send it again:
+/// it sends a command at most `MAX_COMMAND_ATTEMPTS` times, each attempt
+/// bounded by the command timeout with a reconnect in between, so ten command
+/// timeouts and five seconds bound it with room to spare.
+pub fn redelivery_window(settings: &RedisSettings) -> Duration {
+    settings.command_timeout * 10 + Duration::from_secs(5)
+}
+
+/// A TLS connector trusting only the CA certificates in `ca_path`.
+fn tls_connector(ca_path: &Path) -> Result<TlsConnector, StoreError> {
+    let invalid = |message: String| {
+        StoreError::Unavailable(format!(
+            "redis TLS CA file {}: {message}",
+            ca_path.display()
+        ))
+    };
+    let mut roots = RootCertStore::empty();
+    let certs = CertificateDer::pem_file_iter(ca_path).map_err(|e| invalid(e.to_string()))?;
+    for cert in certs {
+        let cert = cert.map_err(|e| invalid(e.to_string()))?;
+        roots.add(cert).map_err(|e| invalid(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(invalid("holds no certificate".into()));
+    }
+    let config = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| invalid(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(config))
+}
+
+/// Every Redis failure fails closed: the caller gets an error, never a grant.
+/// A command whose answer was lost is told apart (it may have run), and so is
+/// a Redis that answers but refuses writes, which Redis names by the error
+/// code that opens its reply: `OOM` (out of memory) or `READONLY` (a replica).
+pub fn store_error(error: RedisError) -> StoreError {
+    let text = format!("{:?}: {}", error.kind(), error.details());
+    if matches!(
+        error.kind(),
+        ErrorKind::Timeout | ErrorKind::IO | ErrorKind::Canceled
+    ) {
+        return StoreError::OutcomeUnknown(text);
+    }
+    match error.details().split_whitespace().next() {
+        Some("OOM" | "READONLY") => StoreError::RefusesWrites(text),
+        _ => StoreError::Unavailable(text),
+    }
+}
