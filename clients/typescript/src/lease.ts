@@ -159,7 +159,6 @@ export class Lease {
       // The broker still had the lease: even one this client had given up on by
       // its (conservative) clock was never held by anyone else.
       this.#released = true;
-      this.#end(new LockBrokerError("the lease was released", { code: "released" }));
     } finally {
       this.#end(new LockBrokerError("the lease was released", { code: "released" }));
     }
