@@ -7,6 +7,8 @@
 //!   [`Owner`], [`RequestId`]) and what the store hands back ([`Lease`], [`Holder`]).
 //! - [`listing`]: what an operator's listing of locks asks for and gets back.
 //! - [`store`]: the [`LockStore`] trait, the atomic steps a backend must provide.
+//! - [`policy`]: [`LockPolicy`], the limits and defaults, and the check of an
+//!   [`AcquireRequest`].
 //! - [`service`]: [`LockService`], the rules around those steps (limits, waiting,
 //!   max hold) that every transport shares.
 //! - [`wait`]: the in-process registry that wakes waiting acquires when a lock frees.
@@ -25,6 +27,7 @@ pub mod listing;
 #[cfg(feature = "testing")]
 pub mod memory;
 pub mod name;
+pub mod policy;
 pub mod service;
 pub mod store;
 pub mod validation;
@@ -36,7 +39,8 @@ pub use lease::{
 };
 pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix};
-pub use service::{AcquireRequest, Grant, LockPolicy, LockService};
+pub use policy::{AcquireRequest, LockPolicy};
+pub use service::{Grant, LockService};
 pub use store::ForceReleaseOutcome;
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,

@@ -7,12 +7,11 @@
 //! handles on one store act as several brokers sharing a backend: each has its
 //! own id, fence floor and stream of release announcements.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
 
 use crate::error::StoreError;
@@ -26,41 +25,12 @@ use crate::store::{
 use crate::wait::Wake;
 use crate::{LeaseToken, Ttl};
 
+mod backend;
+
+use backend::{Backend, Record};
+
 /// How long a released lease is remembered, as the Redis store's default.
 const RELEASE_MEMO_MS: u64 = 30_000;
-
-/// One lock's lease record, as the Redis lease hash holds it.
-#[derive(Clone)]
-struct Record {
-    token: String,
-    fence: u64,
-    owner: String,
-    rid: String,
-    by: String,
-    acquired_ms: u64,
-    expires_ms: u64,
-    delay_ms: u64,
-    released: bool,
-    /// When the record itself is forgotten (the key's TTL in Redis).
-    kept_until_ms: u64,
-}
-
-/// A lock's fair queue: waiter id and entry expiry (ms) by arrival (µs, then
-/// a sequence number that breaks ties).
-type FairQueue = BTreeMap<(u64, u64), (String, u64)>;
-
-#[derive(Default)]
-struct Backend {
-    leases: BTreeMap<LockName, Record>,
-    /// The last fence issued per lock.
-    fences: HashMap<LockName, u64>,
-    /// The fair queue of each lock that has one.
-    queues: HashMap<LockName, FairQueue>,
-    arrivals: u64,
-    /// Every handle's announcements, by handle id.
-    subscribers: Vec<(String, UnboundedSender<(String, Wake)>)>,
-    unavailable: bool,
-}
 
 struct Shared {
     backend: Mutex<Backend>,
@@ -177,48 +147,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn owner_of(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
-}
-
-impl Backend {
-    /// The first live fair waiter of `name`, pruning expired entries.
-    fn queue_head(&mut self, name: &LockName, now_ms: u64) -> Option<String> {
-        let queue = self.queues.get_mut(name)?;
-        queue.retain(|_, (_, expires)| *expires > now_ms);
-        let head = queue.values().next().map(|(id, _)| id.clone());
-        if queue.is_empty() {
-            self.queues.remove(name);
-        }
-        head
-    }
-
-    /// Joins (keeping the first arrival) or refreshes; the waiters ahead.
-    fn queue_join(&mut self, name: &LockName, id: &str, now_us: u64, entry_ttl_ms: u64) -> u64 {
-        let expires = now_us / 1_000 + entry_ttl_ms;
-        self.arrivals += 1;
-        let arrival = (now_us, self.arrivals);
-        let queue = self.queues.entry(name.clone()).or_default();
-        let at = match queue.iter().find(|(_, (w, _))| w == id).map(|(k, _)| *k) {
-            Some(at) => at,
-            None => arrival,
-        };
-        queue.insert(at, (id.to_owned(), expires));
-        queue.range(..at).count() as u64
-    }
-
-    fn queue_leave(&mut self, name: &LockName, id: &str) {
-        if let Some(queue) = self.queues.get_mut(name) {
-            queue.retain(|_, (w, _)| w != id);
-            if queue.is_empty() {
-                self.queues.remove(name);
-            }
-        }
-    }
-
-    fn announce(&self, origin: &str, wake: &Wake) {
-        for (_, subscriber) in &self.subscribers {
-            let _ = subscriber.send((origin.to_owned(), wake.clone()));
-        }
-    }
 }
 
 impl LockStore for MemoryStore {

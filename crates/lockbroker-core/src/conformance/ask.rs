@@ -1,0 +1,116 @@
+//! What the cases are written with: unique lock names, and [`Ask`], an
+//! acquire built up field by field.
+
+use std::time::Duration;
+
+use crate::lease::{Fence, LeaseToken, LockDelay, Owner, Principal, RequestId, Ttl};
+use crate::name::LockName;
+use crate::store::{AcquireOutcome, AcquireParams, FairEntry, LockStore, ReleaseOutcome};
+
+pub(super) fn name(prefix: &str, lock: &str) -> LockName {
+    LockName::parse(&format!("conf-{prefix}-{lock}")).expect("valid lock name")
+}
+
+pub(super) fn ttl(ms: u64) -> Ttl {
+    Ttl::parse("ttl_ms", ms, u64::MAX).expect("valid ttl")
+}
+
+/// A unique prefix per case run, so cases can share a backend.
+pub(super) fn run_id() -> String {
+    crate::lease::random_hex::<4>()
+}
+
+/// The parameters of a plain acquire by `principal`.
+pub(super) struct Ask {
+    pub(super) token: LeaseToken,
+    ttl: Ttl,
+    owner: Option<Owner>,
+    request_id: Option<RequestId>,
+    principal: Principal,
+    lock_delay: LockDelay,
+    fair: Option<String>,
+}
+
+impl Ask {
+    pub(super) fn new(ttl_ms: u64) -> Self {
+        Self {
+            token: LeaseToken::generate(),
+            ttl: ttl(ttl_ms),
+            owner: None,
+            request_id: None,
+            principal: Principal::ANONYMOUS,
+            lock_delay: LockDelay::default(),
+            fair: None,
+        }
+    }
+
+    pub(super) fn owner(mut self, owner: &str) -> Self {
+        self.owner = Some(Owner::parse(owner).expect("valid owner"));
+        self
+    }
+
+    pub(super) fn request_id(mut self, id: &str, principal: Principal) -> Self {
+        self.request_id = Some(RequestId::parse(id).expect("valid request id"));
+        self.principal = principal;
+        self
+    }
+
+    pub(super) fn lock_delay(mut self, ms: u64) -> Self {
+        self.lock_delay = LockDelay::parse(ms, u64::MAX).expect("valid delay");
+        self
+    }
+
+    pub(super) fn fair(mut self, waiter_id: &str) -> Self {
+        self.fair = Some(waiter_id.to_owned());
+        self
+    }
+
+    pub(super) async fn on<S: LockStore>(&self, store: &S, lock: &LockName) -> AcquireOutcome {
+        store
+            .acquire(AcquireParams {
+                name: lock,
+                token: &self.token,
+                ttl: self.ttl,
+                owner: self.owner.as_ref(),
+                request_id: self.request_id.as_ref(),
+                principal: &self.principal,
+                lock_delay: self.lock_delay,
+                fair: self.fair.as_deref().map(|waiter_id| FairEntry {
+                    waiter_id,
+                    entry_ttl_ms: 5_000,
+                }),
+            })
+            .await
+            .expect("the store answers")
+    }
+}
+
+/// The fence of a grant; panics on a busy answer.
+pub(super) fn granted(outcome: AcquireOutcome, what: &str) -> Fence {
+    match outcome {
+        AcquireOutcome::Granted(lease) => lease.fence,
+        AcquireOutcome::Busy { holder, .. } => panic!("{what}: busy, held by {holder:?}"),
+    }
+}
+
+/// The holder and queue position of a busy answer; panics on a grant.
+pub(super) fn busy(outcome: AcquireOutcome, what: &str) -> (crate::Holder, Option<u64>) {
+    match outcome {
+        AcquireOutcome::Busy {
+            holder,
+            queue_position,
+        } => (holder, queue_position),
+        AcquireOutcome::Granted(lease) => panic!("{what}: granted fence {}", lease.fence),
+    }
+}
+
+pub(super) async fn release<S: LockStore>(store: &S, lock: &LockName, ask: &Ask) -> ReleaseOutcome {
+    store
+        .release(lock, &ask.token)
+        .await
+        .expect("the store answers")
+}
+
+pub(super) async fn sleep_ms(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}

@@ -1,0 +1,345 @@
+//! The cases of the conformance suite, each a function of a [`Backend`].
+
+use std::time::Duration;
+
+use crate::lease::{Fence, LeaseToken, Principal};
+use crate::listing::ListRequest;
+use crate::name::LockPrefix;
+use crate::store::{AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome};
+use crate::wait::Wake;
+
+use super::ask::{busy, granted, name, release, run_id, sleep_ms, ttl, Ask};
+use super::Backend;
+
+/// A grant excludes every other acquire until it is released.
+pub async fn a_grant_excludes_everyone_else<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let lock = name(&run_id(), "job");
+    let first = Ask::new(10_000).owner("w1");
+    let fence = granted(first.on(&store, &lock).await, "first");
+    for (broker, what) in [(&store, "same broker"), (&other, "other broker")] {
+        let (holder, position) = busy(Ask::new(10_000).on(broker, &lock).await, what);
+        assert_eq!(holder.owner.as_deref(), Some("w1"));
+        assert_eq!(holder.fence, fence);
+        assert!(holder.expires_in_ms > 0 && holder.expires_in_ms <= 10_000);
+        assert_eq!(position, None, "not a fair waiter");
+    }
+    assert!(matches!(
+        release(&store, &lock, &first).await,
+        ReleaseOutcome::Released(_)
+    ));
+    let next = granted(Ask::new(10_000).on(&other, &lock).await, "after release");
+    assert!(next > fence, "{next} > {fence}");
+}
+
+/// Every grant's fence exceeds all before it, also after the store lost
+/// its data.
+pub async fn fences_grow_across_grants_and_data_loss<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "fenced");
+    let mut last = Fence::new(0);
+    for round in 0..3 {
+        let ask = Ask::new(10_000);
+        let fence = granted(ask.on(&store, &lock).await, "grant");
+        assert!(fence > last, "round {round}: {fence} > {last}");
+        last = fence;
+        release(&store, &lock, &ask).await;
+    }
+    backend.lose_data().await;
+    let fresh = backend.broker().await;
+    for broker in [&store, &fresh] {
+        let ask = Ask::new(10_000);
+        let fence = granted(ask.on(broker, &lock).await, "after data loss");
+        assert!(fence > last, "after data loss: {fence} > {last}");
+        last = fence;
+        release(broker, &lock, &ask).await;
+    }
+}
+
+/// A re-sent acquire (same token) and a retry (same request id, owner and
+/// principal) get the same lease; another principal or owner is busy.
+pub async fn retries_get_the_same_lease_only_from_the_same_principal<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "retried");
+    let key_a = Principal::key("a");
+    let first = Ask::new(10_000)
+        .owner("w1")
+        .request_id("job-1", key_a.clone());
+    let fence = granted(first.on(&store, &lock).await, "first");
+    let resent = match first.on(&store, &lock).await {
+        AcquireOutcome::Granted(lease) => lease,
+        AcquireOutcome::Busy { .. } => panic!("a re-sent acquire is busy"),
+    };
+    assert_eq!(
+        (resent.fence, resent.token.expose()),
+        (fence, first.token.expose())
+    );
+    let retry = Ask::new(10_000).owner("w1").request_id("job-1", key_a);
+    match retry.on(&store, &lock).await {
+        AcquireOutcome::Granted(lease) => {
+            assert_eq!(lease.token.expose(), first.token.expose(), "the same lease");
+            assert_eq!(lease.fence, fence);
+        }
+        AcquireOutcome::Busy { .. } => panic!("a retry by the same principal is busy"),
+    }
+    let stranger = Ask::new(10_000)
+        .owner("w1")
+        .request_id("job-1", Principal::key("b"));
+    busy(stranger.on(&store, &lock).await, "another principal");
+    let other_owner = Ask::new(10_000)
+        .owner("w2")
+        .request_id("job-1", Principal::key("a"));
+    busy(other_owner.on(&store, &lock).await, "another owner");
+}
+
+/// A lease that runs out frees the lock; its token then extends and
+/// releases nothing.
+pub async fn an_expired_lease_frees_the_lock_and_its_token_is_lost<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "expiring");
+    let short = Ask::new(100);
+    let fence = granted(short.on(&store, &lock).await, "short lease");
+    sleep_ms(250).await;
+    let extend = store.extend(&lock, &short.token, ttl(1_000), 0).await;
+    assert!(matches!(extend, Ok(ExtendOutcome::Lost)), "{extend:?}");
+    assert!(matches!(
+        release(&store, &lock, &short).await,
+        ReleaseOutcome::Lost
+    ));
+    let next = granted(Ask::new(1_000).on(&store, &lock).await, "after expiry");
+    assert!(next > fence);
+}
+
+/// An expired lease keeps its lock unavailable for its lock-delay; a busy
+/// answer then says so (no time left on the lease, some on the lock).
+pub async fn lock_delay_keeps_an_expired_lock_unavailable<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "delayed");
+    granted(
+        Ask::new(100).lock_delay(600).on(&store, &lock).await,
+        "grant",
+    );
+    sleep_ms(250).await;
+    let (holder, _) = busy(Ask::new(1_000).on(&store, &lock).await, "in lock-delay");
+    assert_eq!(holder.expires_in_ms, 0);
+    assert!(holder.available_in_ms > 0 && holder.available_in_ms <= 600);
+    sleep_ms(holder.available_in_ms + 100).await;
+    granted(
+        Ask::new(1_000).on(&store, &lock).await,
+        "after the lock-delay",
+    );
+}
+
+/// A release frees the lock at once (no lock-delay), and the released lease
+/// is remembered: a re-sent release reports it again, an extend says it was
+/// released.
+pub async fn a_release_frees_at_once_and_is_remembered<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "released");
+    let ask = Ask::new(10_000).lock_delay(60_000);
+    let fence = granted(ask.on(&store, &lock).await, "grant");
+    match release(&store, &lock, &ask).await {
+        ReleaseOutcome::Released(done) => {
+            assert_eq!(done.fence, fence);
+            assert!(done.held_ms.is_some());
+        }
+        ReleaseOutcome::Lost => panic!("the holder's release is lost"),
+    }
+    match release(&store, &lock, &ask).await {
+        ReleaseOutcome::Released(again) => {
+            assert_eq!(
+                (again.fence, again.held_ms),
+                (fence, None),
+                "a re-sent release"
+            );
+        }
+        ReleaseOutcome::Lost => panic!("a re-sent release is lost"),
+    }
+    let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
+    assert!(matches!(extend, Ok(ExtendOutcome::Released)), "{extend:?}");
+    granted(Ask::new(1_000).on(&store, &lock).await, "free at once");
+}
+
+/// An extend sets the remaining TTL (replace, not add) and keeps the fence;
+/// past the max hold it is refused and the lease stays as it was.
+pub async fn extends_replace_the_ttl_up_to_the_max_hold<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "extended");
+    let ask = Ask::new(1_000);
+    let fence = granted(ask.on(&store, &lock).await, "grant");
+    match store.extend(&lock, &ask.token, ttl(5_000), 10_000).await {
+        Ok(ExtendOutcome::Extended(renewal)) => {
+            assert_eq!(renewal.fence, fence);
+            assert_eq!(renewal.ttl_ms, 5_000);
+        }
+        other => panic!("extend within the max hold: {other:?}"),
+    }
+    match store.extend(&lock, &ask.token, ttl(20_000), 10_000).await {
+        Ok(ExtendOutcome::MaxHoldExceeded { expires_in_ms }) => {
+            assert!(
+                expires_in_ms > 1_000 && expires_in_ms <= 5_000,
+                "{expires_in_ms}"
+            );
+        }
+        other => panic!("extend past the max hold: {other:?}"),
+    }
+    let status = store.status(&lock).await.expect("status");
+    assert!(status.held && status.expires_in_ms > 1_000);
+    let stranger = LeaseToken::generate();
+    let extend = store.extend(&lock, &stranger, ttl(1_000), 0).await;
+    assert!(matches!(extend, Ok(ExtendOutcome::Lost)), "another token");
+}
+
+/// A force release ends the lease whoever holds it; its holder's token then
+/// answers lost, and a second force release finds nothing.
+pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "forced");
+    let ask = Ask::new(10_000).owner("stuck");
+    let fence = granted(ask.on(&store, &lock).await, "grant");
+    let ended = store.force_release(&lock).await.expect("force release");
+    assert_eq!(
+        ended,
+        ForceReleaseOutcome::Released {
+            fence,
+            owner: Some("stuck".into())
+        }
+    );
+    assert!(matches!(
+        release(&store, &lock, &ask).await,
+        ReleaseOutcome::Lost
+    ));
+    let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
+    assert!(matches!(extend, Ok(ExtendOutcome::Lost)));
+    let again = store.force_release(&lock).await.expect("force release");
+    assert_eq!(again, ForceReleaseOutcome::NotHeld);
+    let next = granted(Ask::new(1_000).on(&store, &lock).await, "after");
+    assert!(next > fence);
+}
+
+/// Status tells held or not, the holder's owner while held, and the last
+/// fence issued even when free.
+pub async fn status_reports_the_holder_and_the_last_fence<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "inspected");
+    let never = store.status(&lock).await.expect("status");
+    assert!(!never.held && never.fence.is_none() && never.available_in_ms == 0);
+    let ask = Ask::new(10_000).owner("w1");
+    let fence = granted(ask.on(&store, &lock).await, "grant");
+    let held = store.status(&lock).await.expect("status");
+    assert!(held.held);
+    assert_eq!(
+        (held.owner.as_deref(), held.fence),
+        (Some("w1"), Some(fence))
+    );
+    release(&store, &lock, &ask).await;
+    let free = store.status(&lock).await.expect("status");
+    assert!(!free.held && free.owner.is_none() && free.available_in_ms == 0);
+    assert_eq!(free.fence, Some(fence));
+}
+
+/// Fair waiters queue in arrival order; while the queue lives nobody passes
+/// it, not even a non-waiting acquire.
+pub async fn fair_waiters_are_served_in_arrival_order<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let lock = name(&run_id(), "fair");
+    let holder = Ask::new(10_000);
+    granted(holder.on(&store, &lock).await, "holder");
+    let first = Ask::new(10_000).fair("w-first");
+    let second = Ask::new(10_000).fair("w-second");
+    assert_eq!(busy(first.on(&store, &lock).await, "first").1, Some(0));
+    assert_eq!(busy(second.on(&other, &lock).await, "second").1, Some(1));
+    release(&store, &lock, &holder).await;
+    let (in_the_way, _) = busy(Ask::new(1_000).on(&other, &lock).await, "jumping the queue");
+    assert_eq!(
+        in_the_way.expires_in_ms, 0,
+        "the lock is free, owed to the queue"
+    );
+    busy(second.on(&other, &lock).await, "second before first");
+    granted(first.on(&store, &lock).await, "first in line");
+    release(&store, &lock, &first).await;
+    granted(second.on(&other, &lock).await, "second in line");
+}
+
+/// A fair waiter that gives up leaves the queue, and the next in line is
+/// told its turn has come when the lock is free.
+pub async fn a_fair_waiter_that_leaves_passes_the_turn_on<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let mut wakes = other.take_wakes().expect("the store announces");
+    let lock = name(&run_id(), "leaving");
+    let holder = Ask::new(10_000);
+    granted(holder.on(&store, &lock).await, "holder");
+    let leaver = Ask::new(10_000).fair("w-leaver");
+    let stayer = Ask::new(10_000).fair("w-stayer");
+    busy(leaver.on(&store, &lock).await, "leaver");
+    busy(stayer.on(&other, &lock).await, "stayer");
+    release(&store, &lock, &holder).await;
+    store.leave_queue(&lock, "w-leaver").await.expect("leave");
+    let turn = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match wakes.recv().await {
+                Some(Wake::Turn { waiter_id }) if waiter_id == "w-stayer" => return,
+                Some(_) => continue,
+                None => panic!("the announcements ended"),
+            }
+        }
+    })
+    .await;
+    assert!(turn.is_ok(), "the stayer is told its turn");
+    granted(stayer.on(&other, &lock).await, "the stayer");
+}
+
+/// A release on one broker reaches every other broker sharing the store.
+pub async fn releases_are_announced_to_every_broker<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let mut wakes = other.take_wakes().expect("the store announces");
+    let lock = name(&run_id(), "announced");
+    let ask = Ask::new(10_000);
+    granted(ask.on(&store, &lock).await, "grant");
+    release(&store, &lock, &ask).await;
+    let heard = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match wakes.recv().await {
+                Some(Wake::Released { name, .. }) if name == lock => return,
+                Some(_) => continue,
+                None => panic!("the announcements ended"),
+            }
+        }
+    })
+    .await;
+    assert!(heard.is_ok(), "the other broker hears the release");
+}
+
+/// The listing pages through held locks and locks in their lock-delay under
+/// a prefix, and leaves out free ones.
+pub async fn listing_shows_held_and_delayed_locks_page_by_page<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let run = run_id();
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let lock = name(&run, &format!("listed-{i}"));
+        granted(Ask::new(10_000).on(&store, &lock).await, "grant");
+        held.push(lock);
+    }
+    let freed = name(&run, "listed-free");
+    let ask = Ask::new(10_000);
+    granted(ask.on(&store, &freed).await, "grant");
+    release(&store, &freed, &ask).await;
+    let mut request = ListRequest {
+        prefix: LockPrefix::parse("prefix", &format!("conf-{run}-")).expect("prefix"),
+        limit: crate::ListLimit::parse(2).expect("limit"),
+        ..ListRequest::default()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..100 {
+        let page = store.list(&request).await.expect("list");
+        seen.extend(page.locks.into_iter().map(|entry| entry.name));
+        match page.next_cursor {
+            Some(cursor) => request.cursor = cursor,
+            None => break,
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, held, "every held lock, and only those");
+}

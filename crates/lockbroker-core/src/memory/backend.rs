@@ -1,0 +1,90 @@
+//! The state behind [`super::MemoryStore`]: lease records as the Redis lease
+//! hash holds them, fences, fair queues, and who hears announcements.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::name::LockName;
+use crate::wait::Wake;
+
+/// One lock's lease record, as the Redis lease hash holds it.
+#[derive(Clone)]
+pub(super) struct Record {
+    pub(super) token: String,
+    pub(super) fence: u64,
+    pub(super) owner: String,
+    pub(super) rid: String,
+    pub(super) by: String,
+    pub(super) acquired_ms: u64,
+    pub(super) expires_ms: u64,
+    pub(super) delay_ms: u64,
+    pub(super) released: bool,
+    /// When the record itself is forgotten (the key's TTL in Redis).
+    pub(super) kept_until_ms: u64,
+}
+
+/// A lock's fair queue: waiter id and entry expiry (ms) by arrival (µs, then
+/// a sequence number that breaks ties).
+pub(super) type FairQueue = BTreeMap<(u64, u64), (String, u64)>;
+
+#[derive(Default)]
+pub(super) struct Backend {
+    pub(super) leases: BTreeMap<LockName, Record>,
+    /// The last fence issued per lock.
+    pub(super) fences: HashMap<LockName, u64>,
+    /// The fair queue of each lock that has one.
+    pub(super) queues: HashMap<LockName, FairQueue>,
+    pub(super) arrivals: u64,
+    /// Every handle's announcements, by handle id.
+    pub(super) subscribers: Vec<(String, UnboundedSender<(String, Wake)>)>,
+    pub(super) unavailable: bool,
+}
+
+impl Backend {
+    /// The first live fair waiter of `name`, pruning expired entries.
+    pub(super) fn queue_head(&mut self, name: &LockName, now_ms: u64) -> Option<String> {
+        let queue = self.queues.get_mut(name)?;
+        queue.retain(|_, (_, expires)| *expires > now_ms);
+        let head = queue.values().next().map(|(id, _)| id.clone());
+        if queue.is_empty() {
+            self.queues.remove(name);
+        }
+        head
+    }
+
+    /// Joins (keeping the first arrival) or refreshes; the waiters ahead.
+    pub(super) fn queue_join(
+        &mut self,
+        name: &LockName,
+        id: &str,
+        now_us: u64,
+        entry_ttl_ms: u64,
+    ) -> u64 {
+        let expires = now_us / 1_000 + entry_ttl_ms;
+        self.arrivals += 1;
+        let arrival = (now_us, self.arrivals);
+        let queue = self.queues.entry(name.clone()).or_default();
+        let at = match queue.iter().find(|(_, (w, _))| w == id).map(|(k, _)| *k) {
+            Some(at) => at,
+            None => arrival,
+        };
+        queue.insert(at, (id.to_owned(), expires));
+        queue.range(..at).count() as u64
+    }
+
+    pub(super) fn queue_leave(&mut self, name: &LockName, id: &str) {
+        if let Some(queue) = self.queues.get_mut(name) {
+            queue.retain(|_, (w, _)| w != id);
+            if queue.is_empty() {
+                self.queues.remove(name);
+            }
+        }
+    }
+
+    pub(super) fn announce(&self, origin: &str, wake: &Wake) {
+        for (_, subscriber) in &self.subscribers {
+            let _ = subscriber.send((origin.to_owned(), wake.clone()));
+        }
+    }
+}

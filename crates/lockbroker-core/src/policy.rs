@@ -1,0 +1,132 @@
+//! [`LockPolicy`]: the limits and defaults of every request, and the check
+//! that turns an [`AcquireRequest`] into a plan the service can run.
+
+use std::time::Duration;
+
+use crate::lease::{LockDelay, Owner, Principal, RequestId, Ttl};
+use crate::validation::ValidationError;
+use crate::wait::WaiterLimits;
+
+/// The limits and defaults that apply to every request, from configuration.
+#[derive(Clone, Debug)]
+pub struct LockPolicy {
+    /// TTL of a lease whose request names none. Never "forever".
+    pub default_ttl_ms: u64,
+    /// The longest TTL a request may ask for.
+    pub max_ttl_ms: u64,
+    /// Longer `wait_ms` values are shortened to this.
+    pub max_wait_ms: u64,
+    /// Lock-delay of a lease whose request names none.
+    pub default_lock_delay_ms: u64,
+    /// The longest lock-delay a request may ask for.
+    pub max_lock_delay_ms: u64,
+    /// If set, no lease is extended past its acquisition time plus this.
+    pub max_hold_ms: Option<u64>,
+    /// A grant that reaches the broker with less validity left than this
+    /// (the store answered slowly) is given back instead of handed out.
+    pub min_validity_ms: u64,
+    /// A fair waiter's queue entry in the store lives this long unless
+    /// refreshed; waiters refresh it three times per period.
+    pub fair_entry_ttl_ms: u64,
+    /// Caps on concurrent waiters.
+    pub waiters: WaiterLimits,
+}
+
+impl Default for LockPolicy {
+    fn default() -> Self {
+        Self {
+            default_ttl_ms: 30_000,
+            max_ttl_ms: 86_400_000,
+            max_wait_ms: 60_000,
+            default_lock_delay_ms: 0,
+            max_lock_delay_ms: 60_000,
+            max_hold_ms: None,
+            min_validity_ms: 50,
+            fair_entry_ttl_ms: 3_000,
+            waiters: WaiterLimits {
+                max_waiters: 10_000,
+                max_waiters_per_lock: 1_000,
+            },
+        }
+    }
+}
+
+/// An acquire as a transport received it; [`LockService::acquire`] checks each
+/// field against the [`LockPolicy`].
+#[derive(Clone, Debug, Default)]
+pub struct AcquireRequest {
+    /// Lease duration; the policy default when absent.
+    pub ttl_ms: Option<u64>,
+    /// How long to wait for a busy lock; 0 or absent answers busy at once.
+    pub wait_ms: Option<u64>,
+    /// Free-form holder label.
+    pub owner: Option<String>,
+    /// Idempotency key for retries.
+    pub request_id: Option<String>,
+    /// Who asks: a retry returns an existing lease only to the same principal.
+    pub principal: Principal,
+    /// Lock-delay if the lease expires unreleased; the policy default when absent.
+    pub lock_delay_ms: Option<u64>,
+    /// Wait in the store's queue, in arrival order across all brokers.
+    pub fair: bool,
+}
+
+/// The checked form of an [`AcquireRequest`].
+pub(crate) struct AcquirePlan {
+    pub(crate) ttl: Ttl,
+    pub(crate) wait: Duration,
+    pub(crate) owner: Option<Owner>,
+    pub(crate) request_id: Option<RequestId>,
+    pub(crate) principal: Principal,
+    pub(crate) lock_delay: LockDelay,
+    pub(crate) fair: bool,
+}
+
+impl LockPolicy {
+    /// Checks every field of `request` against the policy; a broker that is
+    /// shutting down waits for nobody.
+    pub(crate) fn plan(
+        &self,
+        request: AcquireRequest,
+        shutting_down: bool,
+    ) -> Result<AcquirePlan, ValidationError> {
+        let policy = self;
+        let max_ttl_ms = policy
+            .max_hold_ms
+            .map_or(policy.max_ttl_ms, |hold| hold.min(policy.max_ttl_ms));
+        let ttl = Ttl::parse(
+            "ttl_ms",
+            request
+                .ttl_ms
+                .unwrap_or(policy.default_ttl_ms.min(max_ttl_ms)),
+            max_ttl_ms,
+        )?;
+        let lock_delay = LockDelay::parse(
+            request
+                .lock_delay_ms
+                .unwrap_or(policy.default_lock_delay_ms),
+            policy.max_lock_delay_ms,
+        )?;
+        let owner = request.owner.as_deref().map(Owner::parse).transpose()?;
+        let request_id = request
+            .request_id
+            .as_deref()
+            .map(RequestId::parse)
+            .transpose()?;
+        let wait_ms = request.wait_ms.unwrap_or(0).min(policy.max_wait_ms);
+        let wait = if shutting_down {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(wait_ms)
+        };
+        Ok(AcquirePlan {
+            ttl,
+            wait,
+            owner,
+            request_id,
+            principal: request.principal,
+            lock_delay,
+            fair: request.fair,
+        })
+    }
+}
