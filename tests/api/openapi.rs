@@ -1,14 +1,26 @@
-//! `openapi.yaml` is the contract: it parses and lists exactly the served routes.
+//! `openapi.yaml` is the contract: it parses, lists exactly the served routes,
+//! and its schemas and error codes are the ones `lockbroker-api` spells.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
+use lockbroker_api::{
+    AcquireBody, ErrorCode, ErrorDetail, ErrorResponse, ExtendBody, ForceReleaseResponse,
+    HealthResponse, HealthStatus, LeaseResponse, ListQuery, ListResponse, ReleaseBody,
+    ReleaseResponse, RenewalResponse, StatusResponse,
+};
 use lockbroker_server::http::served_routes;
+use serde::Serialize;
+use serde_yaml::Value;
+
+fn spec() -> Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml");
+    let text = std::fs::read_to_string(path).expect("read openapi.yaml");
+    serde_yaml::from_str(&text).expect("openapi.yaml parses")
+}
 
 #[test]
 fn openapi_lists_exactly_the_routes_the_router_serves() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml");
-    let text = std::fs::read_to_string(path).expect("read openapi.yaml");
-    let spec: serde_yaml::Value = serde_yaml::from_str(&text).expect("openapi.yaml parses");
+    let spec = spec();
     assert!(spec["openapi"]
         .as_str()
         .is_some_and(|v| v.starts_with("3.")));
@@ -29,4 +41,348 @@ fn openapi_lists_exactly_the_routes_the_router_serves() {
         .collect();
 
     assert_eq!(documented, served);
+}
+
+/// The fields of `value` as JSON, each with whether it is `null`.
+fn fields(value: &impl Serialize) -> BTreeMap<String, bool> {
+    let json = serde_json::to_value(value).expect("serializes");
+    json.as_object()
+        .expect("an object")
+        .iter()
+        .map(|(key, value)| (key.clone(), value.is_null()))
+        .collect()
+}
+
+/// The property names of an object schema, and the required ones.
+fn shape(schema: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+    let names = |value: &Value| -> BTreeSet<String> {
+        value
+            .as_sequence()
+            .map(|seq| {
+                seq.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let properties = schema["properties"]
+        .as_mapping()
+        .expect("an object schema with properties")
+        .keys()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    (properties, names(&schema["required"]))
+}
+
+/// A response type against its schema: every property is always sent, the
+/// ones that may be unknown as `null`, exactly where the spec says `nullable`.
+fn check_response(name: &str, schema: &Value, full: &impl Serialize, empty: &impl Serialize) {
+    let (properties, required) = shape(schema);
+    let full = fields(full);
+    let empty = fields(empty);
+    let keys = |fields: &BTreeMap<String, bool>| fields.keys().cloned().collect::<BTreeSet<_>>();
+    assert_eq!(keys(&full), properties, "{name}: the properties");
+    assert_eq!(keys(&empty), required, "{name}: the required properties");
+    for (field, null) in empty {
+        let nullable = schema["properties"][field.as_str()]["nullable"] == Value::Bool(true);
+        assert_eq!(null, nullable, "{name}.{field}: null exactly when nullable");
+    }
+    assert_eq!(
+        schema["additionalProperties"],
+        Value::Bool(false),
+        "{name}: closed"
+    );
+}
+
+/// A request type against its schema: a full body sends every property, the
+/// smallest body a client can build sends exactly the required ones, and an
+/// unknown field is refused.
+fn check_request<T>(name: &str, schema: &Value, full: &T, smallest: &T)
+where
+    T: Serialize + serde::de::DeserializeOwned,
+{
+    let (properties, required) = shape(schema);
+    let keys = |value: &T| fields(value).into_keys().collect::<BTreeSet<_>>();
+    assert_eq!(keys(full), properties, "{name}: the properties");
+    assert_eq!(keys(smallest), required, "{name}: the required properties");
+    assert_eq!(
+        schema["additionalProperties"],
+        Value::Bool(false),
+        "{name}: closed"
+    );
+    let mut extra = serde_json::to_value(full).expect("serializes");
+    extra["colour"] = serde_json::json!("blue");
+    assert!(
+        serde_json::from_value::<T>(extra).is_err(),
+        "{name}: refuses unknown fields"
+    );
+}
+
+fn status(fence: Option<u64>, owner: Option<&str>) -> StatusResponse {
+    StatusResponse {
+        name: "job".into(),
+        held: fence.is_some(),
+        owner: owner.map(str::to_owned),
+        fence,
+        expires_in_ms: 0,
+        available_in_ms: 0,
+    }
+}
+
+#[test]
+fn the_api_types_have_the_fields_of_the_spec_schemas() {
+    let spec = spec();
+    let schemas = &spec["components"]["schemas"];
+
+    let lease = |owner: Option<&str>| LeaseResponse {
+        name: "job".into(),
+        token: "t0k3n".into(),
+        fence: 1,
+        ttl_ms: 1,
+        expires_at_ms: 1,
+        owner: owner.map(str::to_owned),
+    };
+    check_response("Lease", &schemas["Lease"], &lease(Some("w")), &lease(None));
+    let renewal = |owner: Option<&str>| RenewalResponse {
+        name: "job".into(),
+        fence: 1,
+        ttl_ms: 1,
+        expires_at_ms: 1,
+        owner: owner.map(str::to_owned),
+    };
+    check_response(
+        "Renewal",
+        &schemas["Renewal"],
+        &renewal(Some("w")),
+        &renewal(None),
+    );
+    let released = ReleaseResponse {
+        name: "job".into(),
+        released: true,
+        fence: 1,
+    };
+    check_response("Released", &schemas["Released"], &released, &released);
+    check_response(
+        "LockStatus",
+        &schemas["LockStatus"],
+        &status(Some(1), Some("w")),
+        &status(None, None),
+    );
+    let page = |cursor: Option<&str>| ListResponse {
+        locks: vec![status(Some(1), None)],
+        next_cursor: cursor.map(str::to_owned),
+    };
+    check_response(
+        "LockList",
+        &schemas["LockList"],
+        &page(Some("7")),
+        &page(None),
+    );
+    let forced = |fence: Option<u64>, owner: Option<&str>| ForceReleaseResponse {
+        name: "job".into(),
+        released: fence.is_some(),
+        fence,
+        owner: owner.map(str::to_owned),
+    };
+    check_response(
+        "ForceReleased",
+        &schemas["ForceReleased"],
+        &forced(Some(1), Some("w")),
+        &forced(None, None),
+    );
+    let health = HealthResponse {
+        status: HealthStatus::Ready,
+    };
+    check_response("Health", &schemas["Health"], &health, &health);
+    let spelled: BTreeSet<String> = [HealthStatus::Ok, HealthStatus::Ready]
+        .iter()
+        .map(|s| {
+            serde_json::to_value(s)
+                .expect("serializes")
+                .as_str()
+                .expect("a string")
+                .to_owned()
+        })
+        .collect();
+    let listed: BTreeSet<String> = schemas["Health"]["properties"]["status"]["enum"]
+        .as_sequence()
+        .expect("enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(spelled, listed, "Health.status values");
+
+    let acquire = AcquireBody {
+        ttl_ms: Some(1),
+        wait_ms: Some(0),
+        owner: Some("w".into()),
+        request_id: Some("r".into()),
+        lock_delay_ms: Some(0),
+        fair: Some(true),
+    };
+    check_request(
+        "AcquireRequest",
+        &schemas["AcquireRequest"],
+        &acquire,
+        &AcquireBody::default(),
+    );
+    check_request(
+        "ExtendRequest",
+        &schemas["ExtendRequest"],
+        &ExtendBody::new("t0k3n", Some(1)),
+        &ExtendBody::new("t0k3n", None),
+    );
+    check_request(
+        "ReleaseRequest",
+        &schemas["ReleaseRequest"],
+        &ReleaseBody::new("t0k3n"),
+        &ReleaseBody::new("t0k3n"),
+    );
+}
+
+#[test]
+fn the_list_query_has_the_parameters_of_the_spec() {
+    let spec = spec();
+    let parameters = spec["paths"]["/v1/locks"]["get"]["parameters"]
+        .as_sequence()
+        .expect("parameters");
+    let documented: BTreeSet<String> = parameters
+        .iter()
+        .filter(|p| p["in"] == "query")
+        .filter_map(|p| p["name"].as_str())
+        .map(str::to_owned)
+        .collect();
+    let full = ListQuery {
+        prefix: Some("billing:".into()),
+        limit: Some(10),
+        cursor: Some("0".into()),
+    };
+    assert_eq!(
+        fields(&full).into_keys().collect::<BTreeSet<_>>(),
+        documented
+    );
+    assert!(
+        parameters
+            .iter()
+            .all(|p| p["required"] != Value::Bool(true)),
+        "every listing parameter is optional, as every ListQuery field is"
+    );
+}
+
+#[test]
+fn the_error_body_has_the_fields_of_the_spec() {
+    let spec = spec();
+    let schema = &spec["components"]["schemas"]["Error"];
+    let (outer, outer_required) = shape(schema);
+    let body = ErrorResponse {
+        error: ErrorDetail::new(ErrorCode::Internal, "internal error"),
+    };
+    let keys = fields(&body).into_keys().collect::<BTreeSet<_>>();
+    assert_eq!(keys, outer);
+    assert_eq!(keys, outer_required);
+
+    let (properties, required) = shape(&schema["properties"]["error"]);
+    let full = ErrorDetail {
+        field: Some("ttl_ms".into()),
+        owner: Some(Some("w".into())),
+        fence: Some(1),
+        expires_in_ms: Some(1),
+        available_in_ms: Some(1),
+        ..ErrorDetail::new(ErrorCode::LockBusy, "held")
+    };
+    let keys = |detail: &ErrorDetail| fields(detail).into_keys().collect::<BTreeSet<_>>();
+    assert_eq!(keys(&full), properties);
+    assert_eq!(keys(&ErrorDetail::new(ErrorCode::Internal, "m")), required);
+}
+
+/// Every `(code, status)` pair the spec states: as "`423 lock_busy`" in any
+/// description, and as a response whose description opens a paragraph with
+/// "`code`:" under the statuses the operations list it.
+fn stated_statuses(
+    spec: &Value,
+    text: &str,
+    codes: &BTreeSet<String>,
+) -> BTreeMap<String, BTreeSet<u16>> {
+    let mut stated: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+    for quoted in text.split('`') {
+        if let Some((status, code)) = quoted.split_once(' ') {
+            if let (Ok(status), true) = (status.parse::<u16>(), codes.contains(code)) {
+                stated.entry(code.to_owned()).or_default().insert(status);
+            }
+        }
+    }
+    let responses = spec["components"]["responses"]
+        .as_mapping()
+        .expect("responses");
+    let codes_of = |reference: &str| -> Vec<&String> {
+        let name = reference.trim_start_matches("#/components/responses/");
+        let description = responses
+            .get(name)
+            .and_then(|r| r["description"].as_str())
+            .unwrap_or_else(|| panic!("no response {name}"));
+        codes
+            .iter()
+            .filter(|code| description.contains(&format!("`{code}`:")))
+            .collect()
+    };
+    for (_, item) in spec["paths"].as_mapping().expect("paths") {
+        for (_, operation) in item.as_mapping().expect("path item") {
+            let Some(answers) = operation["responses"].as_mapping() else {
+                continue;
+            };
+            for (status, answer) in answers {
+                let (Some(status), Some(reference)) = (
+                    status.as_str().and_then(|s| s.parse::<u16>().ok()),
+                    answer["$ref"].as_str(),
+                ) else {
+                    continue;
+                };
+                for code in codes_of(reference) {
+                    stated.entry(code.clone()).or_default().insert(status);
+                }
+            }
+        }
+    }
+    stated
+}
+
+#[test]
+fn error_codes_and_their_statuses_are_the_specs() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.yaml");
+    let text = std::fs::read_to_string(path).expect("read openapi.yaml");
+    let spec = spec();
+    let listed: BTreeSet<String> = spec["components"]["schemas"]["Error"]["properties"]["error"]
+        ["properties"]["code"]["enum"]
+        .as_sequence()
+        .expect("the error code enum")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    let ours: BTreeSet<String> = ErrorCode::ALL
+        .iter()
+        .map(|code| code.as_str().to_owned())
+        .collect();
+    assert_eq!(ours, listed, "ErrorCode lists exactly the spec's codes");
+
+    let stated = stated_statuses(&spec, &text, &listed);
+    for code in ErrorCode::ALL {
+        match stated.get(code.as_str()) {
+            Some(statuses) => assert_eq!(
+                statuses,
+                &BTreeSet::from([code.status()]),
+                "{code}: the spec's statuses"
+            ),
+            // No operation documents an unknown path, so the spec gives
+            // `not_found` no status; every other code has one.
+            None => assert_eq!(
+                code,
+                ErrorCode::NotFound,
+                "{code}: the spec states no status"
+            ),
+        }
+    }
 }

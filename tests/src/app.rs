@@ -4,9 +4,14 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use lockbroker_api::{
+    AcquireBody, ErrorDetail, ErrorResponse, ExtendBody, LeaseResponse, ReleaseBody,
+};
 use lockbroker_server::{Application, Settings};
 use reqwest::StatusCode;
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
@@ -42,7 +47,10 @@ pub struct TestApp {
     task: Option<JoinHandle<std::io::Result<()>>>,
 }
 
-/// A response: status, headers and the JSON body (`Null` if none).
+/// A response: status, headers and the JSON body (`Null` if none). The body
+/// stays raw JSON so tests can look at exactly what was sent; the typed
+/// accessors decode it with the API's own types, so a body that strays from
+/// them fails the test.
 #[derive(Debug)]
 pub struct Reply {
     /// HTTP status.
@@ -54,17 +62,38 @@ pub struct Reply {
 }
 
 impl Reply {
-    /// `body.error.code`, for error replies.
-    pub fn code(&self) -> &str {
-        self.body["error"]["code"].as_str().unwrap_or("")
+    /// The body as `T`; panics when it is not one.
+    pub fn decode<T: DeserializeOwned>(&self) -> T {
+        serde_json::from_value(self.body.clone()).unwrap_or_else(|e| {
+            panic!(
+                "reply body is not a {}: {e}: {}",
+                std::any::type_name::<T>(),
+                self.body
+            )
+        })
     }
 
-    /// `body.token`.
+    /// The error of an error reply.
+    pub fn error(&self) -> ErrorDetail {
+        self.decode::<ErrorResponse>().error
+    }
+
+    /// The error code of an error reply; empty for any other reply.
+    pub fn code(&self) -> &'static str {
+        if self.body.get("error").is_none() {
+            return "";
+        }
+        self.error().code.as_str()
+    }
+
+    /// The lease of a granted acquire.
+    pub fn lease(&self) -> LeaseResponse {
+        self.decode()
+    }
+
+    /// The token of a granted acquire.
     pub fn token(&self) -> String {
-        self.body["token"]
-            .as_str()
-            .expect("reply has a token")
-            .to_owned()
+        self.lease().token
     }
 
     /// `body.fence`.
@@ -166,9 +195,20 @@ impl TestApp {
         self.post_raw(path, body.to_string()).await
     }
 
-    /// `POST /v1/locks/{name}/acquire` with `ttl_ms` and any other fields.
+    /// `POST path` with one of the API's request bodies.
+    pub async fn post_body(&self, path: &str, body: &impl Serialize) -> Reply {
+        let json = serde_json::to_string(body).expect("request body serializes");
+        self.post_raw(path, json).await
+    }
+
+    /// `POST /v1/locks/{name}/acquire` with `ttl_ms`.
     pub async fn acquire(&self, name: &str, ttl_ms: u64) -> Reply {
-        self.acquire_with(name, json!({ "ttl_ms": ttl_ms })).await
+        let body = AcquireBody {
+            ttl_ms: Some(ttl_ms),
+            ..AcquireBody::default()
+        };
+        self.post_body(&format!("/v1/locks/{name}/acquire"), &body)
+            .await
     }
 
     /// `POST /v1/locks/{name}/acquire` with an explicit body.
@@ -178,20 +218,16 @@ impl TestApp {
 
     /// `POST /v1/locks/{name}/extend`.
     pub async fn extend(&self, name: &str, token: &str, ttl_ms: u64) -> Reply {
-        self.post(
-            &format!("/v1/locks/{name}/extend"),
-            json!({ "token": token, "ttl_ms": ttl_ms }),
-        )
-        .await
+        let body = ExtendBody::new(token, Some(ttl_ms));
+        self.post_body(&format!("/v1/locks/{name}/extend"), &body)
+            .await
     }
 
     /// `POST /v1/locks/{name}/release`.
     pub async fn release(&self, name: &str, token: &str) -> Reply {
-        self.post(
-            &format!("/v1/locks/{name}/release"),
-            json!({ "token": token }),
-        )
-        .await
+        let body = ReleaseBody::new(token);
+        self.post_body(&format!("/v1/locks/{name}/release"), &body)
+            .await
     }
 
     /// `GET /v1/locks/{name}`.

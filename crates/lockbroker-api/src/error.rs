@@ -20,7 +20,7 @@ pub struct ErrorDetail {
     /// What went wrong, for people. Never contains a token.
     pub message: String,
     /// For `invalid_request`, the request field that broke a rule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
     /// For `lock_busy`, the holder's label: present (and `null` when the
     /// holder gave none) exactly on `lock_busy`, absent otherwise.
@@ -31,15 +31,15 @@ pub struct ErrorDetail {
     )]
     pub owner: Option<Option<String>>,
     /// For `lock_busy`, the holder's fence.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<u64>,
     /// For `lock_busy`, how long the holder's lease stays valid (0 once only
     /// its lock-delay remains); for `max_hold_exceeded`, how long the caller's
     /// lease stays valid without the extension.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_in_ms: Option<u64>,
     /// For `lock_busy`, how long until the lock can be acquired at the earliest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub available_in_ms: Option<u64>,
 }
 

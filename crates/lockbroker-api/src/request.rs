@@ -5,6 +5,9 @@
 //! "missing field" error would not do, so the check lives in the broker and
 //! the types here stay `Option`. Absent and `null` mean the same. Clients
 //! leave absent fields out of what they send.
+//!
+//! No field has `#[serde(default)]`: an `Option` needs none to be absent from
+//! an object, and with it a short JSON array would decode as the first fields.
 
 use std::fmt;
 
@@ -16,22 +19,22 @@ use serde::{Deserialize, Serialize};
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// How long the lease is valid, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
     /// How long to wait for a busy lock, in milliseconds; 0 answers at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_ms: Option<u64>,
     /// A label of who holds the lease, shown to other callers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// An idempotency key: a retry with the same one gets the same lease.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
     /// How long the lock stays unavailable if this lease expires unreleased.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
     /// With `wait_ms` > 0, wait in the lock's queue shared by every broker.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub fair: Option<bool>,
 }
 
@@ -40,10 +43,10 @@ pub struct AcquireBody {
 #[serde(deny_unknown_fields)]
 pub struct ExtendBody {
     /// The lease's token; required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// The new remaining validity from now, in milliseconds (replace, not add).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
 }
 
@@ -62,7 +65,7 @@ impl ExtendBody {
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
     /// The lease's token; required.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
 }
 
@@ -80,13 +83,13 @@ impl ReleaseBody {
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only names starting with this; absent or empty for all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
     /// How many keys the page visits, 1 to 1000 (100 when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
     /// The `next_cursor` of the previous page; absent or `0` to start.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
 }
 

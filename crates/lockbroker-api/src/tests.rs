@@ -16,7 +16,11 @@ fn every_code_is_spelled_on_the_wire_as_as_str_says() {
     let mut spellings: Vec<_> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
     spellings.sort_unstable();
     spellings.dedup();
-    assert_eq!(spellings.len(), ErrorCode::ALL.len(), "ALL lists a code twice");
+    assert_eq!(
+        spellings.len(),
+        ErrorCode::ALL.len(),
+        "ALL lists a code twice"
+    );
 }
 
 #[test]
@@ -33,7 +37,10 @@ fn owner_is_null_on_a_busy_answer_and_absent_elsewhere() {
         available_in_ms: Some(100),
         ..ErrorDetail::new(ErrorCode::LockBusy, "held")
     };
-    let wire = serde_json::to_value(ErrorResponse { error: busy.clone() }).expect("serializes");
+    let wire = serde_json::to_value(ErrorResponse {
+        error: busy.clone(),
+    })
+    .expect("serializes");
     assert_eq!(
         wire,
         json!({"error": {"code": "lock_busy", "message": "held", "owner": null, "fence": 7,
@@ -69,6 +76,9 @@ fn requests_send_only_the_fields_that_are_set() {
 fn requests_reject_unknown_fields_and_read_null_as_absent() {
     assert!(serde_json::from_value::<AcquireBody>(json!({"ttl": 5})).is_err());
     assert!(serde_json::from_value::<ReleaseBody>(json!({"token": "a", "x": 1})).is_err());
+    // An array too short to fill every field in order is refused, not
+    // completed with absent fields.
+    assert!(serde_json::from_value::<AcquireBody>(json!([1000])).is_err());
     let body: AcquireBody =
         serde_json::from_value(json!({"ttl_ms": null, "owner": "w"})).expect("decodes");
     assert_eq!(body.ttl_ms, None);

@@ -3,7 +3,12 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use lockbroker_api::{
+    AcquireBody, ErrorCode, ErrorResponse, ExtendBody, LeaseResponse, ReleaseBody, ReleaseResponse,
+    RenewalResponse, StatusResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// Microseconds since the Unix epoch by this machine's clock.
 pub fn now_us() -> i64 {
@@ -108,26 +113,48 @@ impl BrokerClient {
 
     /// `POST /v1/locks/{lock}/acquire`; on a grant, the token comes back too.
     pub async fn acquire(&self, lock: &str, ttl_ms: u64, wait_ms: u64) -> (Timed, Option<String>) {
-        let body = json!({ "ttl_ms": ttl_ms, "wait_ms": wait_ms });
-        let (timed, body) = self.post(lock, "acquire", body).await;
-        let token = match timed.outcome {
-            Outcome::Granted { .. } => body["token"].as_str().map(str::to_owned),
-            _ => None,
+        let body = AcquireBody {
+            ttl_ms: Some(ttl_ms),
+            wait_ms: Some(wait_ms),
+            ..AcquireBody::default()
         };
+        let mut token = None;
+        let timed = self
+            .post(lock, "acquire", &body, |lease: LeaseResponse| {
+                let outcome = Outcome::Granted {
+                    fence: lease.fence,
+                    ttl_ms: lease.ttl_ms,
+                    expires_at_ms: lease.expires_at_ms,
+                };
+                token = Some(lease.token);
+                outcome
+            })
+            .await;
         (timed, token)
     }
 
     /// `POST /v1/locks/{lock}/extend`.
     pub async fn extend(&self, lock: &str, token: &str, ttl_ms: u64) -> Timed {
-        let body = json!({ "token": token, "ttl_ms": ttl_ms });
-        self.post(lock, "extend", body).await.0
+        let body = ExtendBody::new(token, Some(ttl_ms));
+        self.post(lock, "extend", &body, |renewal: RenewalResponse| {
+            Outcome::Renewed {
+                fence: renewal.fence,
+                ttl_ms: renewal.ttl_ms,
+                expires_at_ms: renewal.expires_at_ms,
+            }
+        })
+        .await
     }
 
     /// `POST /v1/locks/{lock}/release`.
     pub async fn release(&self, lock: &str, token: &str) -> Timed {
-        self.post(lock, "release", json!({ "token": token }))
-            .await
-            .0
+        let body = ReleaseBody::new(token);
+        self.post(lock, "release", &body, |release: ReleaseResponse| {
+            Outcome::Released {
+                fence: release.fence,
+            }
+        })
+        .await
     }
 
     /// `GET /v1/locks/{lock}`.
@@ -138,14 +165,11 @@ impl BrokerClient {
             .get(format!("{}/v1/locks/{lock}", self.base))
             .send()
             .await;
-        let (status, body) = read(sent).await;
-        let outcome = match status {
-            200 => Outcome::Status {
-                held: body["held"].as_bool().unwrap_or(false),
-                fence: body["fence"].as_u64(),
-            },
-            _ => failed(status, &body),
-        };
+        let outcome = answer(sent, |status: StatusResponse| Outcome::Status {
+            held: status.held,
+            fence: status.fence,
+        })
+        .await;
         Timed {
             send_us,
             recv_us: now_us(),
@@ -161,66 +185,65 @@ impl BrokerClient {
         )
     }
 
-    async fn post(&self, lock: &str, step: &str, body: Value) -> (Timed, Value) {
+    /// Sends `body` to the `step` route of `lock`; a `200` answer decodes
+    /// as `T` and becomes an outcome through `granted`.
+    async fn post<T: DeserializeOwned>(
+        &self,
+        lock: &str,
+        step: &str,
+        body: &impl Serialize,
+        granted: impl FnOnce(T) -> Outcome,
+    ) -> Timed {
         let send_us = now_us();
         let sent = self
             .http
             .post(format!("{}/v1/locks/{lock}/{step}", self.base))
-            .json(&body)
+            .json(body)
             .send()
             .await;
-        let (status, body) = read(sent).await;
-        let outcome = match (status, step) {
-            (200, "acquire") => Outcome::Granted {
-                fence: body["fence"].as_u64().unwrap_or(0),
-                ttl_ms: body["ttl_ms"].as_u64().unwrap_or(0),
-                expires_at_ms: body["expires_at_ms"].as_u64().unwrap_or(0),
-            },
-            (200, "extend") => Outcome::Renewed {
-                fence: body["fence"].as_u64().unwrap_or(0),
-                ttl_ms: body["ttl_ms"].as_u64().unwrap_or(0),
-                expires_at_ms: body["expires_at_ms"].as_u64().unwrap_or(0),
-            },
-            (200, _) => Outcome::Released {
-                fence: body["fence"].as_u64().unwrap_or(0),
-            },
-            (423, _) => Outcome::Busy {
-                fence: body["error"]["fence"].as_u64(),
-            },
-            (409, _) if body["error"]["code"] == "lease_lost" => Outcome::Lost,
-            _ => failed(status, &body),
-        };
-        let recv_us = now_us();
-        (
-            Timed {
-                send_us,
-                recv_us,
-                outcome,
-            },
-            body,
-        )
-    }
-}
-
-async fn read(sent: reqwest::Result<reqwest::Response>) -> (u16, Value) {
-    match sent {
-        Ok(reply) => {
-            let status = reply.status().as_u16();
-            match reply.bytes().await {
-                Ok(bytes) => (
-                    status,
-                    serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-                ),
-                Err(_) => (0, Value::Null),
-            }
+        let outcome = answer(sent, granted).await;
+        Timed {
+            send_us,
+            recv_us: now_us(),
+            outcome,
         }
-        Err(_) => (0, Value::Null),
     }
 }
 
-fn failed(status: u16, body: &Value) -> Outcome {
+/// The outcome of one answer: `granted` of its body on `200`, else what the
+/// error body says.
+async fn answer<T: DeserializeOwned>(
+    sent: reqwest::Result<reqwest::Response>,
+    granted: impl FnOnce(T) -> Outcome,
+) -> Outcome {
+    let Ok(reply) = sent else {
+        return failed(0, None);
+    };
+    let status = reply.status().as_u16();
+    let Ok(bytes) = reply.bytes().await else {
+        return failed(0, None);
+    };
+    if status == 200 {
+        return match serde_json::from_slice(&bytes) {
+            Ok(body) => granted(body),
+            Err(_) => failed(status, None),
+        };
+    }
+    let error = serde_json::from_slice::<ErrorResponse>(&bytes)
+        .ok()
+        .map(|body| body.error);
+    match (status, error) {
+        (423, error) => Outcome::Busy {
+            fence: error.and_then(|e| e.fence),
+        },
+        (409, Some(error)) if error.code == ErrorCode::LeaseLost => Outcome::Lost,
+        (status, error) => failed(status, error.map(|e| e.code)),
+    }
+}
+
+fn failed(status: u16, code: Option<ErrorCode>) -> Outcome {
     Outcome::Failed {
         status,
-        code: body["error"]["code"].as_str().unwrap_or("").to_owned(),
+        code: code.map_or("", ErrorCode::as_str).to_owned(),
     }
 }

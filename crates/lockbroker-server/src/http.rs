@@ -18,7 +18,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use axum::middleware;
 use axum::routing::{delete, get, post, MethodRouter};
-use axum::{Extension, Router};
+use axum::Router;
 
 use crate::auth::KeyRing;
 use crate::config::HttpSettings;
@@ -26,8 +26,14 @@ use crate::metrics::Metrics;
 use crate::Service;
 use error::ApiError;
 
-/// What every handler gets: the lock service.
-pub type AppState = Arc<Service>;
+/// What every handler gets: the lock service and the metrics it reports to.
+#[derive(Clone)]
+pub struct AppState {
+    /// The lock service.
+    pub service: Arc<Service>,
+    /// The broker's metrics.
+    pub metrics: Arc<Metrics>,
+}
 
 /// Every route the broker serves, as `(method, path template, handler)`.
 /// `openapi.yaml` documents exactly these; a test holds the two together.
@@ -68,7 +74,7 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
 /// The complete router with its limits, behind the API keys in `keys`, logging
 /// and measuring every request into `metrics`.
 pub fn router(
-    service: AppState,
+    service: Arc<Service>,
     settings: &HttpSettings,
     keys: Arc<KeyRing>,
     metrics: Arc<Metrics>,
@@ -95,17 +101,19 @@ pub fn router(
             Arc::clone(&metrics),
             observe::observe,
         ))
-        .layer(Extension(metrics))
-        .with_state(service)
+        .with_state(AppState { service, metrics })
 }
 
 /// The router of the optional metrics listener: `/metrics` only, behind the
 /// same API keys.
-pub fn metrics_router(service: AppState, keys: Arc<KeyRing>, metrics: Arc<Metrics>) -> Router {
+pub fn metrics_router(
+    service: Arc<Service>,
+    keys: Arc<KeyRing>,
+    metrics: Arc<Metrics>,
+) -> Router {
     Router::new()
         .route("/metrics", get(scrape::metrics))
         .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
-        .layer(Extension(metrics))
-        .with_state(service)
+        .with_state(AppState { service, metrics })
 }

@@ -2,11 +2,11 @@
 //! lock names, prefixes, tokens, JSON bodies and API keys. Whatever the input,
 //! parsing answers (never panics), and what it accepts obeys the rules.
 
+use lockbroker_api::{AcquireBody, ExtendBody, ReleaseBody};
 use lockbroker_core::{LeaseToken, ListCursor, LockName, LockPrefix};
 use lockbroker_server::auth::{hash_token, ApiKeyConfig, KeyRing, Scope};
 use lockbroker_server::http::error::ApiError;
 use lockbroker_server::http::extract::decode;
-use lockbroker_server::http::locks::{AcquireBody, ExtendBody, ReleaseBody};
 use proptest::prelude::*;
 
 fn is_name_char(c: char) -> bool {

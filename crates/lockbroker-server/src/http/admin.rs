@@ -1,47 +1,21 @@
 //! Operator routes (`admin` scope): list held locks, force-release a lock.
 
-use std::sync::Arc;
-
 use axum::extract::State;
-use axum::{Extension, Json};
-use lockbroker_core::{Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockPrefix};
-use serde::{Deserialize, Serialize};
+use axum::Json;
+use lockbroker_api::{ForceReleaseResponse, ListQuery, ListResponse};
+use lockbroker_core::{
+    Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockPage, LockPrefix,
+};
 
 use super::error::ApiError;
 use super::extract::{LockPath, QueryParams};
-use super::locks::StatusResponse;
+use super::locks::status_response;
 use super::AppState;
 use crate::auth::Caller;
-use crate::metrics::Metrics;
-
-/// Query of `GET /v1/locks`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    prefix: Option<String>,
-    limit: Option<u64>,
-    cursor: Option<String>,
-}
-
-/// One page of held locks.
-#[derive(Serialize)]
-pub struct ListResponse {
-    locks: Vec<StatusResponse>,
-    next_cursor: Option<String>,
-}
-
-/// The answer to a force release.
-#[derive(Serialize)]
-pub struct ForceReleaseResponse {
-    name: String,
-    released: bool,
-    fence: Option<u64>,
-    owner: Option<String>,
-}
 
 /// `GET /v1/locks?prefix=&limit=&cursor=`
 pub async fn list(
-    State(service): State<AppState>,
+    State(app): State<AppState>,
     caller: Caller,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<ListResponse>, ApiError> {
@@ -52,7 +26,14 @@ pub async fn list(
             prefix.as_str()
         )));
     }
-    let request = ListRequest {
+    let request = list_request(prefix, &query)?;
+    let page = app.service.list(&request).await.map_err(ApiError::Store)?;
+    Ok(Json(list_response(page)))
+}
+
+/// The rest of the listing's query, checked once the prefix is allowed.
+fn list_request(prefix: LockPrefix, query: &ListQuery) -> Result<ListRequest, ApiError> {
+    Ok(ListRequest {
         prefix,
         limit: query
             .limit
@@ -65,27 +46,29 @@ pub async fn list(
             .map(ListCursor::parse)
             .transpose()?
             .unwrap_or(ListCursor::START),
-    };
-    let page = service.list(&request).await.map_err(ApiError::Store)?;
-    Ok(Json(ListResponse {
+    })
+}
+
+fn list_response(page: LockPage) -> ListResponse {
+    ListResponse {
         locks: page
             .locks
             .into_iter()
-            .map(|entry| StatusResponse::new(&entry.name, entry.status))
+            .map(|entry| status_response(&entry.name, entry.status))
             .collect(),
         next_cursor: page.next_cursor.map(|c| c.get().to_string()),
-    }))
+    }
 }
 
 /// `DELETE /v1/locks/{name}`: ends whatever lease holds the lock, wakes its
 /// waiters, and writes an audit line naming the key, the lock and the fence.
 pub async fn force_release(
-    State(service): State<AppState>,
-    Extension(metrics): Extension<Arc<Metrics>>,
+    State(app): State<AppState>,
     caller: Caller,
     LockPath(name): LockPath,
 ) -> Result<Json<ForceReleaseResponse>, ApiError> {
-    let outcome = service
+    let outcome = app
+        .service
         .force_release(&name)
         .await
         .map_err(|e| ApiError::Lock(name.clone(), e))?;
@@ -94,7 +77,7 @@ pub async fn force_release(
         ForceReleaseOutcome::NotHeld => (None, None),
     };
     if fence.is_some() {
-        metrics.leases_held.dec();
+        app.metrics.leases_held.dec();
     }
     tracing::info!(
         target: "lockbroker::audit",

@@ -1,16 +1,19 @@
 //! The one place where errors become HTTP responses.
 //!
-//! Every error body has the shape `{"error": {"code": "...", "message": "..."}}`,
-//! with a stable `code` per row of the table in [`ApiError::status_and_code`].
-//! 5xx bodies stay generic; their cause is logged once, here.
+//! [`ApiError::answer`] is the table: for every error, its stable
+//! [`ErrorCode`] (which fixes the status), its message, the field or holder it
+//! names, its `Retry-After`, and the cause to log. Every body is an
+//! [`ErrorResponse`]; 5xx bodies stay generic and their cause is logged once,
+//! here, under the same code. The code also rides on the response (as an
+//! extension) for the request log line.
 
 use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use lockbroker_api::{ErrorCode, ErrorDetail, ErrorResponse};
 use lockbroker_core::{Holder, LockError, LockName, StoreError, ValidationError};
-use serde::Serialize;
 
 /// Every way an HTTP request can fail.
 #[derive(Debug)]
@@ -65,148 +68,247 @@ pub enum ApiError {
     },
 }
 
-/// The `{"error": {...}}` body.
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorDetail<'a>,
+/// What one error answers: a row of the table in [`ApiError::answer`].
+struct Answer<'a> {
+    /// The body; its code fixes the status.
+    detail: ErrorDetail,
+    /// Seconds the caller should wait before trying again.
+    retry_after_secs: Option<u64>,
+    /// Why a 5xx happened, for the log only.
+    cause: Option<Cause<'a>>,
 }
 
-#[derive(Serialize)]
-struct ErrorDetail<'a> {
-    code: &'static str,
-    message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    field: Option<&'a str>,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    holder: Option<HolderDetail<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expires_in_ms: Option<u64>,
-}
-
-/// What a `lock_busy` answer says about the lease in the way.
-#[derive(Serialize)]
-struct HolderDetail<'a> {
-    owner: Option<&'a str>,
-    fence: u64,
-    expires_in_ms: u64,
-    available_in_ms: u64,
+/// The cause of a 5xx answer, logged once and never shown to the caller.
+struct Cause<'a> {
+    /// What failed, as the log line's message.
+    event: &'static str,
+    lock: Option<&'a LockName>,
+    error: Option<&'a StoreError>,
+    limit: Option<Duration>,
 }
 
 impl ApiError {
-    /// The status and the stable error code of each kind of error.
-    fn status_and_code(&self) -> (StatusCode, &'static str) {
+    /// The table: what each kind of error answers.
+    fn answer(&self) -> Answer<'_> {
+        use ErrorCode as Code;
         match self {
-            Self::Invalid(_)
-            | Self::BadBody { .. }
-            | Self::RepeatedAuthorization
-            | Self::Lock(_, LockError::Invalid(_)) => (StatusCode::BAD_REQUEST, "invalid_request"),
-            Self::Lock(_, LockError::Busy(_)) => (StatusCode::LOCKED, "lock_busy"),
-            Self::Lock(_, LockError::LeaseLost | LockError::LeaseReleased) => {
-                (StatusCode::CONFLICT, "lease_lost")
+            Self::Invalid(e) | Self::Lock(_, LockError::Invalid(e)) => {
+                Answer::new(Code::InvalidRequest, e.to_string()).field(e.field)
             }
-            Self::Lock(_, LockError::MaxHoldExceeded { .. }) => {
-                (StatusCode::CONFLICT, "max_hold_exceeded")
+            Self::BadBody { field, message } => {
+                Answer::new(Code::InvalidRequest, format!("{field}: {message}")).field(field)
             }
-            Self::Lock(_, LockError::TooManyWaiters) => {
-                (StatusCode::TOO_MANY_REQUESTS, "too_many_waiters")
-            }
-            Self::Lock(_, LockError::ShuttingDown) | Self::ShuttingDown => {
-                (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
-            }
-            Self::Lock(_, LockError::Store(StoreError::Protocol(_))) => {
-                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
-            }
-            Self::Lock(_, LockError::Store(_)) | Self::Unavailable(_) | Self::Timeout { .. } => {
-                (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable")
-            }
-            Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
-            Self::NotFound => (StatusCode::NOT_FOUND, "not_found"),
-            Self::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            Self::Store(StoreError::Protocol(_)) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-            Self::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "backend_unavailable"),
-            Self::MissingKey | Self::KeyNotAccepted => (StatusCode::UNAUTHORIZED, "unauthorized"),
-            Self::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
-            Self::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
-            Self::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
-            Self::BodyTimeout { .. } => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
-        }
-    }
-
-    fn message(&self) -> String {
-        match self {
-            Self::Invalid(e) | Self::Lock(_, LockError::Invalid(e)) => e.to_string(),
-            Self::BadBody { field, message } => format!("{field}: {message}"),
-            Self::Lock(name, LockError::Busy(holder)) => busy_message(name, holder),
-            Self::Lock(name, LockError::LeaseLost) => format!(
-                "the lease on {name:?} expired or was taken by another holder; another holder may \
-                 already have run, so treat the work done under this lease as possibly duplicated"
+            Self::RepeatedAuthorization => Answer::new(
+                Code::InvalidRequest,
+                "Authorization: send one Authorization header, not several",
             ),
-            Self::Lock(name, LockError::LeaseReleased) => format!(
-                "the lease on {name:?} was already released by its holder; acquire the lock again"
-            ),
-            Self::Lock(name, LockError::MaxHoldExceeded { max_hold_ms, .. }) => format!(
-                "the lease on {name:?} cannot be extended past its maximum hold of {max_hold_ms} ms; \
-                 finish and release, or acquire again"
-            ),
-            Self::Lock(_, LockError::TooManyWaiters) => {
-                "too many requests are already waiting; retry later".to_owned()
+            Self::Lock(name, LockError::Busy(holder)) => {
+                Answer::new(Code::LockBusy, busy_message(name, holder)).holder(holder)
             }
-            Self::Lock(_, LockError::ShuttingDown) | Self::ShuttingDown => {
-                "this broker is shutting down; retry on another instance".to_owned()
-            }
-            Self::Lock(_, LockError::Store(cause)) | Self::Unavailable(cause) | Self::Store(cause) => {
-                store_message(cause).to_owned()
-            }
-            Self::Timeout { limit } => format!(
-                "the request did not complete within {} ms; retry later",
-                limit.as_millis()
+            Self::Lock(name, LockError::LeaseLost) => Answer::new(
+                Code::LeaseLost,
+                format!(
+                    "the lease on {name:?} expired or was taken by another holder; another \
+                     holder may already have run, so treat the work done under this lease as \
+                     possibly duplicated"
+                ),
             ),
-            Self::PayloadTooLarge => "the request body is larger than this broker accepts".to_owned(),
-            Self::NotFound => "no such route".to_owned(),
-            Self::MethodNotAllowed => "this route does not take that method".to_owned(),
+            Self::Lock(name, LockError::LeaseReleased) => Answer::new(
+                Code::LeaseLost,
+                format!(
+                    "the lease on {name:?} was already released by its holder; acquire the \
+                     lock again"
+                ),
+            ),
+            Self::Lock(
+                name,
+                LockError::MaxHoldExceeded {
+                    max_hold_ms,
+                    expires_in_ms,
+                },
+            ) => Answer::new(
+                Code::MaxHoldExceeded,
+                format!(
+                    "the lease on {name:?} cannot be extended past its maximum hold of \
+                     {max_hold_ms} ms; finish and release, or acquire again"
+                ),
+            )
+            .expires_in(*expires_in_ms),
+            Self::Lock(_, LockError::TooManyWaiters) => Answer::new(
+                Code::TooManyWaiters,
+                "too many requests are already waiting; retry later",
+            ),
+            Self::Lock(_, LockError::ShuttingDown) | Self::ShuttingDown => Answer::new(
+                Code::ShuttingDown,
+                "this broker is shutting down; retry on another instance",
+            ),
+            Self::Lock(name, LockError::Store(error)) => {
+                store_failed(error).logged("lock step failed", Some(name), Some(error))
+            }
+            Self::Store(error) => {
+                store_failed(error).logged("lock store step failed", None, Some(error))
+            }
+            // A failed probe is never `internal`: the broker is just not ready.
+            Self::Unavailable(error) => Answer::new(Code::BackendUnavailable, store_message(error))
+                .logged("readiness check failed", None, Some(error)),
+            Self::Timeout { limit } => Answer::new(
+                Code::BackendUnavailable,
+                format!(
+                    "the request did not complete within {} ms; retry later",
+                    limit.as_millis()
+                ),
+            )
+            .logged("request timed out", None, None)
+            .with_limit(*limit),
+            Self::PayloadTooLarge => Answer::new(
+                Code::PayloadTooLarge,
+                "the request body is larger than this broker accepts",
+            ),
+            Self::NotFound => Answer::new(Code::NotFound, "no such route"),
+            Self::MethodNotAllowed => Answer::new(
+                Code::MethodNotAllowed,
+                "this route does not take that method",
+            ),
             // Never echo the presented credential.
-            Self::MissingKey => {
-                "this route needs an API key: send `Authorization: Bearer <key>`".to_owned()
-            }
-            Self::KeyNotAccepted => {
+            Self::MissingKey => Answer::new(
+                Code::Unauthorized,
+                "this route needs an API key: send `Authorization: Bearer <key>`",
+            ),
+            Self::KeyNotAccepted => Answer::new(
+                Code::Unauthorized,
                 "the API key presented was not accepted: check that it is one the broker is \
-                 configured with"
-                    .to_owned()
-            }
-            Self::RepeatedAuthorization => {
-                "Authorization: send one Authorization header, not several".to_owned()
-            }
-            Self::Forbidden(reason) => reason.clone(),
-            Self::RateLimited { .. } => {
-                "this API key sent more requests than its rate limit allows; retry later"
-                    .to_owned()
-            }
-            Self::Overloaded => {
-                "this broker is serving as many requests as it allows; retry later".to_owned()
-            }
-            Self::BodyTimeout { limit } => format!(
-                "the request body did not arrive within {} ms",
-                limit.as_millis()
+                 configured with",
+            ),
+            Self::Forbidden(reason) => Answer::new(Code::Forbidden, reason.as_str()),
+            Self::RateLimited { retry_after } => Answer::new(
+                Code::RateLimited,
+                "this API key sent more requests than its rate limit allows; retry later",
+            )
+            .retry_after(retry_after.as_millis()),
+            Self::Overloaded => Answer::new(
+                Code::Overloaded,
+                "this broker is serving as many requests as it allows; retry later",
+            ),
+            Self::BodyTimeout { limit } => Answer::new(
+                Code::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    limit.as_millis()
+                ),
             ),
         }
     }
+}
 
-    fn log(&self, status: StatusCode) {
-        if !status.is_server_error() {
-            return;
-        }
-        match self {
-            Self::Lock(name, LockError::Store(cause)) => {
-                tracing::warn!(lock = %name, error = %cause, "lock step failed");
-            }
-            Self::Unavailable(cause) => tracing::warn!(error = %cause, "readiness check failed"),
-            Self::Store(cause) => tracing::warn!(error = %cause, "lock store step failed"),
-            Self::Timeout { limit } => {
-                tracing::warn!(limit_ms = limit.as_millis() as u64, "request timed out");
-            }
-            _ => {}
+impl<'a> Answer<'a> {
+    /// An answer with `code` and `message`. A caller told to come back later
+    /// (`429`, `503`) is told to wait a second, unless the row says how long.
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            detail: ErrorDetail::new(code, message),
+            retry_after_secs: matches!(code.status(), 429 | 503).then_some(1),
+            cause: None,
         }
     }
+
+    /// Names the request field that broke a rule.
+    fn field(mut self, field: &str) -> Self {
+        self.detail.field = Some(field.to_owned());
+        self
+    }
+
+    /// Describes the lease in the way; come back when it can free.
+    fn holder(mut self, holder: &Holder) -> Self {
+        self.detail.owner = Some(holder.owner.clone());
+        self.detail.fence = Some(holder.fence.get());
+        self.detail.expires_in_ms = Some(holder.expires_in_ms);
+        self.detail.available_in_ms = Some(holder.available_in_ms);
+        self.retry_after(u128::from(holder.available_in_ms))
+    }
+
+    /// How long the caller's own lease stays valid as it is.
+    fn expires_in(mut self, expires_in_ms: u64) -> Self {
+        self.detail.expires_in_ms = Some(expires_in_ms);
+        self
+    }
+
+    /// `Retry-After` of `ms` rounded up to whole seconds, at least one.
+    fn retry_after(mut self, ms: u128) -> Self {
+        self.retry_after_secs = Some(u64::try_from(ms.div_ceil(1000)).unwrap_or(1).max(1));
+        self
+    }
+
+    /// Logs the answer as `event`, with the lock and the store's error.
+    fn logged(
+        mut self,
+        event: &'static str,
+        lock: Option<&'a LockName>,
+        error: Option<&'a StoreError>,
+    ) -> Self {
+        self.cause = Some(Cause {
+            event,
+            lock,
+            error,
+            limit: None,
+        });
+        self
+    }
+
+    /// Adds the limit that was exceeded to the logged cause.
+    fn with_limit(mut self, limit: Duration) -> Self {
+        if let Some(cause) = &mut self.cause {
+            cause.limit = Some(limit);
+        }
+        self
+    }
+
+    /// Writes the cause's one log line, if the answer has one.
+    fn log(&self) {
+        let Some(cause) = &self.cause else { return };
+        let limit_ms = cause
+            .limit
+            .map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX));
+        tracing::warn!(
+            code = self.detail.code.as_str(),
+            lock = cause.lock.map(tracing::field::display),
+            error = cause.error.map(tracing::field::display),
+            limit_ms,
+            "{}",
+            cause.event
+        );
+    }
+}
+
+impl IntoResponse for Answer<'_> {
+    fn into_response(self) -> Response {
+        let code = self.detail.code;
+        let status =
+            StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = ErrorResponse { error: self.detail };
+        let mut response = (status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        if code == ErrorCode::Unauthorized {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"lockbroker\""),
+            );
+        }
+        if let Some(secs) = self.retry_after_secs {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response.extensions_mut().insert(code);
+        response
+    }
+}
+
+/// What a failed lock store step answers: `internal` when the store could not
+/// make sense of the backend's reply, else `backend_unavailable`.
+fn store_failed(error: &StoreError) -> Answer<'_> {
+    let code = match error {
+        StoreError::Protocol(_) => ErrorCode::Internal,
+        _ => ErrorCode::BackendUnavailable,
+    };
+    Answer::new(code, store_message(error))
 }
 
 /// What a `lock_busy` answer says is in the way: a live lease, the
@@ -255,59 +357,8 @@ impl From<ValidationError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = self.status_and_code();
-        self.log(status);
-        let holder = match &self {
-            Self::Lock(_, LockError::Busy(holder)) => Some(holder),
-            _ => None,
-        };
-        let field = match &self {
-            Self::Invalid(e) | Self::Lock(_, LockError::Invalid(e)) => Some(e.field),
-            Self::BadBody { field, .. } => Some(field.as_str()),
-            _ => None,
-        };
-        let expires_in_ms = match &self {
-            Self::Lock(_, LockError::MaxHoldExceeded { expires_in_ms, .. }) => Some(*expires_in_ms),
-            _ => None,
-        };
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code,
-                message: self.message(),
-                field,
-                holder: holder.map(|h: &Holder| HolderDetail {
-                    owner: h.owner.as_deref(),
-                    fence: h.fence.get(),
-                    expires_in_ms: h.expires_in_ms,
-                    available_in_ms: h.available_in_ms,
-                }),
-                expires_in_ms,
-            },
-        };
-        let mut response = (status, Json(body)).into_response();
-        let retry_after_secs = match (&self, status) {
-            (Self::Lock(_, LockError::Busy(holder)), _) => {
-                Some(holder.available_in_ms.div_ceil(1000).max(1))
-            }
-            (Self::RateLimited { retry_after }, _) => Some(
-                u64::try_from(retry_after.as_millis().div_ceil(1000))
-                    .unwrap_or(1)
-                    .max(1),
-            ),
-            (_, StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS) => Some(1),
-            _ => None,
-        };
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"lockbroker\""),
-            );
-        }
-        if let Some(secs) = retry_after_secs {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
+        let answer = self.answer();
+        answer.log();
+        answer.into_response()
     }
 }

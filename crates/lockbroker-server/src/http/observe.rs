@@ -3,7 +3,8 @@
 //! The id comes from the caller's `x-request-id` header when it is sane
 //! (1 to 128 visible ASCII characters), else it is made up here; either way it
 //! goes back in the response's `x-request-id`. Every log line of the request
-//! (grants, releases, errors) carries it through the request's span.
+//! (grants, releases, errors) carries it through the request's span. An error
+//! answer's line also carries its error code, as the body spells it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +13,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
+use lockbroker_api::ErrorCode;
 use tracing::Instrument;
 
 use crate::auth::Caller;
@@ -56,9 +58,11 @@ pub async fn observe(
     if let Some(key) = &key {
         metrics.request_by_key(key);
     }
+    let code = response.extensions().get::<ErrorCode>().map(|c| c.as_str());
     span.in_scope(|| {
         tracing::info!(
             status,
+            code,
             key,
             duration_ms = elapsed.as_secs_f64() * 1000.0,
             "request finished"

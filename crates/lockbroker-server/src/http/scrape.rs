@@ -1,20 +1,13 @@
 //! `GET /metrics`: the registry in the Prometheus text format.
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::Extension;
 
 use super::AppState;
-use crate::metrics::Metrics;
 
 /// Renders every metric; the waiter gauge is read at scrape time.
-pub async fn metrics(
-    State(service): State<AppState>,
-    Extension(metrics): Extension<Arc<Metrics>>,
-) -> impl IntoResponse {
+pub async fn metrics(State(AppState { service, metrics }): State<AppState>) -> impl IntoResponse {
     metrics
         .waiters
         .set(i64::try_from(service.waiting()).unwrap_or(i64::MAX));
