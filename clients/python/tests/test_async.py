@@ -117,3 +117,100 @@ def test_async_errors(broker, name):
             await down.acquire(name, ttl=1)
 
     run(scenario())
+
+
+def test_async_renewer_extends_up_to_the_brokers_max_hold(make_broker, name):
+    broker = make_broker({"LOCKBROKER_LOCKS_MAX_HOLD_MS": "4500"})
+
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        with pytest.raises(LeaseLost):
+            async with client.lock(name, ttl=3) as lease:
+                started = time.monotonic()
+                await asyncio.sleep(4.25)
+                assert not lease.lost.is_set(), "the lease ended before the broker's max hold"
+                assert (await client.status(name)).fence == lease.fence
+                await asyncio.wait_for(lease.lost.wait(), 1.5)
+                assert time.monotonic() - started < 4.6
+                await asyncio.sleep(0.3)
+        assert not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_exit_raises_lease_lost_after_the_renewer_failed(broker, name, monkeypatch):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+
+        async def broken(*args, **kwargs):
+            raise RuntimeError("renewer bug")
+
+        monkeypatch.setattr(client, "_extend", broken)
+        with pytest.raises(LeaseLost, match="renewer_failed"):
+            async with client.lock(name, ttl=0.6) as lease:
+                await asyncio.wait_for(lease.lost.wait(), 2)
+                assert (await client.status(name)).held
+        assert lease.released and not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_exit_raises_lease_lost_after_the_local_deadline(broker, name, monkeypatch):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        holder = await client.acquire(name, ttl=10)
+
+        async def release_soon():
+            await asyncio.sleep(1.0)
+            await holder.release()
+
+        async def unreachable(*args, **kwargs):
+            raise BrokerUnavailable("cut", code="transport")
+
+        monkeypatch.setattr(client, "_extend", unreachable)
+        releaser = asyncio.ensure_future(release_soon())
+        with pytest.raises(LeaseLost, match="expired"):
+            async with client.lock(name, ttl=1.5, wait=5) as lease:
+                await asyncio.wait_for(lease.lost.wait(), 2)
+                assert lease.lost_reason == "expired"
+                assert (await client.status(name)).held
+        await releaser
+        assert lease.released and not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_wait_longer_than_the_ttl_keeps_and_renews_the_lease(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        holder = await client.acquire(name, ttl=10)
+
+        async def release_soon():
+            await asyncio.sleep(2.5)
+            await holder.release()
+
+        releaser = asyncio.ensure_future(release_soon())
+        started = time.monotonic()
+        async with client.lock(name, ttl=1, wait=10, max_hold=3) as lease:
+            assert time.monotonic() - started > 2
+            assert not lease.lost.is_set() and lease.remaining() > 0.5
+            await asyncio.sleep(2)
+            assert not lease.lost.is_set(), lease.lost_reason
+            status = await client.status(name)
+            assert status.held and status.fence == lease.fence
+        await releaser
+        assert not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_release_inside_the_block_stops_renewing(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.lock(name, ttl=0.6) as lease:
+            await lease.release()
+            await asyncio.sleep(0.7)
+            assert not lease.lost.is_set()
+        assert lease.released and not (await client.status(name)).held
+
+    run(scenario())

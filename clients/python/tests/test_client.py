@@ -157,6 +157,90 @@ def test_the_brokers_max_hold_refuses_extend_and_ends_the_lease(make_broker, nam
             time.sleep(0.3)  # the local deadline comes first; let the broker's pass too
 
 
+def test_the_renewer_extends_up_to_the_brokers_max_hold(make_broker, name):
+    # TTL 3 s against a 4.5 s max hold: the renewal at 2 s is refused, yet the
+    # lease must last until the cap, not end at 4 s with the last full renewal.
+    broker = make_broker({"LOCKBROKER_LOCKS_MAX_HOLD_MS": "4500"})
+    client = Client(broker.url, timeout=5)
+    with pytest.raises(LeaseLost):
+        with client.lock(name, ttl=3) as lease:
+            started = time.monotonic()
+            time.sleep(4.25)
+            assert not lease.lost.is_set(), "the lease ended before the broker's max hold"
+            assert client.status(name).fence == lease.fence
+            assert lease.lost.wait(1.5), "the lease outlived the broker's max hold"
+            assert time.monotonic() - started < 4.6
+            assert lease.lost_reason == "expired"
+            time.sleep(0.3)
+    assert not client.status(name).held
+
+
+def test_exit_raises_lease_lost_after_the_renewer_failed_though_the_release_succeeds(
+    client, name, monkeypatch
+):
+    def broken(*args, **kwargs):
+        raise RuntimeError("renewer bug")
+
+    monkeypatch.setattr(client, "_extend", broken)
+    with pytest.raises(LeaseLost, match="renewer_failed"):
+        with client.lock(name, ttl=0.6) as lease:
+            assert lease.lost.wait(2)
+            assert lease.lost_reason == "renewer_failed"
+            assert client.status(name).held  # the release below reaches a live lease
+    assert lease.released and not client.status(name).held
+
+
+def test_exit_raises_lease_lost_after_the_local_deadline_though_the_release_succeeds(
+    client, name, monkeypatch
+):
+    # A waited grant whose extends never get through: the local deadline counts
+    # from the acquire's send time, so it passes while the broker still holds
+    # the lease, and the release on exit gets 200.
+    holder = client.acquire(name, ttl=10)
+    releaser = threading.Timer(1.0, holder.release)
+    releaser.start()
+
+    def unreachable(*args, **kwargs):
+        raise BrokerUnavailable("cut", code="transport")
+
+    monkeypatch.setattr(client, "_extend", unreachable)
+    try:
+        with pytest.raises(LeaseLost, match="expired"):
+            with client.lock(name, ttl=1.5, wait=5) as lease:
+                assert lease.lost.wait(2)
+                assert lease.lost_reason == "expired"
+                assert client.status(name).held
+    finally:
+        releaser.join()
+    assert lease.released and not client.status(name).held
+
+
+def test_a_wait_longer_than_the_ttl_keeps_and_renews_the_lease(client, name):
+    holder = client.acquire(name, ttl=10)
+    releaser = threading.Timer(2.5, holder.release)
+    releaser.start()
+    started = time.monotonic()
+    try:
+        with client.lock(name, ttl=1, wait=10, max_hold=3) as lease:
+            assert time.monotonic() - started > 2  # waited more than twice the TTL
+            assert not lease.lost.is_set() and lease.remaining() > 0.5
+            time.sleep(2)  # two TTLs: renewed, counted from the grant
+            assert not lease.lost.is_set(), lease.lost_reason
+            status = client.status(name)
+            assert status.held and status.fence == lease.fence
+    finally:
+        releaser.join()
+    assert not client.status(name).held
+
+
+def test_releasing_inside_the_block_stops_renewing_and_exit_is_quiet(client, name):
+    with client.lock(name, ttl=0.6) as lease:
+        lease.release()
+        time.sleep(0.7)  # past several renewal times and the TTL
+        assert not lease.lost.is_set()
+    assert lease.released and not client.status(name).held
+
+
 def test_release_after_expiry_raises_lease_lost(client, name):
     lease = client.acquire(name, ttl=0.3)
     time.sleep(0.5)

@@ -50,6 +50,10 @@ RETRY_PAUSE = 1.0
 #: A waiting acquire whose answer took longer than this share of the TTL is
 #: followed by an extend, so the local deadline starts from a recent send time.
 RESYNC_SHARE = 0.1
+#: How close (as a share of the TTL, and at least ``MIN_CAP_GAP`` seconds) the
+#: renewer tries to bring a lease to a hold limit before letting it run out.
+CAP_GAP_SHARE = 0.01
+MIN_CAP_GAP = 0.01
 
 
 def seconds(value: Duration, field: str, *, allow_zero: bool = False) -> float:
@@ -247,6 +251,9 @@ class AcquireAttempts:
         self.give_up_at = time.monotonic() + options.wait
         #: When the latest attempt was sent: the lease's deadline counts from here.
         self.sent_at = 0.0
+        #: When the grant arrived, and whether it had waited (see :meth:`answered`).
+        self.answered_at = 0.0
+        self.waited = False
 
     def next_request(self) -> Tuple[Request, float]:
         """The next attempt and its HTTP timeout: the client's own plus what is left
@@ -270,10 +277,19 @@ class AcquireAttempts:
             return min(0.05, left) if now - self.sent_at < 0.05 else 0.0
         return min(left, error.retry_after or 0.5, 1.0)
 
-    def needs_resync(self) -> bool:
-        """Whether the grant took so long to arrive that an extend should restart the
-        lease's local deadline (counted conservatively from the send time)."""
-        return time.monotonic() - self.sent_at > self.options.ttl * RESYNC_SHARE
+    def answered(self) -> bool:
+        """Notes that the grant arrived now, and says whether it took so long (it
+        waited in the broker) that an extend should restart the lease's local
+        deadline, counted conservatively from the send time."""
+        self.answered_at = time.monotonic()
+        self.waited = self.answered_at - self.sent_at > self.options.ttl * RESYNC_SHARE
+        return self.waited
+
+    @property
+    def held_from(self) -> float:
+        """When ``max_hold`` starts: the send time, unless the grant waited; then the
+        send time says nothing of when the lock was granted, and the arrival does."""
+        return self.answered_at if self.waited else self.sent_at
 
 
 # -- the client --------------------------------------------------------------------
@@ -320,7 +336,13 @@ class LeaseBase:
     #: an asyncio.Event in the subclasses.
     lost: Any
 
-    def __init__(self, data: Dict[str, Any], sent_at: float, ttl: float) -> None:
+    def __init__(
+        self,
+        data: Dict[str, Any],
+        sent_at: float,
+        ttl: float,
+        held_from: Optional[float] = None,
+    ) -> None:
         self.name: str = data["name"]
         self.fence: int = data["fence"]
         self.owner: Optional[str] = data.get("owner")
@@ -328,11 +350,17 @@ class LeaseBase:
         #: The broker's expiry, in Unix milliseconds of the broker's clock.
         self.expires_at_ms: int = data["expires_at_ms"]
         self.deadline: float = sent_at + data["ttl_ms"] / 1000.0
-        #: When the acquire was sent: ``max_hold`` counts from here.
-        self.granted_at: float = sent_at
+        #: When the lock was taken, as near as this process knows (the acquire's
+        #: send time, or the grant's arrival after a wait): ``max_hold`` counts
+        #: from here.
+        self.granted_at: float = sent_at if held_from is None else held_from
+        #: Set when a release was sent: from then on the lease is never renewed,
+        #: and a ``lease_lost`` answer to an extend in flight is no loss.
+        self.releasing = False
         self.released = False
         #: Why ``lost`` was set: ``"lease_lost"`` when the broker said so,
-        #: ``"expired"`` when the deadline passed without a renewal.
+        #: ``"expired"`` when the deadline passed without a renewal,
+        #: ``"renewer_failed"`` when the renewer itself broke down.
         self.lost_reason: Optional[str] = None
         self._token: str = data["token"]
 
@@ -392,6 +420,11 @@ class LeaseBase:
         self.expires_at_ms = data["expires_at_ms"]
         self.deadline = sent_at + data["ttl_ms"] / 1000.0
 
+    def _valid_for(self, sent_at: float, seconds_left: float) -> None:
+        """The broker said, answering a request sent at ``sent_at``, that the lease
+        stays valid ``seconds_left`` more: a bound no later than its real expiry."""
+        self.deadline = max(self.deadline, sent_at + seconds_left)
+
     def __repr__(self) -> str:  # the token is deliberately left out
         state = "lost" if self.lost.is_set() else ("released" if self.released else "held")
         return (
@@ -430,9 +463,16 @@ class Renewals:
 
     It renews every ``ttl / 3`` and never asks for a lease that would outlive
     ``max_hold`` from acquisition, so a hung body loses the lock instead of keeping
-    it. An unreachable broker is retried briefly, never past the lease's deadline; a
+    it: the last renewal asks for just what is left. The broker's own max hold is
+    not known in advance: once an extend is refused with ``max_hold_exceeded``, the
+    renewer halves the gap between the lease's deadline and the refused expiry
+    with shorter extends, at once, until the lease ends within about ``ttl / 50``
+    (and one round trip) of the cap.
+
+    An unreachable broker is retried briefly, never past the lease's deadline; a
     refusal other than ``lease_lost`` ends renewing, and the lease then runs out. A
-    lease past its deadline, or one the broker says is gone, is marked lost.
+    lease past its deadline, or one the broker says is gone, is marked lost. A
+    lease being released is never renewed.
     """
 
     def __init__(self, lease: LeaseBase, max_hold: float, timeout: float, now: float) -> None:
@@ -440,6 +480,11 @@ class Renewals:
         self.ttl = lease.ttl
         self.interval = lease.ttl / 3.0
         self.hold_deadline = lease.granted_at + max_hold
+        #: A lease that ends this close to its limit is not extended further.
+        self.close_enough = max(MIN_CAP_GAP, lease.ttl * CAP_GAP_SHARE)
+        #: Once the broker refused an extend for its max hold: an instant known to
+        #: lie past that cap (the cap lies between the deadline and it).
+        self.cap_before: Optional[float] = None
         #: The client's HTTP timeout; an extend never waits past the lease's deadline.
         self.timeout = timeout
         self.renewing = True
@@ -448,9 +493,12 @@ class Renewals:
         self.running_out = False
         self.next_at = now + self.interval
         self._sent_at = now
+        self._asked = 0.0
 
     def next_step(self, now: float) -> Step:
         lease = self.lease
+        if lease.releasing:
+            return Step(Action.STOP)
         if self.running_out or now >= lease.deadline:
             lease._mark_lost("expired")
             return Step(Action.STOP)
@@ -458,29 +506,39 @@ class Renewals:
             return Step(Action.STOP)
         ttl = self._next_ttl(now) if self.renewing else None
         if ttl is None:
-            # Max hold reached (or renewing refused): let the lease run out, then
-            # report it gone.
+            # A hold limit reached (or renewing refused): let the lease run out,
+            # then report it gone.
             self.running_out = True
             return Step(Action.WAIT, delay=lease.deadline - now)
         if now < self.next_at:
             return Step(Action.WAIT, delay=min(self.next_at, lease.deadline) - now)
-        self._sent_at = now
+        self._sent_at, self._asked = now, ttl
         timeout = min(self.timeout, max(0.05, lease.deadline - now))
         return Step(Action.EXTEND, ttl=ttl, timeout=timeout)
 
     def renewed(self, data: Dict[str, Any]) -> None:
-        """The extend succeeded: the new deadline counts from when it was sent."""
+        """The extend succeeded: the new deadline counts from when it was sent.
+        While closing in on the broker's max hold, the next try follows at once."""
         self.lease._renewed(data, self._sent_at)
-        self.next_at = self._sent_at + self.interval
+        self.next_at = self._sent_at + (self.interval if self.cap_before is None else 0.0)
 
     def failed(self, error: LockBrokerError, now: float) -> None:
         """The extend raised ``error``; decides whether and when to try again."""
-        name = self.lease.name
+        lease, name = self.lease, self.lease.name
+        if lease.releasing:
+            return  # the release overtook this extend: nothing is lost
         if isinstance(error, LeaseLost):
-            self.lease._mark_lost("lease_lost")
+            lease._mark_lost("lease_lost")
         elif isinstance(error, MaxHoldExceeded):
-            log.info("lease on %r reached the broker's max hold", name)
-            self.renewing = False
+            # Refused: the broker's clock then was at most ``now``, so its cap
+            # lies before now + the TTL asked; the lease stays valid meanwhile.
+            if self.cap_before is None:
+                log.info("lease on %r reached the broker's max hold; closing in on it", name)
+            refused = now + self._asked
+            self.cap_before = refused if self.cap_before is None else min(self.cap_before, refused)
+            if error.expires_in is not None:
+                lease._valid_for(self._sent_at, error.expires_in)
+            self.next_at = now
         elif isinstance(error, BrokerUnavailable):
             log.warning("renewing lease on %r failed, retrying: %s", name, error)
             self.next_at = now + self._retry_pause(now)
@@ -495,12 +553,15 @@ class Renewals:
         self.lease._mark_lost("renewer_failed")
 
     def _next_ttl(self, now: float) -> Optional[float]:
-        """The TTL to ask for now, or ``None`` when max hold leaves no room (the
-        lease then runs out at the hold deadline)."""
-        room = self.hold_deadline - now
-        if room < 0.001:
+        """The TTL to ask for now, or ``None`` when the lease already ends (close
+        enough to) where a hold limit would end it: ``max_hold``, or halfway
+        between its deadline and what the broker refused."""
+        end = self.hold_deadline
+        if self.cap_before is not None:
+            end = min(end, (self.lease.deadline + self.cap_before) / 2.0)
+        if end - self.lease.deadline < self.close_enough:
             return None
-        return min(self.ttl, room)
+        return min(self.ttl, end - now)
 
     def _retry_pause(self, now: float) -> float:
         """Pause before retrying a failed renewal: short, and never past expiry."""
@@ -550,42 +611,48 @@ class LockBase:
             )
 
     def _wants_release(self) -> bool:
-        """False when the broker has already said the lease is gone: nothing to
-        release then."""
-        assert self.lease is not None
-        return self.lease.lost_reason != "lease_lost"
+        """Called once the body ended and the renewer stopped, before the release.
+
+        Marks the lease lost if its deadline passed while the body ran (whatever
+        the release then meets, the work ran part of the time without a lease it
+        could count on). Says whether to release: not when the broker has already
+        said the lease is gone, nor when the body released it."""
+        lease = self.lease
+        assert lease is not None
+        if lease.remaining() <= 0 and not lease.released:
+            lease._mark_lost("expired")
+        return lease.lost_reason != "lease_lost" and not lease.released
 
     def _leave(
-        self,
-        released: bool,
-        error: Optional[LockBrokerError],
-        exc_type: Optional[Type[BaseException]],
+        self, error: Optional[LockBrokerError], exc_type: Optional[Type[BaseException]]
     ) -> None:
         """Ends the block: raises :class:`LeaseLost` if the lease was lost while the
         body ran, unless the body raised first (then it is only logged, so the
-        body's own exception is the one the caller sees).
-
-        ``released`` says whether a release was tried, ``error`` what it raised."""
+        body's own exception is the one the caller sees). ``error`` is what the
+        release raised, if it was sent and failed."""
         assert self.lease is not None
-        problem = _release_outcome(self.lease, error) if released else _lost_error(self.lease)
+        problem = _exit_error(self.lease, error)
         if problem is not None:
             if exc_type is None:
                 raise problem
             log.warning("lease on %r: %s (while handling %s)", self.name, problem, exc_type.__name__)
 
 
-def _release_outcome(lease: LeaseBase, error: Optional[LockBrokerError]) -> Optional[LeaseLost]:
+def _exit_error(lease: LeaseBase, error: Optional[LockBrokerError]) -> Optional[LeaseLost]:
     """The :class:`LeaseLost` to raise on leaving a ``lock()`` block, given what the
-    release raised (``None`` if it succeeded).
+    release raised (``None`` if it succeeded or was not sent).
 
-    A release that fails for another reason (the broker is down) is only logged
-    when the lease was still ours: it expires on its own.
+    A lease this process knew was lost stays lost even when the release then got
+    ``200`` (the broker's expiry comes a little after the local deadline, or the
+    renewer failed while the lease still had time): the work ran without a lease
+    it could count on. A release that fails for another reason (the broker is
+    down) is only logged when the lease was still ours: it expires on its own.
     """
     if isinstance(error, LeaseLost):
         return error
+    if lease.lost.is_set():
+        return _lost_error(lease)
     if error is not None:
-        if lease.lost.is_set():
-            return _lost_error(lease)
         log.warning("could not release lease on %r, it will expire: %s", lease.name, error)
     return None
 

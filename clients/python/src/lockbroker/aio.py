@@ -83,8 +83,9 @@ class AsyncClient(ClientBase):
                     raise
                 await asyncio.sleep(pause)
                 continue
-            lease = AsyncLease(self, data, attempts.sent_at, options.ttl)
-            if attempts.needs_resync():
+            waited = attempts.answered()
+            lease = AsyncLease(self, data, attempts.sent_at, options.ttl, attempts.held_from)
+            if waited:
                 await lease._resync()
             return lease
 
@@ -127,9 +128,14 @@ class AsyncLease(LeaseBase):
     """A granted lease; ``lost`` is an :class:`asyncio.Event`."""
 
     def __init__(
-        self, client: AsyncClient, data: Dict[str, Any], sent_at: float, ttl: float
+        self,
+        client: AsyncClient,
+        data: Dict[str, Any],
+        sent_at: float,
+        ttl: float,
+        held_from: Optional[float] = None,
     ) -> None:
-        super().__init__(data, sent_at, ttl)
+        super().__init__(data, sent_at, ttl, held_from)
         self._client = client
         self.lost = asyncio.Event()
 
@@ -143,6 +149,7 @@ class AsyncLease(LeaseBase):
 
     async def release(self) -> int:
         """Gives the lock back; returns the fence."""
+        self.releasing = True
         with self._tracking():
             fence = await self._client.release(self.name, self.token)
         self.released = True
@@ -206,10 +213,10 @@ class AsyncLock(LockBase):
             await self._task
         except asyncio.CancelledError:
             pass
-        release, error = self._wants_release(), None
-        if release:
+        error = None
+        if self._wants_release():
             try:
                 await self.lease.release()
             except LockBrokerError as caught:
                 error = caught
-        self._leave(release, error, exc_type)
+        self._leave(error, exc_type)

@@ -100,8 +100,9 @@ class Client(ClientBase):
                     raise
                 time.sleep(pause)
                 continue
-            lease = Lease(self, data, attempts.sent_at, options.ttl)
-            if attempts.needs_resync():
+            waited = attempts.answered()
+            lease = Lease(self, data, attempts.sent_at, options.ttl, attempts.held_from)
+            if waited:
                 lease._resync()
             return lease
 
@@ -148,8 +149,11 @@ class Client(ClientBase):
         renewing once the lease would outlive ``max_hold`` (default one hour) from
         acquisition, so a hung body cannot hold the lock forever. When the broker says
         the lease is gone, or the lease runs out without a renewal, ``lease.lost`` is
-        set and the lease is never renewed again. On exit the lease is released; if it
-        was lost, :class:`LeaseLost` is raised unless the body raised first.
+        set and the lease is never renewed again. When the broker refuses an extend
+        for its own maximum hold, the renewer extends with shorter TTLs up to that
+        cap. On exit the lease is released; if it was lost while the body ran,
+        :class:`LeaseLost` is raised (even when the release still reached the
+        broker in time) unless the body raised first.
         """
         return Lock(self, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
                     lock_delay=lock_delay, fair=fair)
@@ -160,8 +164,15 @@ class Lease(LeaseBase):
     extend and release it, and ``lost``, a :class:`threading.Event` set once the lease
     is gone or may be."""
 
-    def __init__(self, client: Client, data: Dict[str, Any], sent_at: float, ttl: float) -> None:
-        super().__init__(data, sent_at, ttl)
+    def __init__(
+        self,
+        client: Client,
+        data: Dict[str, Any],
+        sent_at: float,
+        ttl: float,
+        held_from: Optional[float] = None,
+    ) -> None:
+        super().__init__(data, sent_at, ttl, held_from)
         self._client = client
         self.lost = threading.Event()
 
@@ -177,6 +188,7 @@ class Lease(LeaseBase):
     def release(self) -> int:
         """Gives the lock back; returns the fence. Raises :class:`LeaseLost` when the
         lease had already expired or been taken."""
+        self.releasing = True
         with self._tracking():
             fence = self._client.release(self.name, self.token)
         self.released = True
@@ -258,10 +270,10 @@ class Lock(LockBase):
     ) -> None:
         assert self.lease is not None and self._renewer is not None
         self._renewer.stop()
-        release, error = self._wants_release(), None
-        if release:
+        error = None
+        if self._wants_release():
             try:
                 self.lease.release()
             except LockBrokerError as caught:
                 error = caught
-        self._leave(release, error, exc_type)
+        self._leave(error, exc_type)
