@@ -12,13 +12,14 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, TypeVar
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, TypeVar
 
 import pytest
 
@@ -115,14 +116,29 @@ def _read_reply(stream):
     raise RuntimeError(f"unexpected redis reply {line!r}")
 
 
+class TlsFiles(NamedTuple):
+    """A server certificate and its key, and the certificate a client must trust
+    for it (here the certificate itself: it is self-signed)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 class Broker:
-    """A ``lockbroker`` process on a free port, pointed at ``redis``."""
+    """A ``lockbroker`` process on a free port, pointed at ``redis``; serving HTTPS
+    with ``tls`` (its certificate and key), trusted through ``tls.ca``."""
 
     def __init__(self, binary: Path, redis: RedisServer, workdir: Path,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None,
+                 tls: Optional[TlsFiles] = None) -> None:
         self.binary = binary
         self.redis = redis
+        self.tls = tls
         self.extra_env = dict(env or {})
+        if tls is not None:
+            self.extra_env["LOCKBROKER_HTTP_TLS_CERT_PATH"] = str(tls.cert)
+            self.extra_env["LOCKBROKER_HTTP_TLS_KEY_PATH"] = str(tls.key)
         self.log_path = workdir / f"broker-{uuid.uuid4().hex[:8]}.log"
         self.process: Optional[subprocess.Popen] = None
         self.port = 0
@@ -131,7 +147,7 @@ class Broker:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> None:
         for _ in range(3):  # a free port can be taken between probe and bind
@@ -158,8 +174,10 @@ class Broker:
     def _ready(self) -> bool:
         if self.process is None or self.process.poll() is not None:
             raise TimeoutError("the broker exited")
+        context = ssl.create_default_context(cafile=str(self.tls.ca)) if self.tls else None
         try:
-            with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=1,
+                                        context=context) as response:
                 return response.status == 200
         except OSError:
             return False
@@ -238,8 +256,9 @@ def make_broker(broker_bin: Path, redis: RedisServer, workdir: Path):
     """Starts brokers of the test's own (to pause, stop or configure); stops them after."""
 
     def start(env: Optional[Dict[str, str]] = None,
-              redis_server: Optional[RedisServer] = None) -> Broker:
-        return Broker(broker_bin, redis_server or redis, workdir, env)
+              redis_server: Optional[RedisServer] = None,
+              tls: Optional[TlsFiles] = None) -> Broker:
+        return Broker(broker_bin, redis_server or redis, workdir, env, tls)
 
     yield from stopped_after(start)
 
@@ -248,6 +267,23 @@ def make_broker(broker_bin: Path, redis: RedisServer, workdir: Path):
 def make_redis(workdir: Path):
     """Starts Redis servers of the test's own; stops them after."""
     yield from stopped_after(lambda: RedisServer(workdir))
+
+
+@pytest.fixture(scope="session")
+def tls_files(workdir: Path) -> TlsFiles:
+    """A self-signed certificate for 127.0.0.1 and localhost, made now with the
+    usual ``openssl req -x509``."""
+    if shutil.which("openssl") is None:
+        pytest.fail("openssl is not installed (apt-get install openssl)")
+    cert, key = workdir / "server.pem", workdir / "server.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-days", "2", "-subj", "/CN=lockbroker test",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    return TlsFiles(cert, key, cert)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import enum
 import logging
 import os
 import socket
+import ssl
 import time
 import uuid
 from contextlib import contextmanager
@@ -275,6 +276,8 @@ class AcquireAttempts:
         if isinstance(error, LockBusy):
             # A busy answer that came back at once would make this a busy loop.
             return min(0.05, left) if now - self.sent_at < 0.05 else 0.0
+        if error.code == "tls":
+            return None  # a certificate that was not trusted stays so
         return min(left, error.retry_after or 0.5, 1.0)
 
     def answered(self) -> bool:
@@ -304,20 +307,55 @@ class ClientBase:
     _transport_class: ClassVar[Type[Any]]
 
     def __init__(
-        self, url: str, api_key: Optional[str] = None, timeout: Duration = DEFAULT_TIMEOUT
+        self,
+        url: str,
+        api_key: Optional[str] = None,
+        timeout: Duration = DEFAULT_TIMEOUT,
+        *,
+        ca_cert: Optional[Union[str, "os.PathLike[str]"]] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
     ) -> None:
         self.timeout = seconds(timeout, "timeout")
-        self._transport = self._transport_class(url, api_key, self.timeout)
+        self._transport = self._transport_class(
+            url, api_key, self.timeout, tls_context(url, ca_cert, ssl_context)
+        )
 
     @classmethod
     def from_env(cls: Type[C], timeout: Duration = DEFAULT_TIMEOUT) -> C:
         """A client for ``LOCKBROKER_URL`` (default ``http://127.0.0.1:7700``) with
-        the key in ``LOCKBROKER_API_KEY``, if set."""
+        the key in ``LOCKBROKER_API_KEY`` and, for an ``https://`` URL, the extra CA
+        certificate in ``LOCKBROKER_CA_CERT``, when set."""
+        url = os.environ.get("LOCKBROKER_URL", "http://127.0.0.1:7700")
+        https = url.lower().startswith("https://")
         return cls(
-            os.environ.get("LOCKBROKER_URL", "http://127.0.0.1:7700"),
+            url,
             api_key=os.environ.get("LOCKBROKER_API_KEY") or None,
             timeout=timeout,
+            ca_cert=(os.environ.get("LOCKBROKER_CA_CERT") or None) if https else None,
         )
+
+
+def tls_context(
+    url: str,
+    ca_cert: Optional[Union[str, "os.PathLike[str]"]],
+    ssl_context: Optional[ssl.SSLContext],
+) -> Optional[ssl.SSLContext]:
+    """The TLS settings of an ``https://`` broker: ``ssl_context`` as given, or the
+    system's roots plus ``ca_cert`` (a PEM file), or the system's roots alone.
+    ``None`` for ``http://``; TLS settings with an ``http://`` URL are a mistake
+    that would send the key in clear, so they raise :class:`ValueError`."""
+    if ca_cert is not None and ssl_context is not None:
+        raise ValueError("pass ca_cert or ssl_context, not both")
+    if not url.lower().startswith("https://"):
+        if ca_cert is not None or ssl_context is not None:
+            raise ValueError(f"ca_cert and ssl_context need an https:// broker URL, not {url!r}")
+        return None
+    if ssl_context is not None:
+        return ssl_context
+    context = ssl.create_default_context()
+    if ca_cert is not None:
+        context.load_verify_locations(cafile=os.fspath(ca_cert))
+    return context
 
 
 # -- the lease ---------------------------------------------------------------------

@@ -86,12 +86,22 @@ def _decode(status: int, raw: bytes, retry_after: Optional[str]) -> Dict[str, An
 
 
 def _unavailable(endpoint: Endpoint, error: BaseException) -> BrokerUnavailable:
-    reason = "timed out" if isinstance(error, (socket.timeout, asyncio.TimeoutError)) else (
-        str(error) or type(error).__name__
-    )
-    return BrokerUnavailable(
-        f"cannot reach the broker at {endpoint.describe()}: {reason}", code="transport"
-    )
+    where = f"cannot reach the broker at {endpoint.describe()}"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        # Retrying does not help, and the fix is on this side: say which.
+        return BrokerUnavailable(
+            f"{where}: TLS: the broker's certificate is not trusted "
+            f"({error.verify_message or error.reason}); for a broker whose certificate "
+            "comes from a private CA, pass ca_cert= (or set LOCKBROKER_CA_CERT)",
+            code="tls",
+        )
+    if isinstance(error, ssl.SSLError):
+        reason = f"TLS handshake failed ({error.reason or error})"
+    elif isinstance(error, (socket.timeout, asyncio.TimeoutError)):
+        reason = "timed out"
+    else:
+        reason = str(error) or type(error).__name__
+    return BrokerUnavailable(f"{where}: {reason}", code="transport")
 
 
 #: What a transport's ``request`` returns: the answer, or an awaitable of it.
@@ -99,13 +109,22 @@ R = TypeVar("R")
 
 
 class _Transport(Generic[R]):
-    """What both transports share: the endpoint, the default timeout, TLS settings,
-    and the call the clients make."""
+    """What both transports share: the endpoint, the default timeout, TLS settings
+    (``tls``, or the system's roots for an ``https://`` URL without it), and the
+    call the clients make."""
 
-    def __init__(self, url: str, api_key: Optional[str], timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        api_key: Optional[str],
+        timeout: float,
+        tls: Optional[ssl.SSLContext] = None,
+    ) -> None:
         self.endpoint = Endpoint(url, api_key)
         self.timeout = timeout
-        self._ssl = ssl.create_default_context() if self.endpoint.tls else None
+        self._ssl: Optional[ssl.SSLContext] = None
+        if self.endpoint.tls:
+            self._ssl = tls or ssl.create_default_context()
 
     def request(
         self,
@@ -125,8 +144,14 @@ class _Transport(Generic[R]):
 class SyncTransport(_Transport[Dict[str, Any]]):
     """Thread-safe: each request takes a pooled connection or opens one."""
 
-    def __init__(self, url: str, api_key: Optional[str], timeout: float) -> None:
-        super().__init__(url, api_key, timeout)
+    def __init__(
+        self,
+        url: str,
+        api_key: Optional[str],
+        timeout: float,
+        tls: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        super().__init__(url, api_key, timeout, tls)
         self._idle: List[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 

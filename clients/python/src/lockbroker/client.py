@@ -43,6 +43,12 @@ class Client(ClientBase):
     ``url`` is the broker's base URL (``http://127.0.0.1:7700``), ``api_key`` is sent
     as ``Authorization: Bearer <key>`` when given, and ``timeout`` bounds every HTTP
     exchange in seconds (a waiting acquire gets its wait on top). Thread-safe.
+
+    An ``https://`` broker is checked against the system's roots plus ``ca_cert``, a
+    PEM file (for a private CA or a self-signed certificate); or pass an
+    :class:`ssl.SSLContext` as ``ssl_context`` to set TLS up entirely yourself. A
+    certificate that is not trusted raises :class:`BrokerUnavailable` with code
+    ``tls``, at once (waiting would not change it).
     """
 
     _transport_class = SyncTransport
