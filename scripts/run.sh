@@ -11,9 +11,11 @@ if [ -z "${LOCKBROKER_REDIS_URL:-}" ]; then
   ensure_packages redis-server redis-tools
   if ! redis_answers 127.0.0.1 6379; then
     mkdir -p target/redis
-    echo "starting redis-server on 127.0.0.1:6379 (append-only file in target/redis)" >&2
+    # appendfsync always: a lease acknowledged to a client survives a Redis
+    # crash or restart (docs/reliability.md); everysec could lose the last second.
+    echo "starting redis-server on 127.0.0.1:6379 (append-only file in target/redis, fsync on every write)" >&2
     redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --dir "$PWD/target/redis" \
-      --appendonly yes --appendfsync everysec --save "" --logfile "$PWD/target/redis/redis.log"
+      --appendonly yes --appendfsync always --save "" --logfile "$PWD/target/redis/redis.log"
     for _ in $(seq 50); do redis_answers 127.0.0.1 6379 && break; sleep 0.1; done
   fi
   export LOCKBROKER_REDIS_URL="redis://127.0.0.1:6379/0"
