@@ -4,9 +4,10 @@
 //! A [`PairClient`] is one caller bound to one lock on one persistent
 //! connection: an acquire without waiting, then the release of that lease.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use lockbroker_api::{AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, ReleaseResponse};
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, LeaseToken, LockDelay, LockName, Principal, ReleaseOutcome, Ttl,
 };
@@ -15,15 +16,21 @@ use lockbroker_redis::scripts::{
     Reply as ScriptReply, ReplyItem, ScriptCall, ScriptContext, ScriptName, Scripts,
 };
 use lockbroker_redis::{KeyLayout, RedisSettings};
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
 
 use crate::http1;
 use crate::resp::{self, Reply};
 
 /// TTL of every benchmark lease: long enough never to expire mid-pair.
 const TTL_MS: u64 = 30_000;
-/// The broker's acquire body with the same TTL.
-const ACQUIRE_BODY: &str = r#"{"ttl_ms":30000}"#;
+/// The broker's acquire body with the same TTL, serialized once.
+static ACQUIRE_BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let body = AcquireBody {
+        ttl_ms: Some(TTL_MS),
+        ..AcquireBody::default()
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+});
 /// Key prefix of the direct client, apart from the broker's `lockbroker`.
 const DIRECT_PREFIX: &str = "benchdirect";
 
@@ -145,43 +152,43 @@ impl BrokerClient {
     async fn acquire(&mut self) -> Result<Lease, String> {
         let (status, body) = self
             .connection
-            .post(&self.acquire_path, ACQUIRE_BODY.as_bytes())
+            .post(&self.acquire_path, &ACQUIRE_BODY)
             .await
             .map_err(|e| format!("acquire: {e}"))?;
-        let body: Value =
-            serde_json::from_slice(&body).map_err(|e| format!("acquire body: {e}"))?;
-        if status != 200 {
-            return Err(format!(
-                "acquire answered {status}: {}",
-                body["error"]["code"]
-            ));
-        }
+        let lease: LeaseResponse = success("acquire", status, &body)?;
         Ok(Lease {
-            token: body["token"].as_str().ok_or("no token")?.to_owned(),
-            fence: body["fence"].as_u64().ok_or("no fence")?,
+            token: lease.token,
+            fence: lease.fence,
         })
     }
 
     async fn release(&mut self, lease: &Lease) -> Result<(), String> {
         self.release_body.clear();
-        self.release_body.extend_from_slice(br#"{"token":""#);
-        self.release_body.extend_from_slice(lease.token.as_bytes());
-        self.release_body.extend_from_slice(br#""}"#);
+        serde_json::to_writer(&mut self.release_body, &ReleaseBody::new(&*lease.token))
+            .map_err(|e| e.to_string())?;
         let (status, body) = self
             .connection
             .post(&self.release_path, &self.release_body)
             .await
             .map_err(|e| format!("release: {e}"))?;
-        let body: Value =
-            serde_json::from_slice(&body).map_err(|e| format!("release body: {e}"))?;
-        if status != 200 || body["released"] != Value::Bool(true) {
-            return Err(format!(
-                "release answered {status}: {}",
-                body["error"]["code"]
-            ));
+        let release: ReleaseResponse = success("release", status, &body)?;
+        if !release.released {
+            return Err("release answered released: false".into());
         }
         Ok(())
     }
+}
+
+/// The body of a `200` answer to `step`; any other answer is an error naming
+/// its status and code.
+fn success<T: DeserializeOwned>(step: &str, status: u16, body: &[u8]) -> Result<T, String> {
+    if status != 200 {
+        let code = serde_json::from_slice::<ErrorResponse>(body)
+            .map(|body| body.error.code.as_str())
+            .unwrap_or("(no error body)");
+        return Err(format!("{step} answered {status}: {code}"));
+    }
+    serde_json::from_slice(body).map_err(|e| format!("{step} body: {e}"))
 }
 
 /// Redis over one connection, `EVALSHA` of the broker's scripts through the
@@ -303,28 +310,30 @@ pub async fn acquire(
     ttl_ms: u64,
     wait_ms: u64,
 ) -> Result<Option<Lease>, String> {
+    let body = AcquireBody {
+        ttl_ms: Some(ttl_ms),
+        wait_ms: Some(wait_ms),
+        ..AcquireBody::default()
+    };
     let response = http
         .post(format!("{url}/v1/locks/{name}/acquire"))
-        .json(&json!({"ttl_ms": ttl_ms, "wait_ms": wait_ms}))
+        .json(&body)
         .send()
         .await
         .map_err(|e| format!("acquire: {e}"))?;
-    let status = response.status();
-    let body: Value = response
-        .json()
+    let status = response.status().as_u16();
+    let body = response
+        .bytes()
         .await
         .map_err(|e| format!("acquire body: {e}"))?;
-    match status.as_u16() {
-        200 => Ok(Some(Lease {
-            token: body["token"].as_str().ok_or("no token")?.to_owned(),
-            fence: body["fence"].as_u64().ok_or("no fence")?,
-        })),
-        423 => Ok(None),
-        other => Err(format!(
-            "acquire answered {other}: {}",
-            body["error"]["code"]
-        )),
+    if status == 423 {
+        return Ok(None);
     }
+    let lease: LeaseResponse = success("acquire", status, &body)?;
+    Ok(Some(Lease {
+        token: lease.token,
+        fence: lease.fence,
+    }))
 }
 
 /// Releases a lease; any answer but success is an error.
@@ -336,7 +345,7 @@ pub async fn release(
 ) -> Result<(), String> {
     let response = http
         .post(format!("{url}/v1/locks/{name}/release"))
-        .json(&json!({"token": token}))
+        .json(&ReleaseBody::new(token))
         .send()
         .await
         .map_err(|e| format!("release: {e}"))?;
