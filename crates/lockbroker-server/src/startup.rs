@@ -89,6 +89,8 @@ impl Application {
             })?,
         );
         metrics.register_keys(keys.ids());
+        let routes = http::served_routes();
+        metrics.register_routes(routes.iter().map(|(method, path)| (method.as_str(), *path)));
         let store = RedisLockStore::connect_observed(
             settings.redis_settings(),
             Some(Arc::clone(&metrics) as Arc<dyn StoreObserver>),

@@ -6,11 +6,14 @@ use axum::response::IntoResponse;
 
 use super::AppState;
 
-/// Renders every metric; the waiter gauge is read at scrape time.
+/// Renders every metric; the waiter gauges are read at scrape time.
 pub async fn metrics(State(AppState { service, metrics }): State<AppState>) -> impl IntoResponse {
     metrics
         .waiters
         .set(i64::try_from(service.waiting()).unwrap_or(i64::MAX));
+    metrics
+        .max_waiters
+        .set(i64::try_from(service.policy().waiters.max_waiters).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,
