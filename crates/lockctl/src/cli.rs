@@ -18,11 +18,20 @@ A lease is a lock with a TTL and a fence number that only grows. `lockctl run`
 holds a lease exactly as long as a command runs (flock for a fleet); the other
 subcommands are the API's four calls, for scripts that manage a lease by hand.
 
-Durations are written 500ms, 30s, 10m or 2h.
+Durations are written 500ms, 1.5s, 30s, 1m30s, 10m or 2h.
 
-Answers print as key=value lines (values shell-quoted where needed), as the
-broker's JSON with --json, or as one bare value with --field NAME:
-  fence=$(lockctl acquire nightly-report --ttl 5m --field fence)";
+Answers print as shell assignments for eval, each named LOCK_<FIELD>
+(LOCK_TOKEN, LOCK_FENCE, ...; --prefix JOB_ names them JOB_TOKEN, ...), as the
+broker's JSON with --json, or as one bare value with --field NAME.
+
+A script that takes a lease by hand must keep its token, or it cannot release
+it and the lock stays held until the TTL runs out (so never keep only
+--field fence). Stop if the acquire fails, and release on the way out:
+  lease=$(lockctl acquire nightly-report --ttl 5m) || exit
+  eval \"$lease\"   # LOCK_TOKEN, LOCK_FENCE, LOCK_NAME, ...
+  trap 'LOCKBROKER_TOKEN=$LOCK_TOKEN lockctl release nightly-report' EXIT
+  ... work, handing \"$LOCK_FENCE\" to what it writes to ...
+`lockctl run` does all of this for a command, and renews the lease too.";
 
 /// `lockctl`: the broker's client for ops scripts and cron.
 #[derive(Parser, Debug)]
@@ -56,8 +65,9 @@ pub struct Cli {
     )]
     pub api_key_file: Option<PathBuf>,
 
-    /// For an https:// broker: trust this PEM CA certificate (e.g. a private
-    /// CA) in addition to the system's trusted roots.
+    /// For an https:// broker: trust the certificates in this PEM file in
+    /// addition to the system's roots: a private CA, or a self-signed
+    /// broker's own certificate (e.g. from `openssl req -x509`).
     #[arg(long, global = true, env = "LOCKBROKER_CA_CERT", value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
 
@@ -92,7 +102,9 @@ or 128+N if signal N ended CMD.
 
 If the lock is busy: --if-busy fail (the default) exits 75, skip exits 0 without
 running CMD (for cron: \"another instance is running\"), and --wait D waits up to D
-for the lock first.
+for the lock first. When the lock is granted after a wait longer than a third
+of the TTL, lockctl renews the lease once before starting CMD, so that its
+clock counts from a request sent after the grant.
 
 If a renewal answers lease_lost (the lease expired or was taken), lockctl sends
 SIGTERM to CMD, SIGKILL after --kill-after, and exits 79. If the broker cannot be
@@ -101,9 +113,12 @@ own monotonic clock less a safety margin of a tenth of the TTL (counted from
 when the last successful request was sent), then stops CMD the same way and
 exits 79.
 
-With --max-hold D, or when the broker answers max_hold_exceeded, lockctl stops
-renewing; if CMD is still running when the lease runs out (less the margin), it
-is stopped the same way and lockctl exits 80.
+With --max-hold D, lockctl renews as long as a renewal fits within D of
+acquiring; the last one is shortened to end just past D (by the margin), and
+when D is reached CMD, if still running, is stopped the same way and lockctl
+exits 80. When the broker answers max_hold_exceeded, lockctl stops renewing; if
+CMD is still running when the lease runs out (less the margin), it is stopped
+the same way and lockctl exits 80.
 
 CMD runs in its own process group and signals go to the whole group, so
 `sh -c 'a; b'` is stopped as a whole. SIGINT, SIGTERM and SIGHUP sent to lockctl
@@ -139,9 +154,17 @@ pub struct OutputArgs {
     /// Print the broker's JSON answer (errors too, as {"error": ...}).
     #[arg(long, conflicts_with = "field")]
     pub json: bool,
-    /// Print only this field's value, e.g. fence or token.
+    /// Print only this field's value, e.g. fence or held.
     #[arg(long, value_name = "NAME")]
     pub field: Option<String>,
+    /// Start each printed variable with this instead of LOCK_ (e.g. JOB_ gives
+    /// JOB_TOKEN, JOB_FENCE).
+    #[arg(long, value_name = "PREFIX", conflicts_with_all = ["json", "field"])]
+    pub prefix: Option<String>,
+    /// Print the bare field names of older releases (token=, fence=, name=),
+    /// which `eval` may let overwrite a script's own variables.
+    #[arg(long, conflicts_with_all = ["json", "field", "prefix"])]
+    pub unprefixed: bool,
 }
 
 /// How to ask for a lease (shared by `acquire` and `run`).
@@ -231,7 +254,8 @@ pub struct RunArgs {
     /// What to do if the lock is still busy after --wait.
     #[arg(long, value_enum)]
     pub if_busy: Option<IfBusy>,
-    /// Stop renewing this long after acquiring; CMD is stopped when the lease runs out.
+    /// Hold the lock at most this long: renewals stop there, and CMD is
+    /// stopped then if still running (exit 80).
     #[arg(long, value_parser = duration::parse)]
     pub max_hold: Option<Duration>,
     /// After SIGTERM for a lost lease, SIGKILL CMD's process group this much later.
@@ -251,14 +275,18 @@ pub struct RunArgs {
 }
 
 impl OutputArgs {
-    /// The chosen [`crate::output::Format`].
-    pub fn format(&self) -> crate::output::Format {
-        use crate::output::Format;
-        match (&self.field, self.json) {
+    /// The chosen [`crate::output::Format`], or why `--prefix` is unusable.
+    pub fn format(&self) -> Result<crate::output::Format, String> {
+        use crate::output::{check_prefix, Format, Names, DEFAULT_PREFIX};
+        Ok(match (&self.field, self.json) {
             (Some(field), _) => Format::Field(field.clone()),
             (None, true) => Format::Json,
-            (None, false) => Format::Plain,
-        }
+            (None, false) if self.unprefixed => Format::Plain(Names::Unprefixed),
+            (None, false) => Format::Plain(Names::Prefixed(match &self.prefix {
+                Some(prefix) => check_prefix(prefix)?,
+                None => DEFAULT_PREFIX.to_owned(),
+            })),
+        })
     }
 }
 

@@ -12,7 +12,10 @@ use crate::output::{Format, LEASE_FIELDS, RELEASE_FIELDS, RENEWAL_FIELDS, STATUS
 
 /// `lockctl acquire NAME`: prints the lease, token included.
 pub async fn acquire(broker: &Broker, args: AcquireArgs) -> u8 {
-    let format = args.output.format();
+    let format = match args.output.format() {
+        Ok(format) => format,
+        Err(message) => return usage(&message),
+    };
     if let Err(message) = format.check(LEASE_FIELDS) {
         return usage(&message);
     }
@@ -25,12 +28,11 @@ pub async fn acquire(broker: &Broker, args: AcquireArgs) -> u8 {
 
 /// `lockctl extend NAME --ttl D`.
 pub async fn extend(broker: &Broker, args: ExtendArgs) -> u8 {
-    let format = args.output.format();
-    let token = match format
-        .check(RENEWAL_FIELDS)
-        .and_then(|()| args.token.read())
-    {
-        Ok(token) => token,
+    let (format, token) = match args.output.format().and_then(|format| {
+        format.check(RENEWAL_FIELDS)?;
+        Ok((format, args.token.read()?))
+    }) {
+        Ok(both) => both,
         Err(message) => return usage(&message),
     };
     let result = broker
@@ -41,12 +43,11 @@ pub async fn extend(broker: &Broker, args: ExtendArgs) -> u8 {
 
 /// `lockctl release NAME`.
 pub async fn release(broker: &Broker, args: ReleaseArgs) -> u8 {
-    let format = args.output.format();
-    let token = match format
-        .check(RELEASE_FIELDS)
-        .and_then(|()| args.token.read())
-    {
-        Ok(token) => token,
+    let (format, token) = match args.output.format().and_then(|format| {
+        format.check(RELEASE_FIELDS)?;
+        Ok((format, args.token.read()?))
+    }) {
+        Ok(both) => both,
         Err(message) => return usage(&message),
     };
     tell_enclosing_run(&args.name, &token);
@@ -56,7 +57,10 @@ pub async fn release(broker: &Broker, args: ReleaseArgs) -> u8 {
 
 /// `lockctl status NAME`.
 pub async fn status(broker: &Broker, args: StatusArgs) -> u8 {
-    let format = args.output.format();
+    let format = match args.output.format() {
+        Ok(format) => format,
+        Err(message) => return usage(&message),
+    };
     if let Err(message) = format.check(STATUS_FIELDS) {
         return usage(&message);
     }

@@ -1,5 +1,5 @@
-//! Printing answers: `key=value` lines (the default), `--json`, or one
-//! `--field` alone for `$(...)`.
+//! Printing answers: shell assignments (the default, for `eval`), `--json`,
+//! or one `--field` alone for `$(...)`.
 
 use serde_json::Value;
 
@@ -8,13 +8,25 @@ use crate::client::BrokerError;
 /// How a subcommand prints its answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Format {
-    /// `key=value` lines, values shell-quoted where needed.
-    Plain,
+    /// `PREFIX_KEY=value` lines, values shell-quoted where needed.
+    Plain(Names),
     /// The broker's JSON body on one line.
     Json,
     /// One field's bare value.
     Field(String),
 }
+
+/// How the plain format names its shell variables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Names {
+    /// The prefix followed by the field in capitals: `LOCK_TOKEN`.
+    Prefixed(String),
+    /// The bare field names of older releases: `token` (`--unprefixed`).
+    Unprefixed,
+}
+
+/// The prefix when none is given.
+pub const DEFAULT_PREFIX: &str = "LOCK_";
 
 /// Fields of a granted lease, in print order.
 pub const LEASE_FIELDS: &[&str] = &["name", "token", "fence", "ttl_ms", "expires_at_ms", "owner"];
@@ -49,17 +61,7 @@ impl Format {
         match self {
             Self::Json => println!("{body}"),
             Self::Field(field) => println!("{}", bare(body.get(field).unwrap_or(&Value::Null))),
-            Self::Plain => {
-                let Some(map) = body.as_object() else {
-                    return;
-                };
-                let extra = map.keys().filter(|k| !fields.contains(&k.as_str()));
-                for key in fields.iter().copied().chain(extra.map(String::as_str)) {
-                    if let Some(value) = map.get(key) {
-                        println!("{key}={}", shell_quote(&bare(value)));
-                    }
-                }
-            }
+            Self::Plain(names) => print!("{}", assignments(names, fields, body)),
         }
     }
 
@@ -71,6 +73,51 @@ impl Format {
             println!("{}", error.to_json());
         }
     }
+}
+
+impl Names {
+    /// The shell variable for `field`.
+    fn variable(&self, field: &str) -> String {
+        match self {
+            Self::Prefixed(prefix) => format!("{prefix}{}", field.to_ascii_uppercase()),
+            Self::Unprefixed => field.to_owned(),
+        }
+    }
+}
+
+/// Checks a `--prefix`: the start of a shell variable name.
+pub fn check_prefix(prefix: &str) -> Result<String, String> {
+    let mut chars = prefix.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if first_ok && chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        Ok(prefix.to_owned())
+    } else {
+        Err(format!(
+            "--prefix {prefix:?}: use letters, digits and _, not starting with a digit (e.g. JOB_)"
+        ))
+    }
+}
+
+/// One `VARIABLE=value` line per field, known fields in order, then any
+/// others the broker added (named the same way, if they make a shell name).
+fn assignments(names: &Names, fields: &[&str], body: &Value) -> String {
+    let Some(map) = body.as_object() else {
+        return String::new();
+    };
+    let shell_name = |k: &str| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let extra = map
+        .keys()
+        .filter(|k| !fields.contains(&k.as_str()) && shell_name(k));
+    let mut out = String::new();
+    for key in fields.iter().copied().chain(extra.map(String::as_str)) {
+        if let Some(value) = map.get(key) {
+            let line = format!("{}={}\n", names.variable(key), shell_quote(&bare(value)));
+            out.push_str(&line);
+        }
+    }
+    out
 }
 
 /// A JSON value as text: strings unquoted, `null` empty.
@@ -96,6 +143,32 @@ fn shell_quote(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn assignments_are_prefixed_unless_asked_otherwise() {
+        let body = serde_json::json!({"name": "job", "token": "t0k", "fence": 7, "owner": "a b"});
+        let fields = LEASE_FIELDS;
+        let prefixed = Names::Prefixed(DEFAULT_PREFIX.to_owned());
+        assert_eq!(
+            assignments(&prefixed, fields, &body),
+            "LOCK_NAME=job\nLOCK_TOKEN=t0k\nLOCK_FENCE=7\nLOCK_OWNER='a b'\n"
+        );
+        let chosen = Names::Prefixed("JOB_".to_owned());
+        assert!(assignments(&chosen, fields, &body).starts_with("JOB_NAME=job\nJOB_TOKEN=t0k\n"));
+        assert_eq!(
+            assignments(&Names::Unprefixed, fields, &body),
+            "name=job\ntoken=t0k\nfence=7\nowner='a b'\n"
+        );
+    }
+
+    #[test]
+    fn prefixes_must_make_shell_names() {
+        assert!(check_prefix("LOCK_").is_ok());
+        assert!(check_prefix("_x1").is_ok());
+        for bad in ["", "1X", "A-B", "A B", "$(x)", "Ä"] {
+            assert!(check_prefix(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn quoting() {
