@@ -3,7 +3,8 @@
 //!
 //! Nothing here prints. Errors never carry the token or the API key: the
 //! token travels only in request bodies, the key only in a sensitive header,
-//! and transport errors are rendered without their URL.
+//! and transport errors name the broker's base URL without any user or
+//! password in it, never a request's URL.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -14,6 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crate::duration::millis;
 use crate::exit;
+use crate::tls;
 
 /// Timeout for a request that does not wait for a lock.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,6 +25,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Broker {
     http: reqwest::Client,
     base: Url,
+    /// The base URL as errors show it: no user or password.
+    shown: String,
+    /// Whether `--ca-cert` was given (TLS advice depends on it).
+    with_ca_cert: bool,
 }
 
 /// Why a call did not return a success body.
@@ -38,7 +44,20 @@ pub enum BrokerError {
         retry_after: Option<Duration>,
     },
     /// No answer: connection refused, reset, or timed out.
-    Unreachable(String),
+    Unreachable {
+        /// The broker's base URL, without credentials.
+        url: String,
+        /// What happened, in words.
+        cause: String,
+    },
+    /// The TLS handshake failed: an untrusted or wrong certificate, or a
+    /// broker that does not speak TLS.
+    Tls {
+        /// The broker's base URL, without credentials.
+        url: String,
+        /// Why, in words.
+        reason: String,
+    },
     /// An answer that is not this API (wrong URL, a proxy's error page).
     Unexpected(String),
 }
@@ -59,12 +78,16 @@ pub struct AcquireOptions {
 }
 
 /// A granted lease and when the request that got it was sent: the lease
-/// cannot expire before `sent + ttl` by the local monotonic clock.
+/// cannot expire before `sent + ttl` by the local monotonic clock. For a
+/// request that waited, that bound may lie in the past although the lease
+/// is fresh: it was granted somewhere between `sent` and `received`.
 pub struct Granted {
     /// The `200` body: name, token, fence, ttl_ms, expires_at_ms, owner.
     pub body: Value,
     /// When the successful request left.
     pub sent: Instant,
+    /// When its answer arrived.
+    pub received: Instant,
 }
 
 impl Broker {
@@ -84,11 +107,11 @@ impl Broker {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
+        let extra = ca_cert.map(tls::read_pem).transpose()?.unwrap_or_default();
+        let with_ca_cert = !extra.is_empty();
         let mut builder = reqwest::Client::builder();
-        if let Some(pem) = ca_cert {
-            let certificate = reqwest::Certificate::from_pem(pem)
-                .map_err(|_| "--ca-cert is not a PEM certificate".to_owned())?;
-            builder = builder.add_root_certificate(certificate);
+        if base.scheme() == "https" {
+            builder = builder.use_preconfigured_tls(tls::client_config(extra)?);
         }
         let http = builder
             .default_headers(headers)
@@ -96,7 +119,16 @@ impl Broker {
             .connect_timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| format!("HTTP client: {}", e.without_url()))?;
-        Ok(Self { http, base })
+        let mut shown = base.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        let shown = shown.as_str().trim_end_matches('/').to_owned();
+        Ok(Self {
+            http,
+            base,
+            shown,
+            with_ca_cert,
+        })
     }
 
     /// The base URL, as given.
@@ -143,7 +175,14 @@ impl Broker {
                 )
                 .await
             {
-                Ok(body) => return Ok(Granted { body, sent }),
+                Ok(body) => {
+                    let received = Instant::now();
+                    return Ok(Granted {
+                        body,
+                        sent,
+                        received,
+                    });
+                }
                 Err(error) => error,
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -211,7 +250,7 @@ impl Broker {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.map_err(unreachable)?;
+        let response = request.send().await.map_err(|e| self.transport(e))?;
         let status = response.status();
         let retry_after = response
             .headers()
@@ -219,7 +258,7 @@ impl Broker {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let bytes = response.bytes().await.map_err(unreachable)?;
+        let bytes = response.bytes().await.map_err(|e| self.transport(e))?;
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
         match body {
             Some(body) if status.is_success() && body.is_object() => Ok(body),
@@ -241,7 +280,8 @@ impl BrokerError {
     pub fn code(&self) -> &str {
         match self {
             Self::Rejected { error, .. } => error.get("code").and_then(Value::as_str).unwrap_or(""),
-            Self::Unreachable(_) => "broker_unreachable",
+            Self::Unreachable { .. } => "broker_unreachable",
+            Self::Tls { .. } => "tls_failure",
             Self::Unexpected(_) => "unexpected_reply",
         }
     }
@@ -250,7 +290,7 @@ impl BrokerError {
     pub fn exit_code(&self) -> u8 {
         let status = match self {
             Self::Rejected { status, .. } => *status,
-            Self::Unreachable(_) => return exit::UNAVAILABLE,
+            Self::Unreachable { .. } | Self::Tls { .. } => return exit::UNAVAILABLE,
             Self::Unexpected(_) => return exit::SOFTWARE,
         };
         match self.code() {
@@ -266,11 +306,12 @@ impl BrokerError {
         }
     }
 
-    /// Worth retrying: no answer, or an answer that says "not now".
+    /// Worth retrying: no answer, or an answer that says "not now". A
+    /// certificate that is not trusted now will not be trusted in a second.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::Unreachable(_) => true,
-            Self::Unexpected(_) => false,
+            Self::Unreachable { .. } => true,
+            Self::Tls { .. } | Self::Unexpected(_) => false,
             Self::Rejected { status, .. } => matches!(
                 *status,
                 StatusCode::TOO_MANY_REQUESTS
@@ -330,26 +371,42 @@ impl fmt::Display for BrokerError {
                 }
                 Ok(())
             }
-            Self::Unreachable(cause) => write!(f, "broker unreachable: {cause}"),
+            Self::Unreachable { url, cause } => write!(f, "broker unreachable at {url}: {cause}"),
+            Self::Tls { url, reason } => {
+                write!(f, "TLS failure with the broker at {url}: {reason}")
+            }
             Self::Unexpected(what) => write!(f, "unexpected answer: {what}"),
         }
     }
 }
 
-fn unreachable(error: reqwest::Error) -> BrokerError {
-    let error = error.without_url();
-    let mut text = if error.is_timeout() {
-        "timed out".to_owned()
-    } else {
-        error.to_string()
-    };
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+impl Broker {
+    /// A transport failure as a [`BrokerError`]: a TLS failure told in words,
+    /// or the innermost cause of an unreachable broker (reqwest and hyper
+    /// wrap it in layers that say only "error sending request").
+    fn transport(&self, error: reqwest::Error) -> BrokerError {
+        let error = error.without_url();
+        let url = self.shown.clone();
+        if let Some(failure) = tls::find_error(&error) {
+            let reason = tls::explain(failure, self.with_ca_cert);
+            return BrokerError::Tls { url, reason };
+        }
+        let cause = if error.is_timeout() {
+            "timed out".to_owned()
+        } else {
+            let mut innermost: &dyn std::error::Error = &error;
+            while let Some(next) = innermost.source() {
+                innermost = next;
+            }
+            let text = innermost.to_string();
+            if error.is_connect() {
+                format!("cannot connect: {text}")
+            } else {
+                text
+            }
+        };
+        BrokerError::Unreachable { url, cause }
     }
-    BrokerError::Unreachable(text)
 }
 
 fn not_the_api(status: StatusCode) -> BrokerError {

@@ -10,8 +10,9 @@ pub const OK: u8 = 0;
 /// Bad usage: unknown flag, bad duration, missing token, or a request the
 /// broker rejected as invalid (`invalid_request`), e.g. a bad lock name.
 pub const USAGE: u8 = 64;
-/// The broker could not be reached, or answered that it cannot serve now
-/// (`backend_unavailable`, `shutting_down`, `too_many_waiters`, other 5xx).
+/// The broker could not be reached (a TLS failure included), or answered
+/// that it cannot serve now (`backend_unavailable`, `shutting_down`,
+/// `too_many_waiters`, other 5xx).
 pub const UNAVAILABLE: u8 = 69;
 /// An answer that is not the broker's API: wrong URL, a proxy's page, `internal`.
 pub const SOFTWARE: u8 = 70;
@@ -23,7 +24,8 @@ pub const NO_PERMISSION: u8 = 77;
 /// lease was lost or could not be renewed in time, and the command was stopped.
 pub const LEASE_LOST: u8 = 79;
 /// The lease reached its maximum hold (`max_hold_exceeded`, or `run --max-hold`),
-/// and for `run` the command was stopped when it ran out.
+/// and for `run` the command was stopped: at `--max-hold`, or when the lease
+/// ran out after the broker's max hold.
 pub const MAX_HOLD: u8 = 80;
 /// `run`: the command exists but could not be started.
 pub const CANNOT_EXECUTE: u8 = 126;
@@ -36,13 +38,15 @@ Exit codes:
    0  ok: acquired, extended, released, status read; `run`: the command's own
       exit code (128+N if a signal N ended it); `run --if-busy skip`: skipped
   64  bad usage: bad flag or duration, no token, invalid_request from the broker
-  69  broker unreachable or unavailable (backend_unavailable, shutting_down,
-      too_many_waiters, 5xx); the request changed nothing or its outcome is unknown
+  69  broker unreachable (TLS failures too) or unavailable (backend_unavailable,
+      shutting_down, too_many_waiters, 5xx); the request changed nothing or its
+      outcome is unknown
   70  unexpected answer (not the broker's JSON, wrong URL, internal error)
   75  busy: the lock is held by another lease (after --wait, if given)
   77  unauthorized or forbidden: check the API key
   79  lease lost: it expired or was taken; `run`: lost, or not renewable in time,
       and the command was stopped; treat its work as possibly duplicated
-  80  max hold exceeded; `run`: the command was stopped when the lease ran out
+  80  max hold exceeded; `run`: the command was stopped at --max-hold, or when
+      the lease ran out after the broker's max hold
  126  `run`: the command could not be started
  127  `run`: the command was not found";

@@ -10,6 +10,7 @@ mod duration;
 mod exit;
 mod output;
 mod run;
+mod tls;
 
 use std::process::ExitCode;
 
