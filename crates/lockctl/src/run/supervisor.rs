@@ -1,0 +1,377 @@
+//! The lease's clock while the command runs: when to renew, when to stop the
+//! command, and why.
+//!
+//! One task drives everything from a single `select!`: the command's exit,
+//! signals to forward, the next renewal and its answer, the moment the lease
+//! would run out by the local monotonic clock, and the SIGKILL deadline once
+//! the command is being stopped. The lease's local deadline is counted from
+//! when the request that set it was *sent*, so it never outlasts the broker's.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::signals::Signals;
+use crate::client::{Broker, BrokerError};
+use crate::duration::millis;
+
+/// How long to wait, after a renewal found the lease gone, for the command's
+/// own "I released it" (SIGUSR1) that may have raced the renewal.
+const RELEASED_BY_COMMAND_GRACE: Duration = Duration::from_millis(300);
+
+/// Why lockctl stops the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// The lease was lost or could not be renewed in time.
+    LeaseLost,
+    /// `--max-hold` was reached.
+    MaxHold,
+    /// The broker's max hold ended the renewals and the lease ran out.
+    BrokerMaxHold,
+}
+
+/// What a renewal's answer meant.
+pub enum Renewed {
+    /// Renewed; the deadlines moved on.
+    Yes,
+    /// The broker's max hold: no more renewals, the deadline stands.
+    AtBrokerMaxHold,
+    /// The lease is gone.
+    Lost(BrokerError),
+    /// No answer, or "not now": retry soon.
+    Failed(BrokerError),
+}
+
+/// A renewal in flight: when it was sent, the TTL it asked for, its answer.
+pub type Renewal<'a> =
+    Pin<Box<dyn Future<Output = (Instant, Duration, Result<Value, BrokerError>)> + 'a>>;
+
+/// Where the command's exit status arrives.
+pub type Exited = oneshot::Receiver<std::io::Result<ExitStatus>>;
+
+/// The lease being held and the clock that goes with it.
+pub struct Supervisor<'a> {
+    pub broker: &'a Broker,
+    pub name: String,
+    pub token: String,
+    pub fence: u64,
+    /// The TTL each renewal asks for.
+    pub ttl: Duration,
+    pub verbose: bool,
+    pub kill_after: Duration,
+    /// A tenth of the TTL: the command is stopped this long before the lease
+    /// would run out by the local clock.
+    margin: Duration,
+    /// `--max-hold`, and when it is reached.
+    max_hold: Option<(Duration, Instant)>,
+    /// When to send the next renewal; `None` once renewing has stopped.
+    renew_at: Option<Instant>,
+    /// When to stop the command unless a renewal succeeds first.
+    pub stop_at: Option<Instant>,
+    /// What reaching `stop_at` means now.
+    running_out: StopReason,
+    /// Set once the command is being stopped.
+    pub stopping: Option<StopReason>,
+    /// When to SIGKILL the process group while stopping.
+    kill_at: Option<Instant>,
+    /// The command released the lease itself (told us with SIGUSR1).
+    pub released_by_command: bool,
+    /// Renewals have been failing since this report.
+    failing: bool,
+    /// The command has been started.
+    pub running: bool,
+}
+
+/// What [`Supervisor::new`] needs beyond the broker.
+pub struct Held {
+    pub name: String,
+    pub token: String,
+    pub fence: u64,
+    /// The TTL each renewal asks for.
+    pub ttl: Duration,
+    pub verbose: bool,
+    pub kill_after: Duration,
+    /// `--max-hold`, counted from `acquired`.
+    pub max_hold: Option<Duration>,
+    /// When lockctl learned it holds the lease.
+    pub acquired: Instant,
+}
+
+impl<'a> Supervisor<'a> {
+    /// A supervisor for a lease granted at `acquired`, with no deadline yet:
+    /// call [`Self::set_deadline`] with the request that bounds the lease.
+    pub fn new(broker: &'a Broker, held: Held) -> Self {
+        Self {
+            broker,
+            name: held.name,
+            token: held.token,
+            fence: held.fence,
+            ttl: held.ttl,
+            verbose: held.verbose,
+            kill_after: held.kill_after,
+            margin: held.ttl / 10,
+            max_hold: held.max_hold.map(|hold| (hold, held.acquired + hold)),
+            renew_at: None,
+            stop_at: None,
+            running_out: StopReason::LeaseLost,
+            stopping: None,
+            kill_at: None,
+            released_by_command: false,
+            failing: false,
+            running: false,
+        }
+    }
+
+    /// A request sent at `sent` left the lease with `ttl` to live: stop the
+    /// command a margin before that, or at `--max-hold` if that comes first
+    /// (then this was the last renewal).
+    pub fn set_deadline(&mut self, sent: Instant, ttl: Duration) {
+        let by_lease = sent + ttl.saturating_sub(self.margin);
+        match self.max_hold {
+            Some((hold, hold_until)) if by_lease >= hold_until => {
+                self.stop_at = Some(hold_until);
+                self.running_out = StopReason::MaxHold;
+                self.renew_at = None;
+                if self.verbose {
+                    let left = millis(hold_until.saturating_duration_since(Instant::now()));
+                    eprintln!(
+                        "lockctl: no more renewals for {:?}: its --max-hold of {} ms is reached \
+                         in {left} ms, and the command is stopped then if still running",
+                        self.name,
+                        millis(hold)
+                    );
+                }
+            }
+            _ => {
+                self.stop_at = Some(by_lease);
+                self.running_out = StopReason::LeaseLost;
+                self.renew_at = Some(sent + self.ttl / 3);
+            }
+        }
+    }
+
+    /// Starts a renewal. Under `--max-hold`, a renewal that would run past it
+    /// is shortened to end a margin after it, so the command can be stopped
+    /// right at the max hold with its lease still valid.
+    pub fn renew(&mut self) -> Option<Renewal<'a>> {
+        let now = Instant::now();
+        let mut ttl = self.ttl;
+        if let Some((_, hold_until)) = self.max_hold {
+            if now >= hold_until {
+                self.renew_at = None;
+                return None;
+            }
+            // Whole milliseconds, rounded up, as the broker counts them: a
+            // renewal that fits must end at the max hold, not a hair before.
+            let fits = (hold_until + self.margin - now).as_micros().div_ceil(1_000);
+            ttl = ttl.min(Duration::from_millis(
+                u64::try_from(fits).unwrap_or(u64::MAX),
+            ));
+        }
+        let broker = self.broker;
+        let (name, token) = (self.name.clone(), self.token.clone());
+        let timeout = (self.ttl / 5).clamp(Duration::from_millis(250), Duration::from_secs(10));
+        Some(Box::pin(async move {
+            let sent = Instant::now();
+            let result = broker.extend(&name, &token, ttl, timeout).await;
+            (sent, ttl, result)
+        }))
+    }
+
+    /// Applies a renewal's answer to the deadlines.
+    pub fn apply(
+        &mut self,
+        (sent, asked, result): (Instant, Duration, Result<Value, BrokerError>),
+    ) -> Renewed {
+        match result {
+            Ok(body) => {
+                let ttl = body
+                    .get("ttl_ms")
+                    .and_then(Value::as_u64)
+                    .map_or(asked, |ms| asked.min(Duration::from_millis(ms)));
+                if self.failing {
+                    self.failing = false;
+                    eprintln!("lockctl: renewed the lease on {:?} again", self.name);
+                }
+                self.set_deadline(sent, ttl);
+                Renewed::Yes
+            }
+            Err(error) if error.code() == "lease_lost" => Renewed::Lost(error),
+            Err(error) if error.code() == "max_hold_exceeded" => {
+                // The broker answered after `sent` with the time left then,
+                // so the lease lasts at least until `sent` plus that.
+                let left = error.detail_u64("expires_in_ms").map(Duration::from_millis);
+                if let Some(left) = left {
+                    let by_broker = sent + left.saturating_sub(self.margin);
+                    self.stop_at = Some(self.stop_at.map_or(by_broker, |at| at.min(by_broker)));
+                }
+                self.renew_at = None;
+                self.running_out = StopReason::BrokerMaxHold;
+                let left = self
+                    .stop_at
+                    .map_or(0, |at| millis(at.saturating_duration_since(Instant::now())));
+                eprintln!(
+                    "lockctl: the broker's max hold for {:?} is reached: no more renewals; the \
+                     command is stopped in {left} ms, as the lease runs out, if still running",
+                    self.name
+                );
+                Renewed::AtBrokerMaxHold
+            }
+            Err(error) => {
+                let now = Instant::now();
+                if !self.failing {
+                    self.failing = true;
+                    let left = self
+                        .stop_at
+                        .map_or(0, |at| millis(at.saturating_duration_since(now)));
+                    let then = if self.running {
+                        "the command is stopped"
+                    } else {
+                        "lockctl gives up without running the command"
+                    };
+                    eprintln!(
+                        "lockctl: cannot renew the lease on {:?}: {error}; retrying, and unless \
+                         a renewal succeeds within {left} ms {then}",
+                        self.name
+                    );
+                }
+                let retry =
+                    (self.ttl / 10).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                self.renew_at = Some(now + retry);
+                Renewed::Failed(error)
+            }
+        }
+    }
+
+    /// Runs until the command exits; answers its exit status.
+    pub async fn supervise(
+        &mut self,
+        pgid: Pid,
+        mut exited: Exited,
+        signals: &mut Signals,
+    ) -> std::io::Result<ExitStatus> {
+        let mut renewal: Option<Renewal<'a>> = None;
+        loop {
+            tokio::select! {
+                biased;
+                status = &mut exited => {
+                    return status.unwrap_or_else(|_| Err(std::io::Error::other("wait thread ended")));
+                }
+                signal = signals.recv() => self.on_signal(signal, pgid),
+                outcome = poll_renewal(renewal.as_mut()) => {
+                    renewal = None;
+                    if self.stopping.is_none() && !self.released_by_command {
+                        if let Renewed::Lost(error) = self.apply(outcome) {
+                            if !self.wait_for_own_release(pgid, signals).await {
+                                eprintln!("lockctl: {error}");
+                                self.begin_stop(StopReason::LeaseLost, pgid);
+                            }
+                        }
+                    }
+                }
+                () = sleep_until(self.renew_at), if renewal.is_none() && self.stopping.is_none() => {
+                    self.renew_at = None;
+                    renewal = self.renew();
+                }
+                () = sleep_until(self.stop_at), if self.stopping.is_none() => {
+                    let reason = self.running_out;
+                    self.begin_stop(reason, pgid);
+                }
+                () = sleep_until(self.kill_at) => {
+                    self.kill_at = None;
+                    eprintln!("lockctl: command still running {} ms after SIGTERM; sending SIGKILL",
+                        millis(self.kill_after));
+                    let _ = killpg(pgid, Signal::SIGKILL);
+                }
+            }
+        }
+    }
+
+    /// After a renewal found the lease gone: was it the command's own release?
+    async fn wait_for_own_release(&mut self, pgid: Pid, signals: &mut Signals) -> bool {
+        let deadline = tokio::time::Instant::now() + RELEASED_BY_COMMAND_GRACE;
+        while !self.released_by_command {
+            match tokio::time::timeout_at(deadline, signals.recv()).await {
+                Ok(signal) => self.on_signal(signal, pgid),
+                Err(_) => break,
+            }
+        }
+        self.released_by_command
+    }
+
+    fn on_signal(&mut self, signal: Signal, pgid: Pid) {
+        if signal == Signal::SIGUSR1 {
+            if !self.released_by_command && self.verbose {
+                eprintln!(
+                    "lockctl: the command released {:?} itself; no more renewals",
+                    self.name
+                );
+            }
+            self.released_by_command = true;
+            self.renew_at = None;
+            self.stop_at = None;
+            return;
+        }
+        if self.verbose {
+            eprintln!("lockctl: passing {signal} on to the command");
+        }
+        let _ = killpg(pgid, signal);
+    }
+
+    fn begin_stop(&mut self, reason: StopReason, pgid: Pid) {
+        if self.stopping.is_some() {
+            return;
+        }
+        let signals = format!("SIGTERM, SIGKILL after {} ms", millis(self.kill_after));
+        let duplicated = "treat its work as possibly duplicated";
+        match reason {
+            StopReason::LeaseLost if self.failing => eprintln!(
+                "lockctl: the lease could not be renewed before it would expire; stopping the \
+                 command ({signals}); {duplicated}"
+            ),
+            StopReason::LeaseLost => {
+                eprintln!(
+                    "lockctl: the lease was lost; stopping the command ({signals}); {duplicated}"
+                );
+            }
+            StopReason::MaxHold => eprintln!(
+                "lockctl: --max-hold reached: {:?} has been held for {} ms; stopping the command \
+                 ({signals})",
+                self.name,
+                self.max_hold.map_or(0, |(hold, _)| millis(hold))
+            ),
+            StopReason::BrokerMaxHold => eprintln!(
+                "lockctl: the lease reached the broker's max hold and is running out; stopping \
+                 the command ({signals})"
+            ),
+        }
+        self.stopping = Some(reason);
+        self.renew_at = None;
+        self.stop_at = None;
+        self.kill_at = Some(Instant::now() + self.kill_after);
+        let _ = killpg(pgid, Signal::SIGTERM);
+    }
+}
+
+/// The next renewal's answer, or never if none is in flight.
+pub async fn poll_renewal<'a>(
+    renewal: Option<&mut Renewal<'a>>,
+) -> (Instant, Duration, Result<Value, BrokerError>) {
+    match renewal {
+        Some(renewal) => renewal.await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
