@@ -1,6 +1,8 @@
 //! `lockctl`, the command-line client, run as a process against a real broker:
 //! `run` (fence in the environment, skip when busy, stop on a lost lease,
-//! exit codes) and the acquire/extend/release/status subcommands.
+//! waits longer than the TTL, max hold, exit codes), the
+//! acquire/extend/release/status subcommands and their shell output, and
+//! HTTPS (a private CA, a self-signed certificate, failures in words).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -422,7 +424,7 @@ async fn max_hold_stops_renewing_and_stops_the_command_when_the_lease_runs_out()
 async fn the_brokers_max_hold_stops_the_command_with_exit_80() {
     let redis = RedisServer::start();
     let mut settings = test_settings(&redis);
-    settings.locks.max_hold_ms = 1_000;
+    settings.locks.max_hold_ms = Some(1_000);
     let app = TestApp::spawn_with(settings).await;
 
     let mut command = lockctl(&app);
@@ -491,8 +493,142 @@ async fn a_command_may_release_early_with_lockctl_release_and_keep_running() {
     assert!(scratch
         .read("released")
         .unwrap_or_default()
-        .contains("released=true"));
+        .contains("LOCK_RELEASED=true"));
     assert!(!held(&app, "job").await);
+}
+
+/// `run NAME --wait 10s --ttl 2s` after the lock has been held for `held`:
+/// the command runs to its end with its lease, however long the wait was.
+async fn run_after_a_wait(held_for: Duration) {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let scratch = Scratch::new();
+    let holder = app.acquire("demo", 30_000).await;
+    let release = {
+        let (base, token) = (app.base.clone(), holder.token());
+        tokio::spawn(async move {
+            tokio::time::sleep(held_for).await;
+            let released = reqwest::Client::new()
+                .post(format!("{base}/v1/locks/demo/release"))
+                .json(&serde_json::json!({ "token": token }))
+                .send()
+                .await
+                .expect("release");
+            assert!(released.status().is_success());
+        })
+    };
+
+    let mut waiter = lockctl(&app);
+    // The command outlives a renewal period, so a lease wrongly taken for
+    // expired would stop it.
+    waiter
+        .args([
+            "run", "demo", "--wait", "10s", "--ttl", "2s", "--", "sh", "-c",
+        ])
+        .arg(in_dir(
+            &scratch.0,
+            r#"echo "$LOCKBROKER_FENCE" > fence; sleep 1; echo got-it > done"#,
+        ));
+    let run = output(waiter).await;
+    release.await.expect("released");
+
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "after holding {held_for:?}: {}",
+        stderr(&run)
+    );
+    assert_eq!(scratch.read("done").as_deref(), Some("got-it"));
+    let fence: u64 = scratch.read("fence").expect("ran").parse().expect("number");
+    assert!(fence > holder.fence());
+    assert!(stderr(&run).is_empty(), "{}", stderr(&run));
+    assert!(!held(&app, "demo").await, "released at the end");
+}
+
+#[tokio::test]
+async fn run_after_a_wait_shorter_than_a_third_of_the_ttl_keeps_its_lease() {
+    run_after_a_wait(Duration::from_millis(300)).await;
+}
+
+#[tokio::test]
+async fn run_after_a_wait_shorter_than_the_ttl_keeps_its_lease() {
+    run_after_a_wait(Duration::from_millis(1_500)).await;
+}
+
+#[tokio::test]
+async fn run_after_a_wait_longer_than_the_ttl_keeps_its_lease() {
+    run_after_a_wait(Duration::from_millis(3_500)).await;
+}
+
+#[tokio::test]
+async fn run_waits_out_another_runs_hold_longer_than_its_ttl() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let scratch = Scratch::new();
+
+    // Another host holds the lock with a 3 s TTL for about 3.5 s.
+    let mut other = lockctl(&app);
+    other
+        .args(["run", "demo", "--ttl", "3s", "--", "sh", "-c"])
+        .arg(in_dir(&scratch.0, "touch holding; sleep 3.5"));
+    let other = other.spawn().expect("spawn the holder");
+    eventually(Duration::from_secs(10), "the holder to start", || {
+        scratch.path("holding").exists()
+    })
+    .await;
+
+    let mut waiter = lockctl(&app);
+    waiter
+        .args([
+            "run", "demo", "--wait", "10s", "--ttl", "2s", "--", "sh", "-c",
+        ])
+        .arg(in_dir(&scratch.0, "echo got-it > got-it"));
+    let run = output(waiter).await;
+    let other = finish(other).await;
+
+    assert_eq!(other.status.code(), Some(0), "{}", stderr(&other));
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert_eq!(scratch.read("got-it").as_deref(), Some("got-it"));
+    assert!(!stderr(&run).contains("lost"), "{}", stderr(&run));
+}
+
+#[tokio::test]
+async fn max_hold_renews_while_it_fits_then_stops_the_command_at_the_max_hold() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let scratch = Scratch::new();
+    let log = std::fs::File::create(scratch.path("stderr")).expect("stderr file");
+
+    let started = Instant::now();
+    let mut command = lockctl(&app);
+    command
+        .args(["run", "job", "--ttl", "2s", "--max-hold", "3s", "--verbose"])
+        .args(["--kill-after", "1s", "--", "sleep", "30"])
+        .stderr(log);
+    let run = command.spawn().expect("spawn");
+
+    // Past the last renewal (at about 1.33 s) the max hold is not reached yet,
+    // and the lease is still held well after the first TTL would have ended.
+    tokio::time::sleep(Duration::from_millis(2_600)).await;
+    let so_far = scratch.read("stderr").unwrap_or_default();
+    assert!(
+        !so_far.contains("--max-hold reached"),
+        "reported too early: {so_far}"
+    );
+    assert!(held(&app, "job").await, "held until the max hold");
+
+    let run = finish(run).await;
+    let took = started.elapsed();
+    let text = scratch.read("stderr").unwrap_or_default();
+    assert_eq!(run.status.code(), Some(MAX_HOLD), "{text}");
+    assert!(
+        took >= Duration::from_millis(2_950) && took < Duration::from_secs(6),
+        "stopped at the max hold: {took:?}"
+    );
+    assert!(text.contains("no more renewals"), "{text}");
+    assert!(text.contains("--max-hold reached"), "{text}");
+    assert!(!text.contains("lost"), "{text}");
+    assert!(!held(&app, "job").await, "released after stopping");
 }
 
 // ---- acquire / extend / release / status ----
@@ -513,11 +649,11 @@ async fn acquire_extend_release_and_status_print_fields_and_exit_codes() {
             .unwrap_or_else(|| panic!("{name} in {text}"))
             .to_owned()
     };
-    let token = field("token");
-    let fence: u64 = field("fence").parse().expect("fence");
-    assert_eq!(field("name"), "report");
-    assert_eq!(field("owner"), "'ops box'", "shell-quoted");
-    assert_eq!(field("ttl_ms"), "30000");
+    let token = field("LOCK_TOKEN");
+    let fence: u64 = field("LOCK_FENCE").parse().expect("fence");
+    assert_eq!(field("LOCK_NAME"), "report");
+    assert_eq!(field("LOCK_OWNER"), "'ops box'", "shell-quoted");
+    assert_eq!(field("LOCK_TTL_MS"), "30000");
 
     let mut busy = lockctl(&app);
     busy.args(["acquire", "report", "--json"]);
@@ -584,10 +720,172 @@ async fn acquire_with_field_prints_one_value_for_shell_use() {
 }
 
 #[tokio::test]
+async fn eval_of_acquire_sets_prefixed_variables_and_leaves_the_scripts_own_alone() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let script = |acquire: &str| {
+        format!(
+            r#"name=mine; token=keep; owner=me; fence=0
+lease=$("$LOCKCTL" acquire {acquire} --owner ops) || exit
+eval "$lease"
+echo "$name $token $owner $fence""#
+        )
+    };
+    let shell = |script: String| {
+        let mut sh = Command::new("sh");
+        sh.env("LOCKCTL", lockctl_binary())
+            .env("LOCKBROKER_URL", &app.base)
+            .env_remove("LOCKBROKER_TOKEN")
+            .env_remove("LOCKBROKER_API_KEY")
+            .arg("-c")
+            .arg(script)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        sh
+    };
+
+    let plain = output(shell(
+        script("a") + r#"; echo "$LOCK_NAME $LOCK_OWNER $LOCK_FENCE""#,
+    ))
+    .await;
+    assert_eq!(plain.status.code(), Some(0), "{}", stderr(&plain));
+    let lines: Vec<_> = stdout(&plain).lines().map(str::to_owned).collect();
+    assert_eq!(lines[0], "mine keep me 0", "the script's own variables");
+    let fence = app.status("a").await.body["fence"].clone();
+    assert_eq!(lines[1], format!("a ops {fence}"));
+
+    let chosen = output(shell(
+        script("b --prefix JOB_") + r#"; echo "$JOB_NAME ${LOCK_NAME:-unset}""#,
+    ))
+    .await;
+    assert_eq!(chosen.status.code(), Some(0), "{}", stderr(&chosen));
+    assert!(stdout(&chosen).ends_with("b unset"), "{}", stdout(&chosen));
+
+    let old = output(shell(script("c --unprefixed"))).await;
+    assert_eq!(old.status.code(), Some(0), "{}", stderr(&old));
+    assert!(
+        stdout(&old).starts_with("c "),
+        "old names: {}",
+        stdout(&old)
+    );
+
+    for bad in [
+        &["acquire", "d", "--prefix", "1X"][..],
+        &["acquire", "d", "--prefix", "A;B"],
+        &["acquire", "d", "--prefix", "X_", "--json"],
+    ] {
+        let mut command = lockctl(&app);
+        command.args(bad);
+        let refused = output(command).await;
+        assert_eq!(
+            refused.status.code(),
+            Some(USAGE),
+            "{bad:?}: {}",
+            stderr(&refused)
+        );
+    }
+    assert!(!held(&app, "d").await);
+}
+
+#[tokio::test]
+async fn the_help_example_keeps_the_token_and_releases_the_lock() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let scratch = Scratch::new();
+    let mut help = lockctl(&app);
+    help.arg("--help");
+    let help = stdout(&output(help).await);
+    assert!(
+        !help.contains("fence=$(lockctl acquire"),
+        "no example that throws the token away"
+    );
+
+    // The indented lines after "release on the way out:" are the example.
+    let example: Vec<&str> = help
+        .lines()
+        .skip_while(|line| !line.ends_with("release on the way out:"))
+        .skip(1)
+        .take_while(|line| line.starts_with("  "))
+        .collect();
+    assert!(example.len() >= 3, "an example in --help: {help}");
+    let script = example
+        .iter()
+        .map(|line| {
+            if line.trim_start().starts_with("...") {
+                r#"echo "$LOCK_FENCE" > fence; lockctl status nightly-report --field held > held"#
+            } else {
+                line
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let bin_dir = lockctl_binary().parent().expect("bin dir").to_owned();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut sh = Command::new("sh");
+    sh.current_dir(&scratch.0)
+        .env("PATH", path)
+        .env("LOCKBROKER_URL", &app.base)
+        .env_remove("LOCKBROKER_TOKEN")
+        .arg("-c")
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let ran = output(sh).await;
+
+    assert_eq!(ran.status.code(), Some(0), "{script}\n{}", stderr(&ran));
+    assert_eq!(
+        scratch.read("held").as_deref(),
+        Some("true"),
+        "held during the work"
+    );
+    let fence: u64 = scratch
+        .read("fence")
+        .expect("fence")
+        .parse()
+        .expect("a fence");
+    let after = app.status("nightly-report").await;
+    assert_eq!(after.body["held"], false, "released on the way out");
+    assert_eq!(after.body["fence"], fence);
+}
+
+#[tokio::test]
+async fn durations_take_fractions_and_compounds() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+
+    for (name, ttl, expected) in [
+        ("a", "1.5s", "1500"),
+        ("b", "1m30s", "90000"),
+        ("c", "500ms", "500"),
+        ("d", "2h", "7200000"),
+    ] {
+        let mut acquire = lockctl(&app);
+        acquire.args(["acquire", name, "--ttl", ttl, "--field", "ttl_ms"]);
+        let acquired = output(acquire).await;
+        assert_eq!(
+            acquired.status.code(),
+            Some(0),
+            "{ttl}: {}",
+            stderr(&acquired)
+        );
+        assert_eq!(stdout(&acquired), expected, "{ttl}");
+    }
+
+    let mut run = lockctl(&app);
+    run.args(["run", "e", "--ttl", "1.5s", "--wait", "0.5s", "--", "true"]);
+    let ran = output(run).await;
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+}
+
+#[tokio::test]
 async fn extend_past_the_brokers_max_hold_exits_80() {
     let redis = RedisServer::start();
     let mut settings = test_settings(&redis);
-    settings.locks.max_hold_ms = 1_000;
+    settings.locks.max_hold_ms = Some(1_000);
     let app = TestApp::spawn_with(settings).await;
     let lease = app.acquire("job", 900).await;
 
@@ -646,10 +944,26 @@ async fn an_unreachable_broker_exits_69() {
     );
     let error: Value = serde_json::from_str(&stdout(&status)).expect("JSON error");
     assert_eq!(error["error"]["code"], "broker_unreachable");
+    assert!(
+        stderr(&status).contains(&format!("broker unreachable at {nowhere}")),
+        "names the URL it tried: {}",
+        stderr(&status)
+    );
 
     let mut run = lockctl(&app);
     run.args(["run", "job", "--url", &nowhere, "--", "true"]);
-    assert_eq!(output(run).await.status.code(), Some(UNAVAILABLE));
+    let run = output(run).await;
+    assert_eq!(run.status.code(), Some(UNAVAILABLE));
+    assert!(stderr(&run).contains(&nowhere), "{}", stderr(&run));
+
+    // A user and password in the URL are never shown.
+    let with_secret = nowhere.replace("http://", "http://ops:s3cret@");
+    let mut status = lockctl(&app);
+    status.args(["status", "job", "--url", &with_secret]);
+    let status = output(status).await;
+    assert_eq!(status.status.code(), Some(UNAVAILABLE));
+    assert!(stderr(&status).contains(&nowhere), "{}", stderr(&status));
+    assert!(!stderr(&status).contains("s3cret"), "{}", stderr(&status));
 }
 
 #[tokio::test]
@@ -669,60 +983,241 @@ async fn help_documents_the_exit_codes() {
     }
 }
 
-#[tokio::test]
-async fn lockctl_talks_to_an_https_broker_trusting_the_given_ca() {
-    let redis = RedisServer::start();
-    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls");
-    let mut settings = test_settings(&redis);
-    settings.http.tls_cert_path = tls.join("server.pem").display().to_string();
-    settings.http.tls_key_path = tls.join("server.key").display().to_string();
-    let app = lockbroker_server::Application::build(settings)
-        .await
-        .expect("broker starts");
-    let url = format!("https://localhost:{}", app.local_addr().port());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(app.run_until(async {
-        let _ = stopped.await;
-    }));
-    let https = |args: &[&str]| {
+// ---- HTTPS ----
+
+/// A broker serving HTTPS with `cert` and `key` until dropped.
+struct HttpsBroker {
+    port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl HttpsBroker {
+    async fn start(redis: &RedisServer, cert: &Path, key: &Path) -> Self {
+        let mut settings = test_settings(redis);
+        settings.http.tls_cert_path = Some(cert.to_path_buf());
+        settings.http.tls_key_path = Some(key.to_path_buf());
+        let app = lockbroker_server::Application::build(settings)
+            .await
+            .expect("broker starts");
+        let port = app.local_addr().port();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(app.run_until(async {
+            let _ = stopped.await;
+        }));
+        Self {
+            port,
+            stop: Some(stop),
+            server: Some(server),
+        }
+    }
+
+    /// `lockctl` aimed at `https://HOST:PORT`, with `args`.
+    fn lockctl(&self, host: &str, args: &[&str]) -> Command {
         let mut command = Command::new(lockctl_binary());
         for (key, _) in std::env::vars() {
             if key.starts_with("LOCKBROKER_") {
                 command.env_remove(key);
             }
         }
-        command.env("LOCKBROKER_URL", &url).args(args);
         command
-    };
+            .env("LOCKBROKER_URL", format!("https://{host}:{}", self.port))
+            .args(args);
+        command
+    }
 
-    // Without the private CA the certificate is not trusted.
-    let untrusted = output(https(&["status", "tls-job"])).await;
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            let _ = server.await;
+        }
+    }
+}
+
+/// rustls's and webpki's own names for errors, which lockctl puts in words.
+fn assert_in_words(text: &str) {
+    for internal in [
+        "UnknownIssuer",
+        "CaUsedAsEndEntity",
+        "NotValidForName",
+        "InvalidCertificate",
+        "OtherError",
+        "DnsName(",
+    ] {
+        assert!(!text.contains(internal), "{internal} in {text}");
+    }
+}
+
+/// A self-signed certificate and key for `cn`, made the usual way with the
+/// openssl CLI (which marks it CA:TRUE).
+fn openssl_self_signed(scratch: &Scratch, cn: &str, san: &str) -> (PathBuf, PathBuf) {
+    let (cert, key) = (
+        scratch.path(&format!("{cn}.pem")),
+        scratch.path(&format!("{cn}.key")),
+    );
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .arg("-subj")
+        .arg(format!("/CN={cn}"))
+        .arg("-addext")
+        .arg(format!("subjectAltName={san}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("the openssl CLI runs");
+    assert!(made.status.success(), "{}", stderr(&made));
+    (cert, key)
+}
+
+#[tokio::test]
+async fn lockctl_talks_to_an_https_broker_trusting_the_given_ca() {
+    let redis = RedisServer::start();
+    let tls = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/tls");
+    let broker = HttpsBroker::start(&redis, &tls.join("server.pem"), &tls.join("server.key")).await;
+
+    // Without the private CA the certificate is not trusted, and lockctl says
+    // so in words.
+    let untrusted = output(broker.lockctl("localhost", &["status", "tls-job"])).await;
     assert_eq!(
         untrusted.status.code(),
         Some(UNAVAILABLE),
         "{}",
         stderr(&untrusted)
     );
+    let text = stderr(&untrusted);
+    assert!(text.contains("TLS failure"), "{text}");
+    assert!(
+        text.contains(&format!("https://localhost:{}", broker.port)),
+        "{text}"
+    );
+    assert!(
+        text.contains("not signed by a CA this machine trusts"),
+        "{text}"
+    );
+    assert!(text.contains("--ca-cert"), "{text}");
+    assert_in_words(&text);
 
     let ca = tls.join("ca.pem").display().to_string();
-    let acquired = output(https(&[
-        "--ca-cert",
-        &ca,
-        "acquire",
-        "tls-job",
-        "--field",
-        "fence",
-    ]))
+    let acquired = output(broker.lockctl(
+        "localhost",
+        &["--ca-cert", &ca, "acquire", "tls-job", "--field", "fence"],
+    ))
     .await;
     assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
     let fence: u64 = stdout(&acquired).parse().expect("a fence");
     assert!(fence > 0);
-    let status = output(https(&["--ca-cert", &ca, "status", "tls-job", "--json"])).await;
+    let status = output(broker.lockctl(
+        "localhost",
+        &["--ca-cert", &ca, "status", "tls-job", "--json"],
+    ))
+    .await;
     assert_eq!(status.status.code(), Some(0), "{}", stderr(&status));
     let status: Value = serde_json::from_str(&stdout(&status)).expect("JSON status");
     assert_eq!(status["held"], true);
     assert_eq!(status["fence"], fence);
 
-    let _ = stop.send(());
-    let _ = server.await;
+    // A TLS failure has its own code under --json, and the same exit code.
+    let json = output(broker.lockctl("localhost", &["status", "tls-job", "--json"])).await;
+    assert_eq!(json.status.code(), Some(UNAVAILABLE));
+    let error: Value = serde_json::from_str(&stdout(&json)).expect("JSON error");
+    assert_eq!(error["error"]["code"], "tls_failure");
+
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_self_signed_openssl_certificate_works_when_given_with_ca_cert() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new();
+    let (cert, key) = openssl_self_signed(&scratch, "localhost", "DNS:localhost,IP:127.0.0.1");
+    let broker = HttpsBroker::start(&redis, &cert, &key).await;
+    let ca_cert = cert.display().to_string();
+
+    for host in ["localhost", "127.0.0.1"] {
+        let acquired = output(broker.lockctl(
+            host,
+            &[
+                "--ca-cert",
+                &ca_cert,
+                "acquire",
+                &format!("self-{host}"),
+                "--ttl",
+                "5s",
+            ],
+        ))
+        .await;
+        assert_eq!(
+            acquired.status.code(),
+            Some(0),
+            "{host}: {}",
+            stderr(&acquired)
+        );
+        assert!(stdout(&acquired).contains("LOCK_FENCE="));
+    }
+
+    // Not given: refused, with the way out named.
+    let refused = output(broker.lockctl("localhost", &["status", "job"])).await;
+    assert_eq!(
+        refused.status.code(),
+        Some(UNAVAILABLE),
+        "{}",
+        stderr(&refused)
+    );
+    let text = stderr(&refused);
+    assert!(text.contains("TLS failure"), "{text}");
+    assert!(text.contains("--ca-cert"), "{text}");
+    assert_in_words(&text);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn a_given_certificate_for_another_name_is_refused_in_words() {
+    let redis = RedisServer::start();
+    let scratch = Scratch::new();
+    let (cert, key) = openssl_self_signed(&scratch, "elsewhere", "DNS:elsewhere");
+    let broker = HttpsBroker::start(&redis, &cert, &key).await;
+
+    let ca_cert = cert.display().to_string();
+    let refused =
+        output(broker.lockctl("localhost", &["--ca-cert", &ca_cert, "status", "job"])).await;
+    assert_eq!(
+        refused.status.code(),
+        Some(UNAVAILABLE),
+        "{}",
+        stderr(&refused)
+    );
+    let text = stderr(&refused);
+    assert!(
+        text.contains("certificate is for elsewhere, not for localhost"),
+        "{text}"
+    );
+    assert_in_words(&text);
+    broker.stop().await;
+}
+
+#[tokio::test]
+async fn an_https_url_for_a_plain_http_broker_is_told_so() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let https = app.base.replace("http://", "https://");
+
+    let mut status = lockctl(&app);
+    status.args(["status", "job", "--url", &https]);
+    let status = output(status).await;
+    assert_eq!(
+        status.status.code(),
+        Some(UNAVAILABLE),
+        "{}",
+        stderr(&status)
+    );
+    let text = stderr(&status);
+    assert!(text.contains("TLS failure"), "{text}");
+    assert!(text.contains("http://"), "{text}");
+    assert_in_words(&text);
 }
