@@ -151,19 +151,7 @@ pub const MAX_OWNER_LEN: usize = 256;
 impl Owner {
     /// Accepts up to 256 characters without control characters.
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
-        if raw.chars().count() > MAX_OWNER_LEN {
-            return Err(ValidationError::new(
-                "owner",
-                format!("must be at most {MAX_OWNER_LEN} characters"),
-            ));
-        }
-        if raw.chars().any(char::is_control) {
-            return Err(ValidationError::new(
-                "owner",
-                "must not contain control characters",
-            ));
-        }
-        Ok(Self(raw.to_owned()))
+        check_text("owner", raw, MAX_OWNER_LEN).map(Self)
     }
 
     /// The label as text.
@@ -186,25 +174,31 @@ impl RequestId {
         if raw.is_empty() {
             return Err(ValidationError::new("request_id", "must not be empty"));
         }
-        if raw.chars().count() > MAX_REQUEST_ID_LEN {
-            return Err(ValidationError::new(
-                "request_id",
-                format!("must be at most {MAX_REQUEST_ID_LEN} characters"),
-            ));
-        }
-        if raw.chars().any(char::is_control) {
-            return Err(ValidationError::new(
-                "request_id",
-                "must not contain control characters",
-            ));
-        }
-        Ok(Self(raw.to_owned()))
+        check_text("request_id", raw, MAX_REQUEST_ID_LEN).map(Self)
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Free text a caller chooses for `field`: at most `max_len` characters and
+/// no control characters (they would break log lines and terminals).
+fn check_text(field: &'static str, raw: &str, max_len: usize) -> Result<String, ValidationError> {
+    if raw.chars().count() > max_len {
+        return Err(ValidationError::new(
+            field,
+            format!("must be at most {max_len} characters"),
+        ));
+    }
+    if raw.chars().any(char::is_control) {
+        return Err(ValidationError::new(
+            field,
+            "must not contain control characters",
+        ));
+    }
+    Ok(raw.to_owned())
 }
 
 /// Who asked for a lease, as far as `request_id` retries are concerned: a

@@ -47,6 +47,16 @@ async fn hold<S: LockStore>(
     token
 }
 
+/// An acquire in a task of its own, keeping the lease if granted.
+fn spawn_acquire<S: LockStore>(
+    service: &Arc<LockService<S>>,
+    lock: &LockName,
+    request: AcquireRequest,
+) -> tokio::task::JoinHandle<Result<(), LockError>> {
+    let (service, lock) = (Arc::clone(service), lock.clone());
+    tokio::spawn(async move { service.acquire(&lock, request).await.map(|g| g.delivered()) })
+}
+
 async fn held<S: LockStore>(service: &LockService<S>, lock: &LockName) -> bool {
     service.status(lock).await.expect("status").held
 }
@@ -282,10 +292,7 @@ async fn a_waiting_acquire_dropped_mid_wait_leaves_nothing_behind() {
         fair: true,
         ..ask(1_000, 30_000)
     };
-    let waiter = {
-        let (service, lock) = (Arc::clone(&service), lock.clone());
-        tokio::spawn(async move { service.acquire(&lock, request).await.map(|g| g.delivered()) })
-    };
+    let waiter = spawn_acquire(&service, &lock, request);
     sleep(Duration::from_millis(100)).await;
     assert_eq!(service.waiting(), 1);
     waiter.abort();
@@ -321,15 +328,7 @@ async fn shutdown_ends_every_wait_at_once() {
     let service = service(MemoryStore::new());
     let lock = name("draining");
     hold(&service, &lock, 60_000).await;
-    let waiter = {
-        let (service, lock) = (Arc::clone(&service), lock.clone());
-        tokio::spawn(async move {
-            service
-                .acquire(&lock, ask(1_000, 60_000))
-                .await
-                .map(|g| g.delivered())
-        })
-    };
+    let waiter = spawn_acquire(&service, &lock, ask(1_000, 60_000));
     sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     service.begin_shutdown();
@@ -348,15 +347,7 @@ async fn at_the_waiter_cap_only_requests_that_would_wait_are_refused() {
     let service = Arc::new(LockService::new(MemoryStore::new(), policy));
     let lock = name("capped");
     hold(&service, &lock, 60_000).await;
-    let waiter = {
-        let (service, lock) = (Arc::clone(&service), lock.clone());
-        tokio::spawn(async move {
-            service
-                .acquire(&lock, ask(1_000, 5_000))
-                .await
-                .map(|g| g.delivered())
-        })
-    };
+    let waiter = spawn_acquire(&service, &lock, ask(1_000, 5_000));
     sleep(Duration::from_millis(100)).await;
     let refused = service.acquire(&lock, ask(1_000, 5_000)).await;
     assert!(matches!(refused, Err(LockError::TooManyWaiters)));
