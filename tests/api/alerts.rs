@@ -1,0 +1,272 @@
+//! The shipped alerts fire for real. Each test starts its own broker, Redis and
+//! Prometheus (scraping every second, with the shipped rules and every `for:`
+//! shortened to [`prometheus::FOR`]), causes one alert's condition, and waits
+//! through Prometheus's alerts API for `firing`, then for the alert to clear
+//! once the condition ends. Alerts on an increase over a window clear only
+//! once the window has passed (5 or 15 minutes): `promtool test rules` checks
+//! their clearing in virtual time, against the shipped rules unchanged.
+//! Each test prints how long its alert took (`--no-capture` shows it).
+
+mod dashboard;
+mod prometheus;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockbroker_tests::app::test_settings;
+use lockbroker_tests::proxy::Proxy;
+use lockbroker_tests::redis::free_port;
+use lockbroker_tests::{broker_binary, RedisServer, TestApp};
+use reqwest::StatusCode;
+use serde_json::json;
+
+use prometheus::{deploy_file, Prometheus, State};
+
+/// The `host:port` Prometheus scrapes for `app`.
+fn target(app: &TestApp) -> String {
+    app.base.trim_start_matches("http://").to_owned()
+}
+
+/// Prints one line of the timing report.
+fn report(alert: &str, what: &str, seconds: f64) {
+    eprintln!("{alert}: {what} after {seconds:.1} s");
+}
+
+#[tokio::test]
+async fn the_first_lost_lease_after_a_start_fires_lease_lost_while_held() {
+    let redis = RedisServer::start();
+    let mut settings = test_settings(&redis);
+    settings.metrics.families = vec!["billing:*".into()];
+    let app = TestApp::spawn_with(settings).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+
+    // The holder overruns its lease, then tries to extend it: the only lost
+    // lease since the broker started.
+    let lease = app.acquire("billing:invoice-7", 100).await;
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let caused = Instant::now();
+    let extended = app.extend("billing:invoice-7", &lease.token(), 1_000).await;
+    assert_eq!(extended.code(), "lease_lost");
+
+    let alert = "LockbrokerLeaseLostWhileHeld";
+    let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
+    assert_eq!(alerts.len(), 1, "only the billing family: {alerts:?}");
+    assert_eq!(alerts[0]["labels"]["family"], "billing:*");
+    report(alert, "firing, one extend of an expired lease", seconds);
+}
+
+#[tokio::test]
+async fn redis_down_fires_while_redis_is_dead_and_clears_when_it_is_back() {
+    let mut redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+    let alert = "LockbrokerRedisDown";
+
+    let killed = Instant::now();
+    redis.kill();
+    let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, killed).await;
+    assert_eq!(alerts[0]["labels"]["instance"], target(&app).as_str());
+    report(alert, "firing, Redis killed", seconds);
+
+    let restarted = Instant::now();
+    redis.restart();
+    let (_, seconds) = prometheus
+        .wait_for(alert, State::Inactive, restarted)
+        .await;
+    report(alert, "cleared, Redis restarted", seconds);
+}
+
+/// The broker binary on `port`, as a child the test can kill.
+fn spawn_broker(redis: &RedisServer, port: u16) -> Child {
+    Command::new(broker_binary())
+        .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
+        .env("LOCKBROKER_REDIS_URL", redis.url())
+        .env("LOCKBROKER_LOG_LEVEL", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("start lockbroker")
+}
+
+#[tokio::test]
+async fn a_killed_broker_fires_lockbroker_down_until_it_is_back() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let mut broker = spawn_broker(&redis, port);
+    let prometheus = Prometheus::start(&[format!("127.0.0.1:{port}")]).await;
+    let alert = "LockbrokerDown";
+
+    let killed = Instant::now();
+    broker.kill().expect("kill the broker");
+    broker.wait().expect("reap the broker");
+    let (_, seconds) = prometheus.wait_for(alert, State::Firing, killed).await;
+    report(alert, "firing, broker killed with SIGKILL", seconds);
+
+    let restarted = Instant::now();
+    let mut broker = spawn_broker(&redis, port);
+    let (_, seconds) = prometheus
+        .wait_for(alert, State::Inactive, restarted)
+        .await;
+    report(alert, "cleared, broker restarted", seconds);
+    let _ = broker.kill();
+    let _ = broker.wait();
+}
+
+#[tokio::test]
+async fn a_burst_of_503s_fires_lockbroker_errors() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+
+    // Redis out of memory refuses every acquire: 60 answers of 503 within a
+    // few seconds, above the rule's 0.1 per second over 5 minutes.
+    let mut conn = redis.conn();
+    conn.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    conn.cmd(&["CONFIG", "SET", "maxmemory", "1"]);
+    let caused = Instant::now();
+    for i in 0..60 {
+        let refused = app.acquire(&format!("job-{i}"), 1_000).await;
+        assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    conn.cmd(&["CONFIG", "SET", "maxmemory", "0"]);
+
+    let alert = "LockbrokerErrors";
+    let (_, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
+    report(alert, "firing, 60 acquires refused with 503", seconds);
+}
+
+#[tokio::test]
+async fn waiters_near_the_limit_fire_until_they_are_served() {
+    let redis = RedisServer::start();
+    let mut settings = test_settings(&redis);
+    settings.locks.max_waiters = 10;
+    settings.locks.max_waiters_per_lock = 10;
+    let app = std::sync::Arc::new(TestApp::spawn_with(settings).await);
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+    let alert = "LockbrokerWaitersNearLimit";
+
+    // Nine waiters of ten allowed queue behind a holder; each releases the
+    // lock as soon as it gets it.
+    let holder = app.acquire("job", 60_000).await;
+    let caused = Instant::now();
+    let waiters: Vec<_> = (0..9)
+        .map(|_| {
+            let app = std::sync::Arc::clone(&app);
+            tokio::spawn(async move {
+                let lease = app.acquire_with("job", json!({"wait_ms": 60_000})).await;
+                assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+                app.release("job", &lease.token()).await;
+            })
+        })
+        .collect();
+    let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
+    let ratio: f64 = alerts[0]["value"].as_str().and_then(|v| v.parse().ok()).expect("value");
+    assert!((ratio - 0.9).abs() < 1e-9, "9 of 10 waiting: {alerts:?}");
+    report(alert, "firing, 9 waiters with a limit of 10", seconds);
+
+    let ended = Instant::now();
+    app.release("job", &holder.token()).await;
+    for waiter in waiters {
+        waiter.await.expect("waiter");
+    }
+    let (_, seconds) = prometheus.wait_for(alert, State::Inactive, ended).await;
+    report(alert, "cleared, every waiter served", seconds);
+}
+
+#[tokio::test]
+async fn slow_redis_fires_acquire_latency_high_until_fast_requests_dominate() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port()).await;
+    let mut settings = test_settings(&redis);
+    settings.redis.url = proxy.url();
+    let app = std::sync::Arc::new(TestApp::spawn_with(settings).await);
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+    let alert = "LockbrokerAcquireLatencyHigh";
+
+    // 40 ms each way: every lock request takes over the rule's 50 ms. These
+    // are the broker's first lock requests since it started.
+    proxy.delay(Duration::from_millis(40));
+    let caused = Instant::now();
+    for i in 0..5 {
+        let name = format!("slow-{i}");
+        let lease = app.acquire(&name, 30_000).await;
+        assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+        app.release(&name, &lease.token()).await;
+    }
+    let (_, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
+    report(alert, "firing, 10 requests through a 40 ms proxy", seconds);
+
+    // Redis is fast again; the p99 over the window falls back under 50 ms
+    // once the slow requests are under 1% of it.
+    proxy.restore();
+    let ended = Instant::now();
+    while !prometheus.alerts(alert).await.is_empty() && ended.elapsed() < Duration::from_secs(50)
+    {
+        fast_cycles(&app, 400).await;
+    }
+    let (_, seconds) = prometheus.wait_for(alert, State::Inactive, ended).await;
+    report(alert, "cleared, fast requests after Redis sped up", seconds);
+}
+
+/// `count` acquire and release cycles over 8 connections in parallel.
+async fn fast_cycles(app: &std::sync::Arc<TestApp>, count: usize) {
+    let tasks: Vec<_> = (0..8)
+        .map(|task| {
+            let app = std::sync::Arc::clone(app);
+            tokio::spawn(async move {
+                for i in 0..count / 8 {
+                    let name = format!("fast-{task}-{i}");
+                    let lease = app.acquire(&name, 30_000).await;
+                    assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+                    app.release(&name, &lease.token()).await;
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("fast cycles");
+    }
+}
+
+#[tokio::test]
+async fn a_fence_floor_raise_after_flushall_fires_fence_floor_raised() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+
+    // The last fence was issued by a Redis whose clock ran ten minutes ahead
+    // of this one (the host a failover left behind), then Redis loses every
+    // key: only the broker's floor keeps the next fence above the last.
+    let mut conn = redis.conn();
+    let time = conn.cmd(&["TIME"]);
+    let seconds: u64 = time.as_array()[0].as_text().expect("TIME").parse().expect("secs");
+    let ahead = (seconds + 600) * 1_000_000;
+    let fence_key = format!("{}:{{job}}:fence", app.prefix);
+    conn.cmd(&["SET", &fence_key, &ahead.to_string()]);
+    let before = app.acquire("job", 5_000).await;
+    assert_eq!(before.fence(), ahead + 1);
+    conn.cmd(&["FLUSHALL"]);
+    let caused = Instant::now();
+    let after = app.acquire("job", 5_000).await;
+    assert!(after.fence() > before.fence(), "{}", after.body);
+
+    let alert = "LockbrokerFenceFloorRaised";
+    let (_, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
+    report(alert, "firing, an acquire after FLUSHALL with fences ahead of the clock", seconds);
+}
+
+#[test]
+fn the_alerts_clear_once_their_window_has_passed() {
+    // The shipped rules and their real `for:` durations, in virtual time.
+    let tests = deploy_file("prometheus/tests/lockbroker-alerts-test.yml");
+    let output = Command::new("promtool")
+        .args(["test", "rules"])
+        .arg(&tests)
+        .output()
+        .expect("promtool must be installed (apt-get install prometheus)");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

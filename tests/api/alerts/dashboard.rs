@@ -1,0 +1,234 @@
+//! Every series the rules and the dashboard read exists from the broker's
+//! start, and every dashboard panel's query returns data from Prometheus after
+//! a short workload.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockbroker_server::auth::{hash_token, ApiKeyConfig};
+use lockbroker_server::Settings;
+use lockbroker_tests::app::test_settings;
+use lockbroker_tests::{RedisServer, TestApp};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::prometheus::{deploy_file, Prometheus};
+use super::target;
+
+const KEY: &str = "dashboard-key-5e1f0c7a9b";
+
+/// Settings with two families and one API key that may do everything, so
+/// the per-key panel has a key to show.
+fn settings(redis: &RedisServer) -> Settings {
+    let mut settings = test_settings(redis);
+    settings.metrics.families = vec!["billing:*".into(), "nightly-report".into()];
+    let key: ApiKeyConfig = serde_json::from_value(json!({
+        "id": "dashboard",
+        "sha256": hash_token(KEY),
+        "scopes": ["lock", "admin", "metrics"],
+        "prefixes": ["*"],
+    }))
+    .expect("key");
+    settings.auth.keys = vec![key];
+    settings
+}
+
+/// A broker whose client sends the key with every request.
+async fn spawn(redis: &RedisServer) -> TestApp {
+    let mut app = TestApp::spawn_with(settings(redis)).await;
+    let mut headers = HeaderMap::new();
+    let bearer = HeaderValue::from_str(&format!("Bearer {KEY}")).expect("header");
+    headers.insert(AUTHORIZATION, bearer);
+    app.http = reqwest::Client::builder()
+        .default_headers(headers)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("client");
+    app
+}
+
+/// The text of a shipped file under `deploy/`.
+fn shipped(path: &str) -> String {
+    std::fs::read_to_string(deploy_file(path)).expect("read shipped file")
+}
+
+/// Metric names (without histogram suffixes) that `text` reads.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("lockbroker_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        names.insert(base.to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+#[tokio::test]
+async fn every_series_the_rules_and_panels_read_exists_at_zero_from_the_start() {
+    let redis = RedisServer::start();
+    let app = spawn(&redis).await;
+    let scrape = app.http.get(app.url("/metrics")).send().await.expect("scrape");
+    assert_eq!(scrape.status(), StatusCode::OK);
+    let text = scrape.text().await.expect("text");
+    let has = |series: &str| text.lines().any(|line| line == series);
+
+    // Each family and `other`, crossed with each outcome the alerts read.
+    for family in ["billing:*", "nightly-report", "other"] {
+        for operation in ["extend", "release"] {
+            let lost = format!(
+                r#"lockbroker_leases_lost_total{{family="{family}",operation="{operation}"}} 0"#
+            );
+            assert!(has(&lost), "{lost} missing:\n{text}");
+        }
+        for counter in ["acquires", "extends", "releases"] {
+            let errors =
+                format!(r#"lockbroker_{counter}_total{{family="{family}",outcome="error"}} 0"#);
+            assert!(has(&errors), "{errors} missing:\n{text}");
+        }
+        let waits = format!(r#"lockbroker_wait_seconds_count{{family="{family}"}} 0"#);
+        assert!(has(&waits), "{waits} missing");
+    }
+    for series in [
+        "lockbroker_fence_floor_raises_total 0",
+        r#"lockbroker_requests_total{key="dashboard"} 0"#,
+        r#"lockbroker_http_request_duration_seconds_count{method="POST",route="/v1/locks/{name}/acquire",status="200"} 0"#,
+        "lockbroker_max_waiters 10000",
+    ] {
+        assert!(has(series), "{series} missing:\n{text}");
+    }
+    // No counter has counted anything yet: each starts at 0.
+    for line in text.lines().filter(|line| line.contains("_total")) {
+        assert!(line.starts_with('#') || line.ends_with(" 0"), "{line}");
+    }
+
+    // Every metric a rule or panel reads has samples already. Script
+    // latencies appear per script at its first run; only a panel reads them.
+    let read = metric_names(&shipped("prometheus/lockbroker-alerts.yml"))
+        .into_iter()
+        .chain(metric_names(&shipped("grafana/lockbroker-dashboard.json")));
+    for name in read.filter(|name| name != "lockbroker_redis_script_duration_seconds") {
+        let sampled = text.lines().any(|line| {
+            line.strip_prefix(name.as_str())
+                .is_some_and(|rest| rest.starts_with([' ', '{']) || rest.starts_with("_bucket{"))
+        });
+        assert!(sampled, "{name} has no series at startup:\n{text}");
+    }
+}
+
+/// Each panel's title, description and expressions, with Grafana's interval
+/// variables replaced by values that suit a one-second scrape.
+fn panels() -> Vec<(String, String, Vec<String>)> {
+    let dashboard: Value =
+        serde_json::from_str(&shipped("grafana/lockbroker-dashboard.json")).expect("JSON");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    panels
+        .iter()
+        .map(|panel| {
+            let exprs = panel["targets"]
+                .as_array()
+                .expect("targets")
+                .iter()
+                .map(|t| {
+                    t["expr"]
+                        .as_str()
+                        .expect("expr")
+                        .replace("$__rate_interval", "1m")
+                })
+                .collect();
+            let text = |field: &str| panel[field].as_str().unwrap_or("").to_owned();
+            (text("title"), text("description"), exprs)
+        })
+        .collect()
+}
+
+/// A workload that touches every panel: grants, busy answers, a wait, holds,
+/// extends, a lost lease, and requests with the API key.
+async fn workload(app: &Arc<TestApp>) {
+    for i in 0..5 {
+        let name = format!("billing:{i}");
+        let lease = app.acquire(&name, 5_000).await;
+        assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+        assert_eq!(app.acquire(&name, 5_000).await.code(), "lock_busy");
+        app.extend(&name, &lease.token(), 5_000).await;
+        app.release(&name, &lease.token()).await;
+    }
+    let holder = app.acquire("nightly-report", 5_000).await;
+    let waiter = {
+        let app = Arc::clone(app);
+        tokio::spawn(async move {
+            app.acquire_with("nightly-report", json!({"wait_ms": 5_000}))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    app.release("nightly-report", &holder.token()).await;
+    let waited = waiter.await.expect("waiter");
+    assert_eq!(waited.status, StatusCode::OK, "{}", waited.body);
+    app.release("nightly-report", &waited.token()).await;
+    let stale = app.acquire("jobs:stale", 100).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        app.extend("jobs:stale", &stale.token(), 1_000).await.code(),
+        "lease_lost"
+    );
+    assert_eq!(app.status("jobs:stale").await.status, StatusCode::OK);
+    assert_eq!(app.get("/v1/locks").await.status, StatusCode::OK);
+}
+
+/// Each panel query (`title: expr`) that returns no finite value now, with
+/// its panel's description.
+async fn queries_without_data(prometheus: &Prometheus) -> Vec<(String, String)> {
+    let mut empty = Vec::new();
+    for (title, description, exprs) in panels() {
+        for expr in exprs {
+            let result = prometheus.query(&expr).await;
+            let has_data = result.iter().any(|sample| {
+                sample["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .is_some_and(f64::is_finite)
+            });
+            if !has_data {
+                empty.push((format!("{title}: {expr}"), description.clone()));
+            }
+        }
+    }
+    empty
+}
+
+#[tokio::test]
+async fn every_dashboard_panel_returns_data_after_a_workload() {
+    let redis = RedisServer::start();
+    let app = Arc::new(spawn(&redis).await);
+    let prometheus = Prometheus::start_with(&[target(&app)], Some(KEY)).await;
+
+    // An idle broker: a panel that shows nothing says so in its description.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    for (query, description) in queries_without_data(&prometheus).await {
+        assert!(
+            description.to_lowercase().contains("empty"),
+            "{query} is empty while idle, and its description does not say so"
+        );
+    }
+
+    workload(&app).await;
+    // Two scrapes later Prometheus has the workload's counts.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let empty: Vec<String> = queries_without_data(&prometheus)
+        .await
+        .into_iter()
+        .map(|(query, _)| query)
+        .collect();
+    assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
+}
