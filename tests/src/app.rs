@@ -24,13 +24,15 @@ static NEXT_PREFIX: AtomicU32 = AtomicU32::new(0);
 /// Settings for a test broker on `redis`: port 0, a key prefix of its own,
 /// short timeouts so outage tests run fast.
 pub fn test_settings(redis: &RedisServer) -> Settings {
-    let mut settings = Settings::default();
-    settings.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    let mut settings = Settings {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        shutdown_grace_ms: 2_000,
+        ..Settings::default()
+    };
     settings.redis.url = redis.url();
     settings.redis.key_prefix = format!("t{}", NEXT_PREFIX.fetch_add(1, Ordering::Relaxed));
     settings.redis.command_timeout_ms = 500;
     settings.redis.connect_timeout_ms = 500;
-    settings.shutdown_grace_ms = 2_000;
     settings.log.level = "warn".into();
     settings
 }
