@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use lockbroker_server::startup::shutdown_signal;
 use lockbroker_server::{telemetry, Application, Settings};
 
-/// mimalloc rather than the system allocator: it hands freed pages back to
-/// the operating system shortly after a burst (ten thousand waiters leaving),
-/// where glibc keeps them in per-thread arenas, and it allocates faster. The
-/// `system-allocator` feature turns it off.
-#[cfg(not(feature = "system-allocator"))]
+/// jemalloc rather than the system allocator: with the settings built in
+/// (`.cargo/config.toml`: a background thread that hands pages freed for a
+/// second back to the operating system), the memory of a burst of waiters
+/// comes back once they leave, where glibc keeps it in per-thread arenas.
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 const USAGE: &str = "\
 lockbroker: a lock broker with fenced leases, over Redis
