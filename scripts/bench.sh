@@ -8,7 +8,8 @@
 #   --duration SECS  time per target for each latency/throughput case (default 6)
 #   --slices N       alternate broker and direct Redis in N slices (default 3)
 #   --rounds N       handoff rounds per case (default 200)
-#   --waiters N      waiting acquires in the memory case (default 10000)
+#   --waiters N      waiting acquires in the memory and churn cases (default 10000)
+#   --waiter-rounds N rounds of waiters in the churn case (default 10)
 # Exits non-zero when a run was wrong (an error, a fence that did not grow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
