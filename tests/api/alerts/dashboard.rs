@@ -19,8 +19,8 @@ use super::target;
 
 const KEY: &str = "dashboard-key-5e1f0c7a9b";
 
-/// Settings with two families and one API key that may do everything, so
-/// the per-key panel has a key to show.
+/// Settings with two families and one API key that may do everything (the
+/// per-key request counter counts it; Prometheus scrapes with it).
 fn settings(redis: &RedisServer) -> Settings {
     let mut settings = test_settings(redis);
     settings.metrics.families = vec!["billing:*".into(), "nightly-report".into()];
