@@ -70,9 +70,7 @@ async fn redis_down_fires_while_redis_is_dead_and_clears_when_it_is_back() {
 
     let restarted = Instant::now();
     redis.restart();
-    let (_, seconds) = prometheus
-        .wait_for(alert, State::Inactive, restarted)
-        .await;
+    let (_, seconds) = prometheus.wait_for(alert, State::Inactive, restarted).await;
     report(alert, "cleared, Redis restarted", seconds);
 }
 
@@ -103,9 +101,7 @@ async fn a_killed_broker_fires_lockbroker_down_until_it_is_back() {
 
     let restarted = Instant::now();
     let mut broker = spawn_broker(&redis, port);
-    let (_, seconds) = prometheus
-        .wait_for(alert, State::Inactive, restarted)
-        .await;
+    let (_, seconds) = prometheus.wait_for(alert, State::Inactive, restarted).await;
     report(alert, "cleared, broker restarted", seconds);
     let _ = broker.kill();
     let _ = broker.wait();
@@ -159,7 +155,10 @@ async fn waiters_near_the_limit_fire_until_they_are_served() {
         })
         .collect();
     let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
-    let ratio: f64 = alerts[0]["value"].as_str().and_then(|v| v.parse().ok()).expect("value");
+    let ratio: f64 = alerts[0]["value"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("value");
     assert!((ratio - 0.9).abs() < 1e-9, "9 of 10 waiting: {alerts:?}");
     report(alert, "firing, 9 waiters with a limit of 10", seconds);
 
@@ -199,8 +198,7 @@ async fn slow_redis_fires_acquire_latency_high_until_fast_requests_dominate() {
     // once the slow requests are under 1% of it.
     proxy.restore();
     let ended = Instant::now();
-    while !prometheus.alerts(alert).await.is_empty() && ended.elapsed() < Duration::from_secs(50)
-    {
+    while !prometheus.alerts(alert).await.is_empty() && ended.elapsed() < Duration::from_secs(50) {
         fast_cycles(&app, 400).await;
     }
     let (_, seconds) = prometheus.wait_for(alert, State::Inactive, ended).await;
@@ -238,7 +236,11 @@ async fn a_fence_floor_raise_after_flushall_fires_fence_floor_raised() {
     // key: only the broker's floor keeps the next fence above the last.
     let mut conn = redis.conn();
     let time = conn.cmd(&["TIME"]);
-    let seconds: u64 = time.as_array()[0].as_text().expect("TIME").parse().expect("secs");
+    let seconds: u64 = time.as_array()[0]
+        .as_text()
+        .expect("TIME")
+        .parse()
+        .expect("secs");
     let ahead = (seconds + 600) * 1_000_000;
     let fence_key = format!("{}:{{job}}:fence", app.prefix);
     conn.cmd(&["SET", &fence_key, &ahead.to_string()]);
@@ -251,7 +253,11 @@ async fn a_fence_floor_raise_after_flushall_fires_fence_floor_raised() {
 
     let alert = "LockbrokerFenceFloorRaised";
     let (_, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
-    report(alert, "firing, an acquire after FLUSHALL with fences ahead of the clock", seconds);
+    report(
+        alert,
+        "firing, an acquire after FLUSHALL with fences ahead of the clock",
+        seconds,
+    );
 }
 
 #[test]

@@ -78,7 +78,12 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 async fn every_series_the_rules_and_panels_read_exists_at_zero_from_the_start() {
     let redis = RedisServer::start();
     let app = spawn(&redis).await;
-    let scrape = app.http.get(app.url("/metrics")).send().await.expect("scrape");
+    let scrape = app
+        .http
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("scrape");
     assert_eq!(scrape.status(), StatusCode::OK);
     let text = scrape.text().await.expect("text");
     let has = |series: &str| text.lines().any(|line| line == series);
@@ -230,5 +235,9 @@ async fn every_dashboard_panel_returns_data_after_a_workload() {
         .into_iter()
         .map(|(query, _)| query)
         .collect();
-    assert!(empty.is_empty(), "panels without data:\n{}", empty.join("\n"));
+    assert!(
+        empty.is_empty(),
+        "panels without data:\n{}",
+        empty.join("\n")
+    );
 }

@@ -66,11 +66,14 @@ fn config(targets: &[String], key: Option<&str>, rules: &Path) -> String {
     config["rule_files"] = vec![Yaml::from(rules.to_str().expect("utf-8 path"))].into();
     let jobs = config["scrape_configs"].as_sequence_mut().expect("jobs");
     jobs.retain(|job| job["job_name"] == "lockbroker");
-    assert_eq!(jobs.len(), 1, "the shipped config scrapes the lockbroker job");
+    assert_eq!(
+        jobs.len(),
+        1,
+        "the shipped config scrapes the lockbroker job"
+    );
     let job = &mut jobs[0];
     job["scrape_interval"] = "1s".into();
-    job["static_configs"][0]["targets"] =
-        targets.iter().map(|t| Yaml::from(t.as_str())).collect();
+    job["static_configs"][0]["targets"] = targets.iter().map(|t| Yaml::from(t.as_str())).collect();
     if let Some(key) = key {
         let mut auth = serde_yaml::Mapping::new();
         auth.insert("type".into(), "Bearer".into());
@@ -118,8 +121,14 @@ impl Prometheus {
             .expect("write config");
         let log = std::fs::File::create(dir.join("prometheus.log")).expect("log file");
         let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", dir.join("prometheus.yml").display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
