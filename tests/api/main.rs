@@ -12,6 +12,7 @@ mod lockctl;
 mod observability;
 mod openapi;
 mod outage;
+mod quorum;
 mod retries;
 mod security;
 mod validation;

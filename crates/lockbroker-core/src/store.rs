@@ -16,7 +16,7 @@ use crate::name::LockName;
 use crate::wait::Wake;
 
 /// Everything the store needs to try one grant.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct AcquireParams<'a> {
     /// The lock to take.
     pub name: &'a LockName,

@@ -1,7 +1,7 @@
 #!lua flags=allow-oom
 -- Sets the remaining validity of a held lease to ttl_ms (replace, not add).
 --
--- KEYS[1] lease hash
+-- KEYS[1] lease hash  KEYS[2] lease horizon (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] max_hold_ms (0: no limit)
 --
 -- Returns {1, fence, ttl_ms, expires_at_ms, owner} when extended,
@@ -35,4 +35,7 @@ end
 
 redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
 redis.call('PEXPIRE', lease_key, ttl + tonumber(cur[6]))
+if KEYS[2] then
+  raise_horizon(KEYS[2], new_exp + tonumber(cur[6]))
+end
 return {1, tonumber(cur[2]), ttl, new_exp, cur[3]}

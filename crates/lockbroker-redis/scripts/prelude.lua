@@ -14,3 +14,14 @@ end
 local function announce(channel, broker_id, kind, name, waiter)
   redis.call('PUBLISH', channel, broker_id .. ' ' .. kind .. ' ' .. name .. ' ' .. (waiter or '-'))
 end
+
+-- Quorum mode: raises a node's lease horizon (the latest instant, ms, that
+-- any lease on it may stay valid) to `until_ms`. The key lives as long as the
+-- horizon it records, so it never outlasts the leases it speaks for.
+local function raise_horizon(horizon_key, until_ms)
+  local _, now_ms = clock()
+  local horizon = tonumber(redis.call('GET', horizon_key) or '0')
+  if until_ms > horizon and until_ms > now_ms then
+    redis.call('SET', horizon_key, string.format('%d', until_ms), 'PX', until_ms - now_ms)
+  end
+end

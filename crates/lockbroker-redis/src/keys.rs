@@ -72,6 +72,18 @@ impl KeyLayout {
         format!("{}:probe", self.prefix)
     }
 
+    /// Quorum mode: when this node's data began (an epoch id and its birth
+    /// time), `{prefix}:epoch`.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.prefix)
+    }
+
+    /// Quorum mode: the latest instant any lease on this node may stay
+    /// valid, `{prefix}:horizon`.
+    pub fn horizon(&self) -> String {
+        format!("{}:horizon", self.prefix)
+    }
+
     /// The Pub/Sub channel on which brokers announce releases: `{prefix}:wake`.
     /// A channel, not a key: one subscription per broker serves every lock.
     pub fn wake_channel(&self) -> String {

@@ -12,12 +12,15 @@
 //!   arguments and reply.
 //! - [`wakes`]: release announcements between brokers, read in one place.
 //! - [`store`]: [`RedisLockStore`], the [`lockbroker_core::LockStore`] for Redis.
+//! - [`quorum`]: [`quorum::QuorumStore`], the store over a majority of
+//!   independent Redis primaries (Redlock, with a fence a majority keeps).
 //!
 //! An acquire reads `store.rs` (`acquire`) -> `scripts/calls.rs`
 //! (`AcquireCall`) -> `scripts/acquire.lua`.
 
 pub mod connection;
 pub mod keys;
+pub mod quorum;
 pub mod scripts;
 pub mod store;
 pub mod wakes;

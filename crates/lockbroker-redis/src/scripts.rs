@@ -42,11 +42,15 @@ pub enum ScriptName {
     ForceRelease,
     /// `probe.lua`
     Probe,
+    /// `adopt_fence.lua` (quorum mode)
+    AdoptFence,
+    /// `epoch.lua` (quorum mode)
+    Epoch,
 }
 
 impl ScriptName {
     /// Every script, in [`Scripts`] order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::Acquire,
         Self::Extend,
         Self::Release,
@@ -54,6 +58,8 @@ impl ScriptName {
         Self::LeaveQueue,
         Self::ForceRelease,
         Self::Probe,
+        Self::AdoptFence,
+        Self::Epoch,
     ];
 
     /// The script's name for metrics: its file name without `.lua`.
@@ -66,6 +72,8 @@ impl ScriptName {
             Self::LeaveQueue => "leave_queue",
             Self::ForceRelease => "force_release",
             Self::Probe => "probe",
+            Self::AdoptFence => "adopt_fence",
+            Self::Epoch => "epoch",
         }
     }
 
@@ -78,6 +86,8 @@ impl ScriptName {
             Self::LeaveQueue => include_str!("../scripts/leave_queue.lua"),
             Self::ForceRelease => include_str!("../scripts/force_release.lua"),
             Self::Probe => include_str!("../scripts/probe.lua"),
+            Self::AdoptFence => include_str!("../scripts/adopt_fence.lua"),
+            Self::Epoch => include_str!("../scripts/epoch.lua"),
         }
     }
 }
@@ -145,6 +155,9 @@ pub struct ScriptContext {
     pub broker_id: String,
     /// The Pub/Sub channel of announcements.
     pub wake_channel: String,
+    /// Quorum mode: scripts that set an expiry also raise the node's lease
+    /// horizon.
+    pub keep_horizon: bool,
 }
 
 /// One call of one script: its keys and arguments in the order the Lua reads

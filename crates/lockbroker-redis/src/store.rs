@@ -20,7 +20,8 @@ use tokio::time::Instant;
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
-    AcquireCall, ExtendCall, ForceReleaseCall, LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
+    AcquireCall, AdoptFenceCall, Adoption, Epoch, EpochCall, ExtendCall, ForceReleaseCall,
+    LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
 };
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
 use crate::wakes::forward_wakes;
@@ -73,6 +74,23 @@ impl RedisLockStore {
         settings: RedisSettings,
         observer: Option<Arc<dyn StoreObserver>>,
     ) -> Result<Self, StoreError> {
+        Self::open(settings, observer, false)
+    }
+
+    /// One node of a quorum: a store whose extends also keep the node's lease
+    /// horizon, for [`crate::quorum::QuorumStore`].
+    pub fn quorum_node(
+        settings: RedisSettings,
+        observer: Option<Arc<dyn StoreObserver>>,
+    ) -> Result<Self, StoreError> {
+        Self::open(settings, observer, true)
+    }
+
+    fn open(
+        settings: RedisSettings,
+        observer: Option<Arc<dyn StoreObserver>>,
+        keep_horizon: bool,
+    ) -> Result<Self, StoreError> {
         let connections = Connections::open(&settings)?;
         let keys = KeyLayout::new(settings.key_prefix.clone());
         let context = ScriptContext {
@@ -81,6 +99,7 @@ impl RedisLockStore {
             fence_idle_ms: millis(settings.fence_idle),
             release_memo_ms: millis(settings.release_memo),
             broker_id: random_hex::<8>(),
+            keep_horizon,
         };
         let (wake_tx, wake_rx) = unbounded_channel();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -111,6 +130,24 @@ impl RedisLockStore {
 
     fn client(&self) -> &Client {
         self.inner.connections.pool.next()
+    }
+
+    /// Raises the floor this store's grants exceed to `fence` (a quorum's
+    /// highest fence, which this node may not have seen).
+    pub fn raise_floor(&self, fence: u64) {
+        self.inner.fence_floor.fetch_max(fence, Ordering::Relaxed);
+    }
+
+    /// Quorum mode: writes a majority grant's `fence` back to this node, if
+    /// it still holds the lease; whether it did.
+    pub async fn adopt_fence(&self, call: &AdoptFenceCall<'_>) -> Result<Adoption, StoreError> {
+        self.call(call).await
+    }
+
+    /// Quorum mode: this node's epoch (made now, as `call` says, if it has
+    /// none) and lease horizon.
+    pub async fn epoch(&self, call: &EpochCall<'_>) -> Result<Epoch, StoreError> {
+        self.call(call).await
     }
 
     /// Runs `call`'s script by SHA, reports its latency, and reads its reply.

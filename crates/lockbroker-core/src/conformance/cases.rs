@@ -170,7 +170,13 @@ pub async fn extends_replace_the_ttl_up_to_the_max_hold<B: Backend>(backend: &B)
     match store.extend(&lock, &ask.token, ttl(5_000), 10_000).await {
         Ok(ExtendOutcome::Extended(renewal)) => {
             assert_eq!(renewal.fence, fence);
-            assert_eq!(renewal.ttl_ms, 5_000);
+            // The validity from now: the TTL asked for, or (where clocks may
+            // drift, as in quorum mode) a little less.
+            assert!(
+                renewal.ttl_ms <= 5_000 && renewal.ttl_ms > 4_800,
+                "{}",
+                renewal.ttl_ms
+            );
         }
         other => panic!("extend within the max hold: {other:?}"),
     }

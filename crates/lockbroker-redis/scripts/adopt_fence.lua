@@ -1,0 +1,39 @@
+-- Quorum mode: after a majority granted a lease, writes the lease's final
+-- fence back to a node that granted it, and raises the node's fence
+-- high-water mark to it, but only while that node still holds the lease with
+-- this token (a lease that already expired or was released there is left
+-- alone). Also raises the node's lease horizon: the latest instant any lease on
+-- it may stay valid (lock-delay included), which bounds how long a node that
+-- restarts empty must stay out of every majority.
+--
+-- Only a node in good standing counts: its epoch must be the one the broker
+-- knows, and past the time it stays out of majorities after a restart. A
+-- node that restarted empty since the broker last looked has no such epoch.
+--
+-- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] lease horizon
+-- KEYS[4] epoch hash
+-- ARGV[1] token  ARGV[2] fence  ARGV[3] fence_idle_ms  ARGV[4] expected epoch id
+--
+-- Returns {1} when written back, {0} when the node no longer holds the lease,
+-- {-1} when the node is not in good standing (nothing written).
+
+local lease_key, fence_key, horizon_key, epoch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, fence, fence_idle = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local _, now_ms = clock()
+local epoch = redis.call('HMGET', epoch_key, 'id', 'until')
+if epoch[1] ~= ARGV[4] or tonumber(epoch[2]) > now_ms then
+  return {-1}
+end
+local cur = redis.call('HMGET', lease_key, 'token', 'exp', 'rel', 'delay')
+if cur[1] ~= token or cur[3] == '1' or tonumber(cur[2]) <= now_ms then
+  return {0}
+end
+local fence_text = string.format('%d', fence)
+redis.call('HSET', lease_key, 'fence', fence_text)
+local mark = tonumber(redis.call('GET', fence_key) or '0')
+if fence > mark then
+  redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
+end
+raise_horizon(horizon_key, tonumber(cur[2]) + tonumber(cur[4]))
+return {1}

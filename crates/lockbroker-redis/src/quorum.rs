@@ -1,0 +1,339 @@
+//! [`QuorumStore`]: Redlock over N independent Redis primaries, with a fence
+//! that a majority keeps.
+//!
+//! Every step runs on all nodes at once, each bounded by the per-node timeout;
+//! a node that is down or slow counts as a refusal, never as an error of the
+//! request. A grant needs a majority of nodes to grant it, then a majority of
+//! them, in good standing, to take the grant's fence as their own (the
+//! write-back), all within the lease's validity. Two majorities share a node,
+//! and on that node the second grant happens only after the first lease is
+//! gone, by which time the first fence was written there: so every fence
+//! exceeds all before it without trusting any clock. See docs/quorum.md.
+
+mod standing;
+mod tally;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseToken,
+    ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
+    StoreError, Ttl, Wake,
+};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::time::Instant;
+
+use crate::connection::{redelivery_window, RedisSettings};
+use crate::scripts::calls::{AdoptFenceCall, Adoption};
+use crate::store::{RedisLockStore, StoreObserver};
+use standing::Standing;
+pub use tally::Drift;
+
+/// How a quorum of independent Redis primaries is reached.
+#[derive(Clone, Debug)]
+pub struct QuorumSettings {
+    /// One entry per node: its URL and credentials, the shared key prefix and
+    /// script settings, and the per-node timeout as its command timeout.
+    pub nodes: Vec<RedisSettings>,
+    /// How much clocks may disagree, subtracted from every validity.
+    pub drift: Drift,
+}
+
+/// A [`LockStore`] over a majority of N independent Redis primaries.
+#[derive(Clone)]
+pub struct QuorumStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    nodes: Vec<RedisLockStore>,
+    standing: Arc<Standing>,
+    majority: usize,
+    drift: Drift,
+    /// The highest fence this broker has seen on any node, passed to every
+    /// node's acquire so a grant exceeds it even where that node lost data.
+    fence_floor: AtomicU64,
+    wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
+    orphan_window: Duration,
+}
+
+impl QuorumStore {
+    /// Builds a client per node and starts connecting, watching each node's
+    /// epoch, and listening to every node's release announcements.
+    pub fn connect(
+        settings: QuorumSettings,
+        observer: Option<Arc<dyn StoreObserver>>,
+    ) -> Result<Self, StoreError> {
+        let nodes = settings
+            .nodes
+            .iter()
+            .map(|node| RedisLockStore::quorum_node(node.clone(), observer.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (wake_tx, wake_rx) = unbounded_channel();
+        let standing = Arc::new(Standing::new(nodes.len(), settings.drift));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            for node in &nodes {
+                if let Some(mut wakes) = node.take_wakes() {
+                    let wake_tx = wake_tx.clone();
+                    runtime.spawn(async move {
+                        while let Some(wake) = wakes.recv().await {
+                            if wake_tx.send(wake).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+            runtime.spawn(Arc::clone(&standing).watch(nodes.clone()));
+        }
+        let orphan_window = settings
+            .nodes
+            .first()
+            .map_or(Duration::from_secs(5), redelivery_window);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                majority: nodes.len() / 2 + 1,
+                nodes,
+                standing,
+                drift: settings.drift,
+                fence_floor: AtomicU64::new(0),
+                wakes: Mutex::new(Some(wake_rx)),
+                orphan_window,
+            }),
+        })
+    }
+
+    /// How many nodes answer, how many of those are out of majorities after
+    /// a restart, and how many a majority is.
+    pub fn node_counts(&self) -> (usize, usize, usize) {
+        let (up, restarting) = self.inner.standing.counts();
+        (up, restarting, self.inner.majority)
+    }
+
+    /// Closes every node's connections.
+    pub async fn disconnect(&self) {
+        join_all(self.inner.nodes.iter().map(RedisLockStore::disconnect)).await;
+    }
+
+    /// Releases `token` on the nodes `at`, where a grant that did not reach a
+    /// majority may have been made; best effort, each within its timeout.
+    async fn roll_back(&self, name: &LockName, tokens: &[(usize, LeaseToken)]) {
+        let nodes = &self.inner.nodes;
+        join_all(
+            tokens
+                .iter()
+                .map(|(at, token)| nodes[*at].release(name, token)),
+        )
+        .await;
+    }
+
+    /// Writes `fence` back to the nodes that granted; how many in good
+    /// standing took it.
+    async fn adopt(&self, name: &LockName, fence: Fence, grants: &[(usize, LeaseToken)]) -> usize {
+        let inner = &self.inner;
+        let adoptions = join_all(grants.iter().map(|(at, token)| async move {
+            let epoch = inner.standing.epoch(*at)?;
+            let call = AdoptFenceCall {
+                name,
+                token,
+                fence,
+                epoch: &epoch,
+            };
+            inner.nodes[*at].adopt_fence(&call).await.ok()
+        }))
+        .await;
+        if adoptions.contains(&Some(Adoption::NotInStanding)) {
+            inner.standing.recheck();
+        }
+        adoptions
+            .into_iter()
+            .filter(|adoption| *adoption == Some(Adoption::Adopted))
+            .count()
+    }
+}
+
+impl LockStore for QuorumStore {
+    async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let floor = inner.fence_floor.load(Ordering::Relaxed);
+        let answers = join_all(inner.nodes.iter().map(|node| {
+            node.raise_floor(floor);
+            node.acquire(params)
+        }))
+        .await;
+        let votes = tally::acquire(answers, inner.majority, params.token);
+        let mut outcome = votes.busy_answer();
+        if let Some((lease, grants)) = votes.granted() {
+            let adopted = self.adopt(params.name, lease.fence, &grants).await;
+            let validity = inner.drift.validity(params.ttl, started.elapsed());
+            if adopted >= inner.majority && validity > 0 {
+                inner
+                    .fence_floor
+                    .fetch_max(lease.fence.get(), Ordering::Relaxed);
+                return Ok(AcquireOutcome::Granted(Lease {
+                    ttl_ms: validity,
+                    expires_at_ms: lease.expires_at_ms.saturating_sub(lease.ttl_ms - validity),
+                    ..lease
+                }));
+            }
+            if validity == 0 {
+                outcome = Err(StoreError::Unavailable(
+                    "the nodes answered too slowly to leave the lease any validity".into(),
+                ));
+            }
+        }
+        self.roll_back(params.name, &votes.to_roll_back()).await;
+        if let Ok(AcquireOutcome::Busy { holder, .. }) = &outcome {
+            inner
+                .fence_floor
+                .fetch_max(holder.fence.get(), Ordering::Relaxed);
+        }
+        outcome
+    }
+
+    async fn extend(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        ttl: Ttl,
+        max_hold_ms: u64,
+    ) -> Result<ExtendOutcome, StoreError> {
+        let inner = &self.inner;
+        let started = Instant::now();
+        let answers = join_all(
+            inner
+                .nodes
+                .iter()
+                .map(|node| node.extend(name, token, ttl, max_hold_ms)),
+        )
+        .await;
+        let validity = inner.drift.validity(ttl, started.elapsed());
+        tally::extend(answers, inner.majority, validity)
+    }
+
+    async fn release(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let answers = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| node.release(name, token)),
+        )
+        .await;
+        tally::release(answers, self.inner.majority)
+    }
+
+    async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
+        let answers = join_all(self.inner.nodes.iter().map(|node| node.status(name))).await;
+        tally::status(&answers, self.inner.majority)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let inner = &self.inner;
+        let answers = join_all(inner.nodes.iter().map(RedisLockStore::ping)).await;
+        let up = answers.iter().filter(|answer| answer.is_ok()).count();
+        let standing = inner.standing.in_standing();
+        if up >= inner.majority && standing >= inner.majority {
+            return Ok(());
+        }
+        if let Some(Err(StoreError::RefusesWrites(cause))) = answers
+            .iter()
+            .find(|a| matches!(a, Err(StoreError::RefusesWrites(_))))
+        {
+            return Err(StoreError::RefusesWrites(cause.clone()));
+        }
+        Err(StoreError::Unavailable(format!(
+            "{up} of {} nodes answer and {standing} are in good standing; a majority is {}",
+            inner.nodes.len(),
+            inner.majority
+        )))
+    }
+
+    async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
+        let nodes = &self.inner.nodes;
+        // The cursor names a node (top byte) and a place in its keyspace. Nodes
+        // are walked in order; a lock is listed from the first node that has it.
+        let cursor = request.cursor.get();
+        let (at, node_cursor) = (
+            usize::try_from(cursor >> 56).unwrap_or(usize::MAX),
+            cursor & NODE_CURSOR,
+        );
+        let Some(node) = nodes.get(at) else {
+            return Ok(LockPage::default());
+        };
+        let page = node
+            .list(&ListRequest {
+                cursor: ListCursor::new(node_cursor),
+                ..request.clone()
+            })
+            .await?;
+        let mut locks = Vec::new();
+        for entry in page.locks {
+            let answers = join_all(nodes.iter().map(|n| n.status(&entry.name))).await;
+            let listed_before = answers[..at]
+                .iter()
+                .any(|a| a.as_ref().is_ok_and(|s| s.held || s.available_in_ms > 0));
+            let status = tally::status(&answers, self.inner.majority)?;
+            if !listed_before && (status.held || status.available_in_ms > 0) {
+                locks.push(LockEntry {
+                    name: entry.name,
+                    status,
+                });
+            }
+        }
+        let next = match page.next_cursor {
+            Some(next) => Some((at as u64) << 56 | (next.get() & NODE_CURSOR)),
+            None if at + 1 < nodes.len() => Some(((at + 1) as u64) << 56),
+            None => None,
+        };
+        Ok(LockPage {
+            locks,
+            next_cursor: next.map(ListCursor::new),
+        })
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
+        let answers = join_all(self.inner.nodes.iter().map(|node| node.force_release(name))).await;
+        tally::force_release(answers, self.inner.majority)
+    }
+
+    async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
+        let answers = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| node.leave_queue(name, waiter_id)),
+        )
+        .await;
+        let done = answers.iter().filter(|answer| answer.is_ok()).count();
+        if done >= self.inner.majority {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "only {done} nodes took the waiter out of the queue"
+            )))
+        }
+    }
+
+    fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
+        self.inner
+            .wakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    fn orphan_window(&self) -> Duration {
+        self.inner.orphan_window
+    }
+}
+
+/// The bits of a listing cursor that hold a node's own `SCAN` cursor.
+const NODE_CURSOR: u64 = (1 << 56) - 1;

@@ -1,0 +1,167 @@
+//! The quorum rules on hand-made answers.
+
+use lockbroker_core::lease::Renewal;
+use lockbroker_core::{LockName, Release};
+
+use super::*;
+
+fn lease(fence: u64, ttl_ms: u64) -> Lease {
+    Lease {
+        name: LockName::parse("job").expect("name"),
+        token: LeaseToken::generate(),
+        fence: Fence::new(fence),
+        ttl_ms,
+        expires_at_ms: 1_000_000 + ttl_ms,
+        owner: None,
+    }
+}
+
+fn busy(fence: u64, expires_in_ms: u64) -> Result<AcquireOutcome, StoreError> {
+    Ok(AcquireOutcome::Busy {
+        holder: Holder {
+            owner: Some("w".into()),
+            fence: Fence::new(fence),
+            expires_in_ms,
+            available_in_ms: expires_in_ms,
+        },
+        queue_position: None,
+    })
+}
+
+fn down() -> StoreError {
+    StoreError::Unavailable("down".into())
+}
+
+#[test]
+fn a_majority_of_grants_carries_the_highest_fence_and_shortest_ttl() {
+    let token = LeaseToken::generate();
+    let answers = vec![
+        Ok(AcquireOutcome::Granted(lease(10, 1_000))),
+        Ok(AcquireOutcome::Granted(lease(30, 900))),
+        Err(down()),
+        Ok(AcquireOutcome::Granted(lease(20, 1_000))),
+        Err(StoreError::OutcomeUnknown("lost".into())),
+    ];
+    let votes = acquire(answers, 3, &token);
+    let (granted, tokens) = votes.granted().expect("three of five granted");
+    assert_eq!((granted.fence.get(), granted.ttl_ms), (30, 900));
+    assert_eq!(tokens.len(), 3);
+    let rolled: Vec<usize> = votes.to_roll_back().iter().map(|(at, _)| *at).collect();
+    assert_eq!(rolled, vec![0, 1, 3, 4], "the grants and the lost answer");
+}
+
+#[test]
+fn without_a_majority_the_answer_is_busy_or_unavailable() {
+    let token = LeaseToken::generate();
+    let answers = vec![
+        Ok(AcquireOutcome::Granted(lease(10, 1_000))),
+        busy(7, 0),
+        busy(8, 500),
+        Err(down()),
+        Err(down()),
+    ];
+    let votes = acquire(answers, 3, &token);
+    assert!(votes.granted().is_none());
+    match votes.busy_answer() {
+        Ok(AcquireOutcome::Busy { holder, .. }) => assert_eq!(holder.fence.get(), 8),
+        other => panic!("{other:?}"),
+    }
+    let answers = vec![
+        Err(down()),
+        Err(down()),
+        busy(8, 500),
+        Err(down()),
+        Err(down()),
+    ];
+    assert!(matches!(
+        acquire(answers, 3, &token).busy_answer(),
+        Err(StoreError::Unavailable(_))
+    ));
+}
+
+#[test]
+fn the_validity_subtracts_elapsed_time_and_drift_and_never_goes_negative() {
+    let drift = Drift::default();
+    let ttl = Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl");
+    assert_eq!(
+        drift.validity(ttl, Duration::from_millis(100)),
+        10_000 - 100 - 102
+    );
+    assert_eq!(drift.validity(ttl, Duration::from_secs(20)), 0);
+}
+
+#[test]
+fn extends_and_releases_need_a_majority() {
+    let renewal = |expires_at_ms| {
+        Ok(ExtendOutcome::Extended(Renewal {
+            fence: Fence::new(5),
+            ttl_ms: 1_000,
+            expires_at_ms,
+            owner: None,
+        }))
+    };
+    let two_of_three = vec![renewal(2_000), renewal(1_990), Ok(ExtendOutcome::Lost)];
+    match extend(two_of_three, 2, 900) {
+        Ok(ExtendOutcome::Extended(r)) => assert_eq!((r.ttl_ms, r.expires_at_ms), (900, 1_890)),
+        other => panic!("{other:?}"),
+    }
+    let one = vec![
+        renewal(2_000),
+        Ok(ExtendOutcome::Lost),
+        Ok(ExtendOutcome::Lost),
+    ];
+    assert!(matches!(extend(one, 2, 900), Ok(ExtendOutcome::Lost)));
+    let silent = vec![renewal(2_000), Err(down()), Err(down())];
+    assert!(extend(silent, 2, 900).is_err());
+
+    let released = |held| {
+        Ok(ReleaseOutcome::Released(Release {
+            fence: Fence::new(5),
+            held_ms: held,
+        }))
+    };
+    let partly = vec![released(None), released(Some(40)), Ok(ReleaseOutcome::Lost)];
+    match release(partly, 2) {
+        Ok(ReleaseOutcome::Released(r)) => assert_eq!(r.held_ms, Some(40)),
+        other => panic!("{other:?}"),
+    }
+    let gone = vec![
+        Ok(ReleaseOutcome::Lost),
+        Ok(ReleaseOutcome::Lost),
+        Err(down()),
+    ];
+    assert!(matches!(release(gone, 2), Ok(ReleaseOutcome::Lost)));
+    assert!(release(vec![released(Some(1)), Err(down()), Err(down())], 2).is_err());
+}
+
+#[test]
+fn status_is_held_when_a_majority_holds_and_free_when_a_majority_is() {
+    let status = |held: bool, available_in_ms: u64, fence: u64| {
+        Ok(LockStatus {
+            held,
+            owner: held.then(|| "w".to_owned()),
+            fence: Some(Fence::new(fence)),
+            expires_in_ms: if held { available_in_ms } else { 0 },
+            available_in_ms,
+        })
+    };
+    let answers = vec![
+        status(true, 900, 7),
+        status(true, 950, 7),
+        status(false, 0, 3),
+    ];
+    let read = super::status(&answers, 2).expect("a majority answered");
+    assert!(read.held);
+    assert_eq!(
+        (read.fence.map(Fence::get), read.available_in_ms),
+        (Some(7), 900)
+    );
+    let answers = vec![
+        status(true, 900, 7),
+        status(false, 0, 7),
+        status(false, 0, 3),
+    ];
+    let read = super::status(&answers, 2).expect("a majority answered");
+    assert!(!read.held);
+    assert_eq!(read.available_in_ms, 0, "a majority is free now");
+}

@@ -1,0 +1,266 @@
+//! Quorum mode against real `redis-server`s: the store conformance suite on
+//! three nodes, and on five the failures Redlock exists for (nodes down,
+//! a node restarted empty while a lease is held, a slow node, lost data).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use lockbroker_core::conformance::Backend;
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, Fence, LeaseToken, LockDelay, LockName, LockStore, Principal,
+    ReleaseOutcome, StoreError, Ttl,
+};
+use lockbroker_redis::quorum::{Drift, QuorumSettings, QuorumStore};
+use lockbroker_redis::RedisSettings;
+use lockbroker_tests::proxy::Proxy;
+use lockbroker_tests::RedisServer;
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Independent `redis-server`s, and brokers (quorum stores) over them.
+struct Quorum {
+    servers: Vec<RedisServer>,
+    /// Where each broker connects to each node (a proxy's URL, or the node's).
+    urls: Vec<String>,
+    prefix: String,
+    brokers: AtomicU32,
+}
+
+impl Quorum {
+    fn start(nodes: usize) -> Self {
+        let servers: Vec<RedisServer> = (0..nodes).map(|_| RedisServer::start()).collect();
+        let urls = servers.iter().map(RedisServer::url).collect();
+        Self {
+            servers,
+            urls,
+            prefix: format!("quorum{}", NEXT.fetch_add(1, Ordering::Relaxed)),
+            brokers: AtomicU32::new(0),
+        }
+    }
+
+    fn settings(&self) -> QuorumSettings {
+        QuorumSettings {
+            nodes: self
+                .urls
+                .iter()
+                .map(|url| RedisSettings {
+                    url: url.clone(),
+                    key_prefix: self.prefix.clone(),
+                    command_timeout: Duration::from_millis(200),
+                    connect_timeout: Duration::from_millis(200),
+                    ..RedisSettings::default()
+                })
+                .collect(),
+            drift: Drift::default(),
+        }
+    }
+
+    /// A broker, once a majority answers and every live node's wake channel
+    /// has its subscription.
+    async fn connect(&self) -> QuorumStore {
+        let store = QuorumStore::connect(self.settings(), None).expect("store");
+        let brokers = i64::from(self.brokers.fetch_add(1, Ordering::Relaxed) + 1);
+        let channel = format!("{}:wake", self.prefix);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let subscribed = self.servers.iter().all(|server| {
+                let reply = server.conn().cmd(&["PUBSUB", "NUMSUB", &channel]);
+                reply.as_array().get(1).and_then(|c| c.as_int()) >= Some(brokers)
+            });
+            if subscribed && store.ping().await.is_ok() {
+                return store;
+            }
+            assert!(Instant::now() < deadline, "the quorum never became ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Backend for Quorum {
+    type Store = QuorumStore;
+
+    async fn broker(&self) -> QuorumStore {
+        self.connect().await
+    }
+
+    async fn lose_data(&self) {
+        for server in &self.servers {
+            server.conn().cmd(&["FLUSHALL"]);
+        }
+        // Every broker sees the nodes' new epochs within a look or two.
+        tokio::time::sleep(Duration::from_millis(600)).await;
+    }
+}
+
+mod conformance {
+    use super::Quorum;
+
+    lockbroker_core::store_conformance!(Quorum::start(3));
+}
+
+fn name(text: &str) -> LockName {
+    LockName::parse(text).expect("valid name")
+}
+
+/// One acquire of `lock` with a fresh token; the fence when granted.
+async fn try_acquire(
+    store: &QuorumStore,
+    lock: &LockName,
+    ttl_ms: u64,
+) -> Result<Result<(Fence, LeaseToken, u64), u64>, StoreError> {
+    let token = LeaseToken::generate();
+    let outcome = store
+        .acquire(AcquireParams {
+            name: lock,
+            token: &token,
+            ttl: Ttl::parse("ttl_ms", ttl_ms, u64::MAX).expect("ttl"),
+            owner: None,
+            request_id: None,
+            principal: &Principal::ANONYMOUS,
+            lock_delay: LockDelay::default(),
+            fair: None,
+        })
+        .await?;
+    Ok(match outcome {
+        AcquireOutcome::Granted(lease) => Ok((lease.fence, lease.token, lease.ttl_ms)),
+        AcquireOutcome::Busy { holder, .. } => Err(holder.fence.get()),
+    })
+}
+
+async fn granted(store: &QuorumStore, lock: &LockName, ttl_ms: u64) -> (Fence, LeaseToken, u64) {
+    match try_acquire(store, lock, ttl_ms).await {
+        Ok(Ok(grant)) => grant,
+        other => panic!("expected a grant: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn two_nodes_down_of_five_still_grant_a_third_stops_everything() {
+    let mut quorum = Quorum::start(5);
+    let store = quorum.connect().await;
+    let lock = name("quorum-down");
+    let (mut last, token, _) = granted(&store, &lock, 5_000).await;
+    assert!(matches!(
+        store.release(&lock, &token).await,
+        Ok(ReleaseOutcome::Released(_))
+    ));
+
+    quorum.servers[0].kill();
+    quorum.servers[1].kill();
+    for _ in 0..3 {
+        let (fence, token, _) = granted(&store, &lock, 5_000).await;
+        assert!(fence > last, "{fence} > {last}");
+        last = fence;
+        store.release(&lock, &token).await.expect("release");
+    }
+
+    quorum.servers[2].kill();
+    let refused = try_acquire(&store, &lock, 5_000).await;
+    assert!(
+        matches!(refused, Err(StoreError::Unavailable(_))),
+        "{refused:?}"
+    );
+    assert!(store.ping().await.is_err(), "not ready without a majority");
+
+    for at in 0..3 {
+        quorum.servers[at].restart();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(Ok((fence, _, _))) = try_acquire(&store, &lock, 5_000).await {
+            assert!(fence > last, "fences grow across the outage");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the quorum never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_node_restarted_empty_while_a_lease_is_held_grants_nobody_else() {
+    let mut quorum = Quorum::start(5);
+    let store = quorum.connect().await;
+    let lock = name("quorum-restart");
+    // The holder's lease lives on nodes 0, 1 and 2 only.
+    quorum.servers[3].kill();
+    quorum.servers[4].kill();
+    let ttl_ms = 3_000;
+    let (held, _, _) = granted(&store, &lock, ttl_ms).await;
+    let granted_at = Instant::now();
+    quorum.servers[3].restart();
+    quorum.servers[4].restart();
+    // Node 0 loses its data: with 3 and 4 it would be a majority of empty nodes.
+    quorum.servers[0].restart();
+
+    let mut refusals = 0;
+    loop {
+        match try_acquire(&store, &lock, 1_000).await {
+            Ok(Ok((fence, _, _))) => {
+                assert!(
+                    granted_at.elapsed() >= Duration::from_millis(ttl_ms),
+                    "a second holder {:?} into a {ttl_ms} ms lease",
+                    granted_at.elapsed()
+                );
+                assert!(fence > held, "{fence} > {held}");
+                break;
+            }
+            Ok(Err(_)) | Err(_) => refusals += 1,
+        }
+        assert!(
+            granted_at.elapsed() < Duration::from_secs(15),
+            "never granted again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        refusals > 0,
+        "the lock was refused while the lease was valid"
+    );
+}
+
+#[tokio::test]
+async fn a_slow_node_costs_validity_but_not_the_grant() {
+    let mut quorum = Quorum::start(5);
+    let proxy = Proxy::start(quorum.servers[0].port()).await;
+    quorum.urls[0] = proxy.url();
+    let store = quorum.connect().await;
+    let lock = name("quorum-slow");
+    let (_, token, fast_validity) = granted(&store, &lock, 2_000).await;
+    store.release(&lock, &token).await.expect("release");
+
+    // Slower than the 200 ms node timeout: the node counts as a refusal.
+    proxy.delay(Duration::from_millis(400));
+    let started = Instant::now();
+    let (_, token, validity) = granted(&store, &lock, 2_000).await;
+    let elapsed = started.elapsed();
+    assert!(validity < 2_000 && validity > 0, "{validity}");
+    assert!(
+        u128::from(validity) <= 2_000 - elapsed.as_millis().min(2_000) + 5,
+        "validity {validity} ms after {elapsed:?}"
+    );
+    assert!(fast_validity > 0);
+    proxy.restore();
+    store.release(&lock, &token).await.expect("release");
+}
+
+#[tokio::test]
+async fn fences_grow_after_a_minority_and_then_every_node_lose_their_data() {
+    let quorum = Quorum::start(5);
+    let store = quorum.connect().await;
+    let lock = name("quorum-flush");
+    let mut last = Fence::new(0);
+    for flushed in [vec![0, 1], vec![0, 1, 2, 3, 4]] {
+        let (fence, token, _) = granted(&store, &lock, 5_000).await;
+        assert!(fence > last);
+        last = fence;
+        store.release(&lock, &token).await.expect("release");
+        for at in flushed {
+            quorum.servers[at].conn().cmd(&["FLUSHALL"]);
+        }
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (fence, token, _) = granted(&store, &lock, 5_000).await;
+        assert!(fence > last, "{fence} > {last}");
+        last = fence;
+        store.release(&lock, &token).await.expect("release");
+    }
+}
