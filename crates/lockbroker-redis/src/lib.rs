@@ -14,12 +14,14 @@
 //! - [`store`]: [`RedisLockStore`], the [`lockbroker_core::LockStore`] for Redis.
 //! - [`quorum`]: [`quorum::QuorumStore`], the store over a majority of
 //!   independent Redis primaries (Redlock, with a fence a majority keeps).
+//! - [`mode`]: [`RedisStore`], either of the two behind one type.
 //!
 //! An acquire reads `store.rs` (`acquire`) -> `scripts/calls.rs`
 //! (`AcquireCall`) -> `scripts/acquire.lua`.
 
 pub mod connection;
 pub mod keys;
+pub mod mode;
 pub mod quorum;
 pub mod scripts;
 pub mod store;
@@ -27,4 +29,5 @@ pub mod wakes;
 
 pub use connection::{RedisAuth, RedisSettings};
 pub use keys::KeyLayout;
+pub use mode::RedisStore;
 pub use store::{RedisLockStore, StoreObserver};

@@ -1,0 +1,91 @@
+//! [`RedisStore`]: the store of whichever mode the broker runs in, behind one
+//! type, so the service and the server are written once for every mode.
+
+use std::time::Duration;
+
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LeaseToken, ListRequest,
+    LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl, Wake,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::quorum::QuorumStore;
+use crate::store::RedisLockStore;
+
+/// A lock store over one Redis, or over a quorum of independent ones.
+#[derive(Clone)]
+pub enum RedisStore {
+    /// One Redis (or one Redis Cluster).
+    Single(RedisLockStore),
+    /// A majority of N independent Redis primaries.
+    Quorum(QuorumStore),
+}
+
+/// Runs the same call on whichever store this is.
+macro_rules! each {
+    ($self:ident, $store:ident => $call:expr) => {
+        match $self {
+            RedisStore::Single($store) => $call,
+            RedisStore::Quorum($store) => $call,
+        }
+    };
+}
+
+impl RedisStore {
+    /// Closes every connection.
+    pub async fn disconnect(&self) {
+        each!(self, store => store.disconnect().await)
+    }
+}
+
+impl LockStore for RedisStore {
+    async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
+        each!(self, store => store.acquire(params).await)
+    }
+
+    async fn extend(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        ttl: Ttl,
+        max_hold_ms: u64,
+    ) -> Result<ExtendOutcome, StoreError> {
+        each!(self, store => store.extend(name, token, ttl, max_hold_ms).await)
+    }
+
+    async fn release(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        each!(self, store => store.release(name, token).await)
+    }
+
+    async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
+        each!(self, store => store.status(name).await)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        each!(self, store => store.ping().await)
+    }
+
+    async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
+        each!(self, store => store.list(request).await)
+    }
+
+    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
+        each!(self, store => store.force_release(name).await)
+    }
+
+    async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
+        each!(self, store => store.leave_queue(name, waiter_id).await)
+    }
+
+    fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
+        each!(self, store => store.take_wakes())
+    }
+
+    fn orphan_window(&self) -> Duration {
+        each!(self, store => store.orphan_window())
+    }
+}
