@@ -2,10 +2,10 @@
 //! name the key's id (so a rotation can be watched), a metrics-only key needs
 //! no prefixes, and a bad key stops the broker with a message naming it.
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use lockbroker_server::auth::hash_token;
+use lockbroker_tests::process::BrokerProcess;
 use lockbroker_tests::redis::free_port;
 use lockbroker_tests::{broker_binary, RedisServer};
 use reqwest::StatusCode;
@@ -26,25 +26,10 @@ fn keys_toml() -> String {
 #[tokio::test]
 async fn request_logs_and_a_counter_name_the_key_id() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let broker = Command::new(broker_binary())
-        .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
-        .env("LOCKBROKER_REDIS_URL", redis.url())
-        .env("LOCKBROKER_AUTH_KEYS", keys_toml())
-        .env("LOCKBROKER_LOG_FORMAT", "json")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start lockbroker");
-    let base = format!("http://127.0.0.1:{port}");
+    let keys = keys_toml();
+    let broker = BrokerProcess::start(&redis, &[("LOCKBROKER_AUTH_KEYS", &keys)]).await;
+    let base = broker.base.clone();
     let http = reqwest::Client::new();
-    for _ in 0..200 {
-        let ready = http.get(format!("{base}/readyz")).send().await;
-        if ready.is_ok_and(|r| r.status().is_success()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 
     let scrape = || async {
         http.get(format!("{base}/metrics"))
@@ -82,16 +67,7 @@ async fn request_logs_and_a_counter_name_the_key_id() {
         "the grant and the refusal, both by the worker key:\n{after}"
     );
 
-    Command::new("kill")
-        .args(["-TERM", &broker.id().to_string()])
-        .status()
-        .expect("kill");
-    let output = broker.wait_with_output().expect("broker exits");
-    let logs = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let logs = broker.stop();
     assert!(
         !logs.contains(WORKER) && !logs.contains(SCRAPER),
         "never a key"

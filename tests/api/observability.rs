@@ -5,8 +5,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use lockbroker_tests::app::test_settings;
-use lockbroker_tests::redis::free_port;
-use lockbroker_tests::{broker_binary, RedisServer, TestApp};
+use lockbroker_tests::process::BrokerProcess;
+use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -248,29 +248,9 @@ async fn leases_held_and_redis_up_follow_the_store() {
 #[tokio::test]
 async fn logs_carry_request_ids_and_never_a_token() {
     let redis = RedisServer::start();
-    let port = free_port();
-    let broker = Command::new(broker_binary())
-        .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
-        .env("LOCKBROKER_REDIS_URL", redis.url())
-        .env("LOCKBROKER_LOG_FORMAT", "json")
-        .env("LOCKBROKER_LOG_LEVEL", "debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start lockbroker");
-    let base = format!("http://127.0.0.1:{port}");
+    let broker = BrokerProcess::start(&redis, &[("LOCKBROKER_LOG_LEVEL", "debug")]).await;
+    let base = broker.base.clone();
     let http = reqwest::Client::new();
-    for _ in 0..200 {
-        if http
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 
     let mut tokens = Vec::new();
     let acquire = http
@@ -320,16 +300,7 @@ async fn logs_carry_request_ids_and_never_a_token() {
         "errors never echo a token"
     );
 
-    Command::new("kill")
-        .args(["-TERM", &broker.id().to_string()])
-        .status()
-        .expect("kill");
-    let output = broker.wait_with_output().expect("broker exits");
-    let logs = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let logs = broker.stop();
     for token in tokens.iter().map(String::as_str).chain(["secret value"]) {
         assert!(!logs.contains(token), "a token leaked into the logs");
     }

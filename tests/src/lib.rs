@@ -8,8 +8,11 @@
 //!   tiny RESP client for looking at what the broker wrote.
 //! - [`app`]: [`TestApp`], a broker started in-process with settings built in
 //!   code, and its HTTP helpers.
+//! - [`process`]: [`process::BrokerProcess`], the real binary as a child
+//!   process, for its logs and exit.
 
 pub mod app;
+pub mod process;
 pub mod proxy;
 pub mod redis;
 
