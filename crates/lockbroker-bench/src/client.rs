@@ -217,6 +217,7 @@ impl DirectClient {
             release_memo_ms: u64::try_from(defaults.release_memo.as_millis()).unwrap_or(u64::MAX),
             // Stands in for the broker id in release announcements.
             broker_id: lockbroker_core::lease::random_hex::<8>(),
+            keep_horizon: false,
         };
         Ok(Self {
             redis: resp::Connection::connect(port).await?,
