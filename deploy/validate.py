@@ -3,6 +3,8 @@
 Parses every YAML file under deploy/, then checks what each file promises: the
 Dockerfile is multi-stage, runs as a non-root user and health-checks /healthz; the
 compose file runs Redis with an append-only file, the broker and Prometheus; the
+quorum compose file runs an odd number of independent Redis nodes that never
+come back with partial data, and brokers that list exactly those nodes; the
 Kubernetes objects probe /readyz and /healthz, select each other's pods and lock
 down their containers; the broker settings in the ConfigMap name only keys that
 config/lockbroker.toml documents. Prints one line per check; exits 1 on any failure.
@@ -156,6 +158,81 @@ def check_compose() -> None:
           str(targets))
 
 
+# -- docker compose, quorum mode -------------------------------------------------------
+
+def redis_persistence_is_all_or_nothing(command: str) -> bool:
+    """A node restarted with its data must have all of it: an append-only file
+    synced on every write (loaded in preference to any snapshot), or no
+    persistence at all (it comes back empty, which the brokers detect). An RDB
+    snapshot alone, Redis's default, brings back an older copy that looks current."""
+    if "--appendonly yes" in command:
+        return "--appendfsync always" in command
+    return '--save ""' in command
+
+
+def check_quorum_compose() -> None:
+    compose = load_all(DEPLOY / "quorum" / "docker-compose.yml")[0]
+    services: Dict[str, Any] = compose.get("services", {})
+    nodes = sorted(name for name, s in services.items()
+                   if str(s.get("image", "")).startswith("redis:"))
+    brokers = sorted(name for name, s in services.items()
+                     if s.get("environment", {}).get("LOCKBROKER_REDIS_MODE") is not None)
+    check("quorum compose: an odd number of Redis nodes, at least 3",
+          len(nodes) >= 3 and len(nodes) % 2 == 1, str(nodes))
+    check("quorum compose: two brokers or more", len(brokers) >= 2, str(brokers))
+
+    data_volumes = []
+    for name in nodes:
+        node = services[name]
+        command = " ".join(
+            '""' if part == "" else str(part) for part in node.get("command", []))
+        check(f"quorum compose: {name} replicates from no other node",
+              "--replicaof" not in command and "--slaveof" not in command, command)
+        check(f"quorum compose: {name} keeps all of its data or none",
+              redis_persistence_is_all_or_nothing(command), command)
+        check(f"quorum compose: {name} has a health check",
+              node.get("healthcheck", {}).get("test"))
+        data_volumes += [str(v).split(":")[0] for v in node.get("volumes", [])
+                         if str(v).endswith(":/data")]
+    check("quorum compose: every node keeps its data in a volume of its own",
+          len(data_volumes) == len(nodes) == len(set(data_volumes)), str(data_volumes))
+
+    node_lists = []
+    for name in brokers:
+        broker = services[name]
+        env = broker.get("environment", {})
+        check(f"quorum compose: {name} runs in quorum mode",
+              env.get("LOCKBROKER_REDIS_MODE") == "quorum", str(env.get("LOCKBROKER_REDIS_MODE")))
+        urls = [u.strip() for u in str(env.get("LOCKBROKER_REDIS_NODES", "")).split(",")
+                if u.strip()]
+        hosts = [re.sub(r"^rediss?://(?:[^@/]*@)?([^:/]+).*$", r"\1", u) for u in urls]
+        check(f"quorum compose: {name} lists every node once, and only nodes",
+              sorted(hosts) == nodes and len(set(urls)) == len(urls), str(urls))
+        check(f"quorum compose: {name} has no single-mode redis.url",
+              "LOCKBROKER_REDIS_URL" not in env)
+        timeout = str(env.get("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "50"))
+        check(f"quorum compose: {name} node timeout is a whole number of ms",
+              timeout.isdigit() and int(timeout) > 0, timeout)
+        node_lists.append(urls)
+        build = broker.get("build", {})
+        dockerfile = (DEPLOY / "quorum" / build.get("context", ".")
+                      / build.get("dockerfile", "Dockerfile"))
+        check(f"quorum compose: {name} builds from deploy/Dockerfile",
+              dockerfile.resolve() == DEPLOY / "Dockerfile", str(dockerfile))
+        waits_for = broker.get("depends_on", {})
+        check(f"quorum compose: {name} starts once every node is healthy",
+              all(waits_for.get(n, {}).get("condition") == "service_healthy" for n in nodes))
+    check("quorum compose: every broker lists the same nodes in the same order",
+          node_lists and all(urls == node_lists[0] for urls in node_lists))
+
+    published = [str(p) for s in services.values() for p in s.get("ports", [])]
+    check("quorum compose: ports published on 127.0.0.1 only",
+          published and all(p.startswith("127.0.0.1:") for p in published), str(published))
+    host_ports = [p.split(":")[1] for p in published]
+    check("quorum compose: each broker on a port of its own",
+          len(host_ports) == len(set(host_ports)) == len(brokers), str(published))
+
+
 # -- Kubernetes ------------------------------------------------------------------------
 
 def check_k8s() -> None:
@@ -279,6 +356,7 @@ def main() -> int:
     section("YAML", check_yaml_parses)
     section("Dockerfile", check_dockerfile)
     section("docker compose and Prometheus", check_compose)
+    section("docker compose, quorum mode", check_quorum_compose)
     section("Kubernetes", check_k8s)
     section("systemd", check_systemd_unit)
     print(f"deploy checks: {passes} passed, {len(failures)} failed")
