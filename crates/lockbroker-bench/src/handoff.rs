@@ -17,7 +17,7 @@ const HANDOFF_TTL_MS: u64 = 30_000;
 
 /// How the waiter waits.
 #[derive(Clone, Copy)]
-enum Waiting {
+pub enum Waiting {
     /// Server-side: one acquire with `wait_ms`.
     Server,
     /// Client-side: an acquire without waiting every 100 ms, as redis-py's
@@ -99,7 +99,7 @@ pub async fn run(
 
 /// Samples `rounds` handoffs on a lock of its own; releases go to the holder's
 /// broker, waiters wait on the waiter's broker (`(holder_url, waiter_url)`).
-async fn measure(
+pub async fn measure(
     http: &reqwest::Client,
     case: &str,
     (holder_url, waiter_url): (&str, &str),

@@ -15,6 +15,7 @@
 //!   comes back.
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
 //!   and with many acquires waiting at once.
+//! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode.
 //! - `all`: each of the above in one run, then one table.
 //!
 //! Prints a human table and one JSON line per figure, and exits non-zero if
@@ -27,6 +28,7 @@ mod load;
 mod memory;
 mod pairs;
 mod procs;
+mod quorum;
 mod resp;
 mod stats;
 
@@ -36,7 +38,7 @@ use std::time::Duration;
 use stats::Table;
 
 const USAGE: &str = "\
-Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn [OPTIONS]
+Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum [OPTIONS]
 
 Options:
   --duration SECS   time per target for each latency/throughput case and for
@@ -92,8 +94,10 @@ async fn main() -> ExitCode {
         Err(problem) => return usage(&problem),
     };
     let benches: &[&str] = match args.first().map(String::as_str) {
-        Some("all") => &["latency", "throughput", "handoff", "memory", "churn"],
-        Some(one @ ("latency" | "throughput" | "handoff" | "memory" | "churn")) => &[one],
+        Some("all") => &["latency", "throughput", "handoff", "memory", "churn", "quorum"],
+        Some(one @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum")) => {
+            &[one]
+        }
         Some("-h" | "--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -132,6 +136,7 @@ async fn run(benches: &[&str], settings: &Settings) -> Result<(), Vec<String>> {
             "throughput" => pairs::throughput(&redis, &first, settings, &mut table).await,
             "handoff" => handoff::run(&first, &second, settings.rounds, &mut table).await,
             "memory" => memory::run(&redis, settings, &mut table).await,
+            "quorum" => quorum::run(&first, settings, &mut table).await,
             _ => memory::churn(&redis, settings, &mut table).await,
         };
         if let Err(error) = result {

@@ -31,6 +31,7 @@ struct Node {
 /// What this broker knows of each node's standing.
 pub struct Standing {
     nodes: Mutex<Vec<Node>>,
+    majority: usize,
     drift: Drift,
     /// Wakes the watcher before its next round (a node answered that it is
     /// not in good standing).
@@ -42,6 +43,7 @@ impl Standing {
     pub fn new(count: usize, drift: Drift) -> Self {
         Self {
             nodes: Mutex::new(vec![Node::default(); count]),
+            majority: count / 2 + 1,
             drift,
             recheck: Notify::new(),
         }
@@ -120,8 +122,11 @@ impl Standing {
             .unwrap_or(0);
         let quarantine_ms =
             horizon_ms + (horizon_ms as f64 * self.drift.factor).ceil() as u64 + self.drift.ms;
+        // The horizon speaks for every lease only when a majority answered:
+        // every valid lease lives on a majority, so on one of these.
+        let answered = epochs.iter().flatten().count();
         for (at, epoch) in epochs.iter_mut().enumerate() {
-            if epoch.as_ref().is_some_and(|e| e.id.is_none()) {
+            if answered >= self.majority && epoch.as_ref().is_some_and(|e| e.id.is_none()) {
                 let fresh_id = random_hex::<8>();
                 let make = EpochCall {
                     fresh_id: &fresh_id,

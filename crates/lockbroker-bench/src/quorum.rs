@@ -1,0 +1,94 @@
+//! `quorum`: the broker in quorum mode over 3 and over 5 local Redis nodes,
+//! beside single mode, in one run: pair latency at one caller, pairs/s at 64
+//! callers (quorum / single, in alternating slices), and handoff between
+//! waiters on one quorum broker.
+
+use crate::client::{wait_ready, Target};
+use crate::handoff::{measure, Waiting};
+use crate::load;
+use crate::procs::{self, Proc};
+use crate::stats::{report, Goal, Summary, Table};
+use crate::Settings;
+
+/// Runs every quorum case against `single`, a single-mode broker.
+pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
+    let http = reqwest::Client::new();
+    for nodes in [3, 5] {
+        let servers = (0..nodes)
+            .map(|_| procs::redis())
+            .collect::<Result<Vec<Proc>, String>>()?;
+        let urls: Vec<String> = servers
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}/0", s.port))
+            .collect();
+        let nodes_env = urls.join(",");
+        let broker = procs::broker_with(
+            &servers[0],
+            &[
+                ("LOCKBROKER_REDIS_MODE", "quorum"),
+                ("LOCKBROKER_REDIS_NODES", &nodes_env),
+            ],
+        )?;
+        let url = format!("http://127.0.0.1:{}", broker.port);
+        wait_ready(&http, &url).await?;
+        let case = format!("quorum-{nodes}");
+        let (quorum, single_target) = (
+            Target::Broker { port: broker.port },
+            Target::Broker { port: single.port },
+        );
+        let mut pids = vec![broker.pid(), single.pid()];
+        pids.extend(servers.iter().map(Proc::pid));
+
+        let locks = [format!("bench-{case}-latency")];
+        let (mut on_quorum, mut on_single) = load::compare(
+            (&quorum, &single_target),
+            &locks,
+            settings.duration,
+            settings.slices,
+            &pids,
+        )
+        .await;
+        on_quorum.check(&format!("latency on {case}"))?;
+        on_single.check("latency on single mode")?;
+        let q = Summary::of(&mut on_quorum.samples);
+        let s = Summary::of(&mut on_single.samples);
+        report("quorum", &format!("{case} pair"), &q);
+        report("quorum", "single pair", &s);
+        table.add(
+            format!("{case} latency pair p50 (vs single)"),
+            "ms",
+            (q.p50_ms, Some(s.p50_ms)),
+            Goal::RatioAtMost(1.5),
+        );
+
+        let locks: Vec<String> = (0..64).map(|i| format!("bench-{case}-c64-{i}")).collect();
+        let (on_quorum, on_single) = load::compare(
+            (&quorum, &single_target),
+            &locks,
+            settings.duration,
+            settings.slices,
+            &pids,
+        )
+        .await;
+        on_quorum.check(&format!("throughput on {case}"))?;
+        on_single.check("throughput on single mode")?;
+        table.add(
+            format!("{case} pairs/s at 64 callers (vs single)"),
+            "/s",
+            (on_quorum.rate(), Some(on_single.rate())),
+            Goal::RatioAtLeast(0.5),
+        );
+
+        let mut handoffs =
+            measure(&http, &case, (&url, &url), settings.rounds, Waiting::Server).await?;
+        let handoff = Summary::of(&mut handoffs);
+        report("quorum", &format!("{case} handoff"), &handoff);
+        table.add(
+            format!("{case} handoff p99"),
+            "ms",
+            (handoff.p99_ms, None),
+            Goal::Below(5.0),
+        );
+    }
+    Ok(())
+}
