@@ -317,7 +317,7 @@ async fn lock_delay_keeps_an_expired_lock_unavailable() {
 async fn max_hold_stops_extends_past_the_limit() {
     let redis = RedisServer::start();
     let mut settings = test_settings(&redis);
-    settings.locks.max_hold_ms = 3_000;
+    settings.locks.max_hold_ms = Some(3_000);
     let app = TestApp::spawn_with(settings).await;
 
     let too_long = app.acquire("job", 3_001).await;

@@ -648,8 +648,8 @@ fn tls_client() -> reqwest::Client {
 async fn the_listener_serves_https_with_the_configured_certificate() {
     let redis = RedisServer::start();
     let mut settings = test_settings(&redis);
-    settings.http.tls_cert_path = fixture("server.pem").display().to_string();
-    settings.http.tls_key_path = fixture("server.key").display().to_string();
+    settings.http.tls_cert_path = Some(fixture("server.pem"));
+    settings.http.tls_key_path = Some(fixture("server.key"));
     let app = Application::build(settings).await.expect("broker starts");
     let port = app.local_addr().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -725,9 +725,9 @@ async fn the_broker_reaches_redis_over_tls_with_a_user_and_password() {
     ]);
     let mut settings = test_settings(&redis);
     settings.redis.url = format!("rediss://127.0.0.1:{tls_port}/0");
-    settings.redis.username = "broker".into();
-    settings.redis.password = "broker-s3cret".into();
-    settings.redis.tls_ca_path = ca.display().to_string();
+    settings.redis.username = Some("broker".into());
+    settings.redis.password = Some("broker-s3cret".into());
+    settings.redis.tls_ca_path = Some(ca);
     let app = TestApp::spawn_with(settings).await;
 
     let lease = app.acquire("over-tls", 5_000).await;

@@ -12,7 +12,6 @@ pub mod observe;
 pub mod scrape;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
@@ -83,8 +82,8 @@ pub fn router(
         in_flight: Arc::new(tokio::sync::Semaphore::new(
             settings.max_concurrent_requests,
         )),
-        body_read_timeout: Duration::from_millis(settings.body_read_timeout_ms),
-        request_timeout: Duration::from_millis(settings.request_timeout_ms),
+        body_read_timeout: settings.body_read_timeout(),
+        request_timeout: settings.request_timeout(),
         max_body_bytes: settings.max_body_bytes,
     };
     routes()

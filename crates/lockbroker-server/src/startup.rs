@@ -2,7 +2,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,16 +66,12 @@ impl Application {
             message: e.to_string(),
         })?);
         let http_settings = &settings.http;
-        let tls = if http_settings.tls_cert_path.is_empty() {
-            None
-        } else {
-            Some(tls::acceptor(
-                Path::new(&http_settings.tls_cert_path),
-                Path::new(&http_settings.tls_key_path),
-            )?)
+        let tls = match http_settings.tls_files() {
+            Some((cert, key)) => Some(tls::acceptor(cert, key)?),
+            None => None,
         };
         let serve = ServeOptions {
-            header_read_timeout: Duration::from_millis(http_settings.header_read_timeout_ms),
+            header_read_timeout: http_settings.header_read_timeout(),
             max_connections: http_settings.max_connections,
             tls,
         };
@@ -96,13 +91,13 @@ impl Application {
             Some(Arc::clone(&metrics) as Arc<dyn StoreObserver>),
         )?;
         let service = Arc::new(LockService::new(store, settings.lock_policy()));
-        let metrics_listener = match settings.metrics.listen.parse::<SocketAddr>() {
-            Ok(addr) => Some(
+        let metrics_listener = match settings.metrics.listen {
+            Some(addr) => Some(
                 TcpListener::bind(addr)
                     .await
                     .map_err(|source| StartupError::Bind { addr, source })?,
             ),
-            Err(_) => None,
+            None => None,
         };
         let listener =
             TcpListener::bind(settings.listen)
@@ -127,13 +122,13 @@ impl Application {
                 http::metrics_router(Arc::clone(&service), keys, Arc::clone(&metrics)),
             )
         });
-        let reconcile_every = Duration::from_millis(settings.metrics.reconcile_interval_ms);
+        let reconcile_every = settings.metrics.reconcile_interval();
         Ok(Self {
             listener,
             local_addr,
             service,
             router,
-            grace: Duration::from_millis(settings.shutdown_grace_ms),
+            grace: settings.shutdown_grace(),
             serve,
             metrics,
             metrics_router,
