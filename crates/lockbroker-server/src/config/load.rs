@@ -23,7 +23,8 @@ pub const ENV_PREFIX: &str = "LOCKBROKER_";
 /// container running a worker beside it), so they must not stop it. Add
 /// here any variable a client or tool of this repository starts to read.
 pub const CLIENT_VARIABLES: &[&str] = &[
-    // lockctl and the Go and Python clients: where the broker is, how to log in.
+    // lockctl and the Go, Python and TypeScript clients: where the broker is,
+    // how to log in.
     "LOCKBROKER_URL",
     "LOCKBROKER_API_KEY",
     "LOCKBROKER_API_KEY_FILE",
@@ -38,6 +39,7 @@ pub const CLIENT_VARIABLES: &[&str] = &[
     "LOCKBROKER_VENV",
     "LOCKBROKER_DEPLOY_VENV",
     "LOCKBROKER_TEST_PG_DSN",
+    "LOCKBROKER_TEST_PG_URL",
 ];
 
 impl Settings {
