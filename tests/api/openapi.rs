@@ -142,6 +142,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         fence: 1,
         ttl_ms: 1,
         expires_at_ms: 1,
+        validity_ms: 1,
         owner: owner.map(str::to_owned),
     };
     check_response("Lease", &schemas["Lease"], &lease(Some("w")), &lease(None));
@@ -150,6 +151,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         fence: 1,
         ttl_ms: 1,
         expires_at_ms: 1,
+        validity_ms: 1,
         owner: owner.map(str::to_owned),
     };
     check_response(

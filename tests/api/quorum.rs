@@ -122,7 +122,7 @@ async fn try_acquire(
         })
         .await?;
     Ok(match outcome {
-        AcquireOutcome::Granted(lease) => Ok((lease.fence, lease.token, lease.ttl_ms)),
+        AcquireOutcome::Granted(lease) => Ok((lease.fence, lease.token, lease.validity_ms)),
         AcquireOutcome::Busy { holder, .. } => Err(holder.fence.get()),
     })
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use lockbroker_api::{
     AcquireBody, ErrorDetail, ErrorResponse, ExtendBody, LeaseResponse, ReleaseBody,
 };
+use lockbroker_server::config::RedisMode;
 use lockbroker_server::{Application, Settings};
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
@@ -47,6 +48,15 @@ pub struct TestApp {
     pub http: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
+    /// In quorum mode, the nodes besides the test's own Redis.
+    _more_nodes: Vec<RedisServer>,
+}
+
+/// Which backend mode test brokers run in: `LOCKBROKER_TEST_MODE=quorum` runs
+/// every broker the harness starts in quorum mode, over the test's own Redis
+/// and two more started here, so one suite tests both modes.
+fn quorum_from_env() -> bool {
+    std::env::var("LOCKBROKER_TEST_MODE").is_ok_and(|mode| mode == "quorum")
 }
 
 /// A response: status, headers and the JSON body (`Null` if none). The body
@@ -111,8 +121,18 @@ impl TestApp {
     }
 
     /// A broker with settings the test adjusted.
-    pub async fn spawn_with(settings: Settings) -> Self {
+    pub async fn spawn_with(mut settings: Settings) -> Self {
         lockbroker_server::telemetry::init(&settings.log);
+        let mut more_nodes = Vec::new();
+        if quorum_from_env() && settings.redis.mode == RedisMode::Single {
+            more_nodes = vec![RedisServer::start(), RedisServer::start()];
+            let redis = &mut settings.redis;
+            redis.nodes = std::iter::once(redis.url.clone())
+                .chain(more_nodes.iter().map(RedisServer::url))
+                .collect();
+            redis.mode = RedisMode::Quorum;
+            redis.node_timeout_ms = redis.command_timeout_ms;
+        }
         let prefix = settings.redis.key_prefix.clone();
         let app = Application::build(settings).await.expect("broker starts");
         let base = format!("http://{}", app.local_addr());
@@ -130,6 +150,7 @@ impl TestApp {
             http,
             stop: Some(stop),
             task: Some(task),
+            _more_nodes: more_nodes,
         };
         app.wait_ready().await;
         app

@@ -21,6 +21,9 @@ pub struct LeaseResponse {
     pub ttl_ms: u64,
     /// When the lease expires, in Unix milliseconds of the Redis clock.
     pub expires_at_ms: u64,
+    /// How long the lease is sure to stay valid from when the answer left
+    /// the broker, in milliseconds: budget work by this.
+    pub validity_ms: u64,
     /// The holder's label.
     pub owner: Option<String>,
 }
@@ -36,6 +39,9 @@ pub struct RenewalResponse {
     pub ttl_ms: u64,
     /// The new expiry, in Unix milliseconds of the Redis clock.
     pub expires_at_ms: u64,
+    /// How long the lease is sure to stay valid from when the answer left
+    /// the broker, in milliseconds.
+    pub validity_ms: u64,
     /// The holder's label.
     pub owner: Option<String>,
 }
@@ -116,6 +122,7 @@ impl fmt::Debug for LeaseResponse {
             .field("token", &crate::request::redacted(Some(&self.token)))
             .field("fence", &self.fence)
             .field("ttl_ms", &self.ttl_ms)
+            .field("validity_ms", &self.validity_ms)
             .field("expires_at_ms", &self.expires_at_ms)
             .field("owner", &self.owner)
             .finish()

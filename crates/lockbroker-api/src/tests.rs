@@ -93,6 +93,7 @@ fn debug_output_never_shows_a_token() {
         fence: 1,
         ttl_ms: 1,
         expires_at_ms: 1,
+        validity_ms: 1,
         owner: None,
     };
     for shown in [

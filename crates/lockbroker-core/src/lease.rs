@@ -238,6 +238,11 @@ pub struct Lease {
     pub ttl_ms: u64,
     /// When the lease expires, in Unix milliseconds of the store's clock.
     pub expires_at_ms: u64,
+    /// How long the lease is sure to stay valid, in milliseconds: `ttl_ms`
+    /// less what the store knows it may have lost (in quorum mode, the time
+    /// the nodes took and the clock drift allowance). The service takes off
+    /// the time the answer took to arrive.
+    pub validity_ms: u64,
     /// The holder's label, if it gave one.
     pub owner: Option<String>,
 }
@@ -251,6 +256,8 @@ pub struct Renewal {
     pub ttl_ms: u64,
     /// When the lease now expires, in Unix milliseconds of the store's clock.
     pub expires_at_ms: u64,
+    /// How long the lease is sure to stay valid, as for [`Lease::validity_ms`].
+    pub validity_ms: u64,
     /// The holder's label, if it gave one.
     pub owner: Option<String>,
 }

@@ -177,6 +177,7 @@ impl LockStore for MemoryStore {
                         fence: Fence::new(cur.fence),
                         ttl_ms: cur.expires_ms - now_ms,
                         expires_at_ms: cur.expires_ms,
+                        validity_ms: cur.expires_ms - now_ms,
                         owner: owner_of(&cur.owner),
                     }));
                 }
@@ -241,6 +242,7 @@ impl LockStore for MemoryStore {
             fence: Fence::new(fence),
             ttl_ms,
             expires_at_ms: expires_ms,
+            validity_ms: ttl_ms,
             owner: params.owner.map(|o| o.as_str().to_owned()),
         }))
     }
@@ -279,6 +281,7 @@ impl LockStore for MemoryStore {
             fence: Fence::new(cur.fence),
             ttl_ms: ttl.as_millis(),
             expires_at_ms: new_expiry,
+            validity_ms: ttl.as_millis(),
             owner: owner_of(&cur.owner),
         }))
     }

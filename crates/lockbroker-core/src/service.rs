@@ -265,6 +265,7 @@ impl<S: LockStore> LockService<S> {
                 fence: Fence::new(0),
                 ttl_ms: 0,
                 expires_at_ms: 0,
+                validity_ms: 0,
                 owner: None,
             },
             service: Arc::clone(self),
@@ -278,7 +279,9 @@ impl<S: LockStore> LockService<S> {
                 let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 let min_validity = self.policy.min_validity_ms.min(lease.ttl_ms / 2);
                 grant.lease = lease;
-                if grant.lease.ttl_ms.saturating_sub(elapsed) < min_validity {
+                // What is sure to be left once the answer reached the broker.
+                grant.lease.validity_ms = grant.lease.validity_ms.saturating_sub(elapsed);
+                if grant.lease.validity_ms < min_validity {
                     // Dropping the grant releases it.
                     return Err(LockError::Store(StoreError::Unavailable(format!(
                         "the grant took {elapsed} ms to arrive, leaving less than {min_validity} ms of validity"
@@ -349,8 +352,13 @@ impl<S: LockStore> LockService<S> {
             self.policy.max_ttl_ms,
         )?;
         let max_hold_ms = self.policy.max_hold_ms.unwrap_or(0);
+        let started = Instant::now();
         match self.store.extend(name, token, ttl, max_hold_ms).await? {
-            ExtendOutcome::Extended(renewal) => Ok(renewal),
+            ExtendOutcome::Extended(mut renewal) => {
+                let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                renewal.validity_ms = renewal.validity_ms.saturating_sub(elapsed);
+                Ok(renewal)
+            }
             ExtendOutcome::Lost => Err(LockError::LeaseLost),
             ExtendOutcome::Released => Err(LockError::LeaseReleased),
             ExtendOutcome::MaxHoldExceeded { expires_in_ms } => Err(LockError::MaxHoldExceeded {

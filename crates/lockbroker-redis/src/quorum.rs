@@ -175,8 +175,7 @@ impl LockStore for QuorumStore {
                     .fence_floor
                     .fetch_max(lease.fence.get(), Ordering::Relaxed);
                 return Ok(AcquireOutcome::Granted(Lease {
-                    ttl_ms: validity,
-                    expires_at_ms: lease.expires_at_ms.saturating_sub(lease.ttl_ms - validity),
+                    validity_ms: validity,
                     ..lease
                 }));
             }

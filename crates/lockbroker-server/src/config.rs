@@ -17,7 +17,7 @@ mod tests;
 pub use load::{CLIENT_VARIABLES, ENV_PREFIX};
 pub use schema::{
     AuthConfig, HttpSettings, LockConfig, LogFormat, LogSettings, MetricsSettings, RedisConfig,
-    Settings,
+    RedisMode, Settings,
 };
 
 /// Why settings could not be loaded. Printed as one line before exiting.

@@ -105,11 +105,7 @@ pub fn router(
 
 /// The router of the optional metrics listener: `/metrics` only, behind the
 /// same API keys.
-pub fn metrics_router(
-    service: Arc<Service>,
-    keys: Arc<KeyRing>,
-    metrics: Arc<Metrics>,
-) -> Router {
+pub fn metrics_router(service: Arc<Service>, keys: Arc<KeyRing>, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/metrics", get(scrape::metrics))
         .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))

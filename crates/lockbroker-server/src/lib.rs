@@ -25,4 +25,4 @@ pub use config::Settings;
 pub use startup::{Application, StartupError};
 
 /// The lock service as this binary runs it: over Redis.
-pub type Service = lockbroker_core::LockService<lockbroker_redis::RedisLockStore>;
+pub type Service = lockbroker_core::LockService<lockbroker_redis::RedisStore>;

@@ -84,6 +84,11 @@ pub struct Metrics {
     pub leases_held: IntGauge,
     /// 1 while Redis answers this broker's health checks.
     pub redis_up: IntGauge,
+    /// Quorum mode: nodes that answer (0 in single mode).
+    pub quorum_nodes_up: IntGauge,
+    /// Quorum mode: answering nodes kept out of every majority after they
+    /// restarted without their data.
+    pub quorum_nodes_restarting: IntGauge,
     fence_floor_raises: IntCounter,
     /// Requests by the id of the API key that made them.
     requests_by_key: IntCounterVec,
@@ -186,6 +191,14 @@ impl Metrics {
                 "Leases held now (maintained as leases are granted and released, reconciled with Redis periodically).",
             )?,
             redis_up: gauge("lockbroker_redis_up", "1 while Redis answers this broker, 0 otherwise.")?,
+            quorum_nodes_up: gauge(
+                "lockbroker_quorum_nodes_up",
+                "Quorum mode: nodes that answer this broker (0 in single mode).",
+            )?,
+            quorum_nodes_restarting: gauge(
+                "lockbroker_quorum_nodes_restarting",
+                "Quorum mode: answering nodes kept out of every majority after restarting without their data.",
+            )?,
             fence_floor_raises,
             requests_by_key: counter(
                 "lockbroker_requests_total",

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use lockbroker_core::listing::{ListLimit, ListRequest, MAX_LIST_LIMIT};
 use lockbroker_core::{LockService, StoreError};
-use lockbroker_redis::{RedisLockStore, StoreObserver};
+use lockbroker_redis::quorum::QuorumStore;
+use lockbroker_redis::{RedisLockStore, RedisStore, StoreObserver};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -86,10 +87,14 @@ impl Application {
         metrics.register_keys(keys.ids());
         let routes = http::served_routes();
         metrics.register_routes(routes.iter().map(|(method, path)| (method.as_str(), *path)));
-        let store = RedisLockStore::connect_observed(
-            settings.redis_settings(),
-            Some(Arc::clone(&metrics) as Arc<dyn StoreObserver>),
-        )?;
+        let observer = Some(Arc::clone(&metrics) as Arc<dyn StoreObserver>);
+        let store = match settings.quorum_settings() {
+            Some(quorum) => RedisStore::Quorum(QuorumStore::connect(quorum, observer)?),
+            None => RedisStore::Single(RedisLockStore::connect_observed(
+                settings.redis_settings(),
+                observer,
+            )?),
+        };
         let service = Arc::new(LockService::new(store, settings.lock_policy()));
         let metrics_listener = match settings.metrics.listen {
             Some(addr) => Some(
@@ -139,11 +144,6 @@ impl Application {
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
-    }
-
-    /// The lock service this application serves.
-    pub fn service(&self) -> Arc<Service> {
-        Arc::clone(&self.service)
     }
 
     /// Serves until `shutdown` completes, then stops accepting, answers waiting
@@ -219,6 +219,11 @@ async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_eve
         tokio::select! {
             _ = ping.tick() => {
                 metrics.redis_up.set(i64::from(service.ready().await.is_ok()));
+                if let RedisStore::Quorum(quorum) = service.store() {
+                    let (up, restarting, _) = quorum.node_counts();
+                    metrics.quorum_nodes_up.set(i64::try_from(up).unwrap_or(0));
+                    metrics.quorum_nodes_restarting.set(i64::try_from(restarting).unwrap_or(0));
+                }
             }
             _ = reconcile.tick() => {
                 if let Ok(held) = count_held(&service).await {

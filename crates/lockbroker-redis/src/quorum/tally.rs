@@ -169,10 +169,7 @@ pub fn extend(
     if extended.len() >= majority && validity > 0 {
         let shortest = extended.iter().min_by_key(|r| r.expires_at_ms).cloned();
         if let Some(mut renewal) = shortest {
-            renewal.expires_at_ms = renewal
-                .expires_at_ms
-                .saturating_sub(renewal.ttl_ms.saturating_sub(validity));
-            renewal.ttl_ms = validity;
+            renewal.validity_ms = validity;
             return Ok(ExtendOutcome::Extended(renewal));
         }
     }

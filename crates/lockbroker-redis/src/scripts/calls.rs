@@ -86,12 +86,15 @@ impl ScriptCall for AcquireCall<'_> {
         if reply.int()? == 1 {
             let token = LeaseToken::parse(&reply.text()?)
                 .map_err(|_| StoreError::Protocol("stored token is malformed".into()))?;
+            let fence = Fence::new(reply.uint()?);
+            let ttl_ms = reply.uint()?;
             let lease = Lease {
                 name: name.clone(),
                 token,
-                fence: Fence::new(reply.uint()?),
-                ttl_ms: reply.uint()?,
+                fence,
+                ttl_ms,
                 expires_at_ms: reply.uint()?,
+                validity_ms: ttl_ms,
                 owner: reply.optional_text()?,
             };
             // A re-sent acquire answers without the flag: it raised nothing.
@@ -151,12 +154,17 @@ impl ScriptCall for ExtendCall<'_> {
 
     fn decode(&self, reply: &mut Reply) -> Result<ExtendOutcome, StoreError> {
         Ok(match reply.int()? {
-            1 => ExtendOutcome::Extended(Renewal {
-                fence: Fence::new(reply.uint()?),
-                ttl_ms: reply.uint()?,
-                expires_at_ms: reply.uint()?,
-                owner: reply.optional_text()?,
-            }),
+            1 => {
+                let fence = Fence::new(reply.uint()?);
+                let ttl_ms = reply.uint()?;
+                ExtendOutcome::Extended(Renewal {
+                    fence,
+                    ttl_ms,
+                    expires_at_ms: reply.uint()?,
+                    validity_ms: ttl_ms,
+                    owner: reply.optional_text()?,
+                })
+            }
             -1 => ExtendOutcome::MaxHoldExceeded {
                 expires_in_ms: reply.uint()?,
             },

@@ -253,11 +253,25 @@ fn typed_like(key: &str, default: &toml::Value, text: &str) -> Option<toml::Valu
                     return Some(list);
                 }
             }
-            let mut wrapped = format!("{key} = {text}").parse::<toml::Table>().ok()?;
-            match wrapped.remove(key)? {
-                list @ toml::Value::Array(_) => list,
-                _ => return None,
+            if let Some(list) = format!("{key} = {text}")
+                .parse::<toml::Table>()
+                .ok()
+                .and_then(|mut wrapped| wrapped.remove(key))
+                .filter(toml::Value::is_array)
+            {
+                return Some(list);
             }
+            // A plain comma-separated list of words, such as node URLs.
+            if text.contains(['[', '{', '=', '"']) {
+                return None;
+            }
+            toml::Value::Array(
+                text.split(',')
+                    .map(str::trim)
+                    .filter(|item| !item.is_empty())
+                    .map(|item| toml::Value::String(item.to_owned()))
+                    .collect(),
+            )
         }
         toml::Value::Integer(_) => toml::Value::Integer(text.trim().parse().ok()?),
         toml::Value::Boolean(_) => toml::Value::Boolean(text.trim().parse().ok()?),

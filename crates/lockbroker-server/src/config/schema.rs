@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use lockbroker_core::LockPolicy;
+use lockbroker_redis::quorum::Drift;
 use lockbroker_redis::RedisSettings;
 use serde::{Deserialize, Serialize};
 
@@ -99,6 +100,29 @@ pub struct RedisConfig {
     /// trust the system's roots.
     #[serde(with = "empty_is_none")]
     pub tls_ca_path: Option<PathBuf>,
+    /// Where locks live: `single` (the Redis at `url`) or `quorum` (a
+    /// majority of the independent Redis primaries in `nodes`).
+    pub mode: RedisMode,
+    /// Quorum mode: the nodes, `redis://host:port/db` each; an odd number,
+    /// at least 3 (`LOCKBROKER_REDIS_NODES`, comma-separated).
+    pub nodes: Vec<String>,
+    /// Quorum mode: each node's command timeout, well below any TTL.
+    pub node_timeout_ms: u64,
+    /// Quorum mode: clock drift allowance, a share of the TTL.
+    pub drift_factor: f64,
+    /// Quorum mode: clock drift allowance, a constant.
+    pub drift_ms: u64,
+}
+
+/// Where the broker keeps its locks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RedisMode {
+    /// One Redis at `redis.url`.
+    #[default]
+    Single,
+    /// A majority of the independent Redis primaries in `redis.nodes`.
+    Quorum,
 }
 
 /// Lease limits and defaults (`LOCKBROKER_LOCKS_*`).
@@ -234,6 +258,11 @@ impl Default for RedisConfig {
             username: None,
             password: None,
             tls_ca_path: None,
+            mode: RedisMode::Single,
+            nodes: Vec::new(),
+            node_timeout_ms: 50,
+            drift_factor: Drift::default().factor,
+            drift_ms: Drift::default().ms,
         }
     }
 }
@@ -251,6 +280,11 @@ impl std::fmt::Debug for RedisConfig {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls_ca_path", &self.tls_ca_path)
+            .field("mode", &self.mode)
+            .field("nodes", &self.nodes.len())
+            .field("node_timeout_ms", &self.node_timeout_ms)
+            .field("drift_factor", &self.drift_factor)
+            .field("drift_ms", &self.drift_ms)
             .finish()
     }
 }

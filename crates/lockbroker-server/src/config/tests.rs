@@ -278,3 +278,50 @@ fn debug_output_hides_redis_secrets() {
     let text = format!("{settings:?}");
     assert!(!text.contains("s3cret"), "{text}");
 }
+
+#[test]
+fn quorum_mode_takes_an_odd_number_of_distinct_nodes() {
+    let quorum = |nodes: &str| {
+        Settings::load(
+            None,
+            env(&[
+                ("LOCKBROKER_REDIS_MODE", "quorum"),
+                ("LOCKBROKER_REDIS_NODES", nodes),
+            ]),
+        )
+    };
+    let settings = quorum("redis://a:6379/0, redis://b:6379/0,redis://c:7000/2")
+        .expect("three nodes, comma-separated");
+    let nodes = settings.quorum_settings().expect("quorum mode").nodes;
+    let urls: Vec<&str> = nodes.iter().map(|n| n.url.as_str()).collect();
+    assert_eq!(
+        urls,
+        ["redis://a:6379/0", "redis://b:6379/0", "redis://c:7000/2"]
+    );
+    assert_eq!(nodes[0].command_timeout.as_millis(), 50, "the node timeout");
+    assert!(
+        quorum(r#"["redis://a", "redis://b", "redis://c"]"#).is_ok(),
+        "a TOML list"
+    );
+
+    for (nodes, problem) in [
+        ("redis://a,redis://b", "at least 3"),
+        ("redis://a,redis://b,redis://c,redis://d", "odd number"),
+        ("redis://a:6379/0,redis://b,redis://a:6379/1", "same server"),
+        (
+            "redis://localhost:7000,redis://b,redis://127.0.0.1:7000",
+            "same server",
+        ),
+        ("redis://a,http://b,redis://c", "not a redis://"),
+    ] {
+        let err = quorum(nodes).expect_err(nodes).to_string();
+        assert!(err.contains(problem), "{nodes}: {err}");
+    }
+    let single = Settings::load(
+        None,
+        env(&[("LOCKBROKER_REDIS_NODES", "redis://a,redis://b,redis://c")]),
+    )
+    .expect_err("nodes without quorum mode");
+    assert!(single.to_string().contains("redis.mode"), "{single}");
+    assert!(Settings::default().quorum_settings().is_none());
+}

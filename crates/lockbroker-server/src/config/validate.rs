@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use lockbroker_core::wait::WaiterLimits;
 use lockbroker_core::LockPolicy;
+use lockbroker_redis::quorum::{Drift, QuorumSettings};
 use lockbroker_redis::{RedisAuth, RedisSettings};
 
-use super::schema::{HttpSettings, MetricsSettings, Settings};
+use super::schema::{HttpSettings, MetricsSettings, RedisConfig, RedisMode, Settings};
 use super::ConfigError;
 use crate::auth::{KeyConfigError, KeyRing};
 
@@ -57,6 +58,7 @@ impl Settings {
                 )));
             }
         }
+        check_redis_mode(&self.redis)?;
         if self.metrics.reconcile_interval_ms < 1_000 {
             return Err(invalid(
                 "metrics.reconcile_interval_ms must be at least 1000",
@@ -168,6 +170,32 @@ impl Settings {
                 max_waiters_per_lock: locks.max_waiters_per_lock,
             },
         }
+    }
+
+    /// Quorum mode: one node's settings per configured node (its URL, the
+    /// node timeout as its command timeout, everything else shared), and the
+    /// drift allowance. `None` in single mode.
+    pub fn quorum_settings(&self) -> Option<QuorumSettings> {
+        let redis = &self.redis;
+        if redis.mode != RedisMode::Quorum {
+            return None;
+        }
+        let shared = self.redis_settings();
+        Some(QuorumSettings {
+            nodes: redis
+                .nodes
+                .iter()
+                .map(|url| RedisSettings {
+                    url: url.clone(),
+                    command_timeout: millis(redis.node_timeout_ms),
+                    ..shared.clone()
+                })
+                .collect(),
+            drift: Drift {
+                factor: redis.drift_factor,
+                ms: redis.drift_ms,
+            },
+        })
     }
 
     /// The Redis settings for [`lockbroker_redis::RedisLockStore`].
@@ -285,4 +313,85 @@ mod tests {
         assert_eq!(redis.auth.username, None);
         assert_eq!(redis.tls_ca_path, None);
     }
+}
+
+/// The mode's own rules: quorum mode needs an odd number (at least 3) of
+/// distinct servers; single mode takes no nodes.
+fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
+    if redis.mode == RedisMode::Single {
+        if !redis.nodes.is_empty() {
+            return Err(invalid(
+                "redis.nodes lists quorum nodes but redis.mode is \"single\": set redis.mode = \"quorum\" to use them",
+            ));
+        }
+        return Ok(());
+    }
+    let count = redis.nodes.len();
+    if count < 3 {
+        return Err(invalid(format!(
+            "redis.nodes: quorum mode needs at least 3 nodes, got {count}"
+        )));
+    }
+    if count % 2 == 0 {
+        return Err(invalid(format!(
+            "redis.nodes: quorum mode needs an odd number of nodes, got {count} (a majority of \
+             {count} survives no more failures than one of {})",
+            count - 1
+        )));
+    }
+    let mut servers: Vec<(String, u16)> = Vec::with_capacity(count);
+    for (at, url) in redis.nodes.iter().enumerate() {
+        let server = node_server(url).ok_or_else(|| {
+            invalid(format!(
+                "redis.nodes: node {} is not a redis:// or rediss:// URL with a host",
+                at + 1
+            ))
+        })?;
+        if let Some(before) = servers.iter().position(|s| *s == server) {
+            return Err(invalid(format!(
+                "redis.nodes: nodes {} and {} are the same server ({}:{}); every node must be \
+                 an independent Redis",
+                before + 1,
+                at + 1,
+                server.0,
+                server.1
+            )));
+        }
+        servers.push(server);
+    }
+    if redis.node_timeout_ms == 0 {
+        return Err(invalid("redis.node_timeout_ms must be at least 1"));
+    }
+    if !(0.0..0.5).contains(&redis.drift_factor) {
+        return Err(invalid(
+            "redis.drift_factor must be at least 0 and below 0.5",
+        ));
+    }
+    Ok(())
+}
+
+/// The server a node URL names: its host (loopback names as one) and port.
+/// The database number and credentials do not make another server.
+fn node_server(url: &str) -> Option<(String, u16)> {
+    let rest = url
+        .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("rediss://"))?;
+    let authority = rest.split('/').next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+        _ => (host_port, 6379),
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    if host.is_empty() {
+        return None;
+    }
+    let host = match host.as_str() {
+        "localhost" | "::1" | "127.0.0.1" => "127.0.0.1".to_owned(),
+        _ => host,
+    };
+    Some((host, port))
 }

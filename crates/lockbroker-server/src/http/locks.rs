@@ -124,6 +124,7 @@ fn lease_response(lease: &Lease) -> LeaseResponse {
         fence: lease.fence.get(),
         ttl_ms: lease.ttl_ms,
         expires_at_ms: lease.expires_at_ms,
+        validity_ms: lease.validity_ms,
         owner: lease.owner.clone(),
     }
 }
@@ -134,6 +135,7 @@ fn renewal_response(name: &LockName, renewal: Renewal) -> RenewalResponse {
         fence: renewal.fence.get(),
         ttl_ms: renewal.ttl_ms,
         expires_at_ms: renewal.expires_at_ms,
+        validity_ms: renewal.validity_ms,
         owner: renewal.owner,
     }
 }

@@ -12,6 +12,7 @@ fn lease(fence: u64, ttl_ms: u64) -> Lease {
         fence: Fence::new(fence),
         ttl_ms,
         expires_at_ms: 1_000_000 + ttl_ms,
+        validity_ms: ttl_ms,
         owner: None,
     }
 }
@@ -97,12 +98,18 @@ fn extends_and_releases_need_a_majority() {
             fence: Fence::new(5),
             ttl_ms: 1_000,
             expires_at_ms,
+            validity_ms: 1_000,
             owner: None,
         }))
     };
     let two_of_three = vec![renewal(2_000), renewal(1_990), Ok(ExtendOutcome::Lost)];
     match extend(two_of_three, 2, 900) {
-        Ok(ExtendOutcome::Extended(r)) => assert_eq!((r.ttl_ms, r.expires_at_ms), (900, 1_890)),
+        Ok(ExtendOutcome::Extended(r)) => {
+            assert_eq!(
+                (r.ttl_ms, r.expires_at_ms, r.validity_ms),
+                (1_000, 1_990, 900)
+            );
+        }
         other => panic!("{other:?}"),
     }
     let one = vec![
