@@ -251,70 +251,6 @@ impl MetricsSettings {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tls_files_come_in_pairs() {
-        let mut settings = Settings::default();
-        settings.http.tls_cert_path = Some("/etc/lockbroker/cert.pem".into());
-        assert!(settings.validate().is_err());
-        assert!(settings.http.tls_files().is_none());
-        settings.http.tls_key_path = Some("/etc/lockbroker/key.pem".into());
-        assert!(settings.validate().is_ok());
-        let (cert, key) = settings.http.tls_files().expect("both set");
-        assert_eq!(cert, Path::new("/etc/lockbroker/cert.pem"));
-        assert_eq!(key, Path::new("/etc/lockbroker/key.pem"));
-    }
-
-    #[test]
-    fn cross_field_rules() {
-        let mut settings = Settings::default();
-        settings.locks.default_ttl_ms = settings.locks.max_ttl_ms + 1;
-        assert!(settings.validate().is_err());
-        let mut settings = Settings::default();
-        settings.http.request_timeout_ms = settings.locks.max_wait_ms;
-        assert!(settings.validate().is_err());
-    }
-
-    #[test]
-    fn a_max_hold_of_zero_set_in_code_is_refused() {
-        let mut settings = Settings::default();
-        settings.locks.max_hold_ms = Some(0);
-        let err = settings.validate().expect_err("zero hold");
-        assert!(err.to_string().contains("max_hold_ms"), "{err}");
-        settings.locks.max_hold_ms = Some(1_000);
-        assert!(settings.validate().is_ok());
-        assert_eq!(settings.lock_policy().max_hold_ms, Some(1_000));
-    }
-
-    #[test]
-    fn durations_and_redis_settings_convert_from_milliseconds() {
-        let mut settings = Settings {
-            shutdown_grace_ms: 1_500,
-            ..Settings::default()
-        };
-        settings.http.header_read_timeout_ms = 250;
-        settings.redis.command_timeout_ms = 700;
-        settings.redis.password = Some("s3cret".into());
-        assert_eq!(settings.shutdown_grace(), Duration::from_millis(1_500));
-        assert_eq!(
-            settings.http.header_read_timeout(),
-            Duration::from_millis(250)
-        );
-        assert_eq!(
-            settings.metrics.reconcile_interval(),
-            Duration::from_secs(30)
-        );
-        let redis = settings.redis_settings();
-        assert_eq!(redis.command_timeout, Duration::from_millis(700));
-        assert_eq!(redis.auth.password.as_deref(), Some("s3cret"));
-        assert_eq!(redis.auth.username, None);
-        assert_eq!(redis.tls_ca_path, None);
-    }
-}
-
 /// The mode's own rules: quorum mode needs an odd number (at least 3) of
 /// distinct servers; single mode takes no nodes.
 fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
@@ -394,4 +330,68 @@ fn node_server(url: &str) -> Option<(String, u16)> {
         _ => host,
     };
     Some((host, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_files_come_in_pairs() {
+        let mut settings = Settings::default();
+        settings.http.tls_cert_path = Some("/etc/lockbroker/cert.pem".into());
+        assert!(settings.validate().is_err());
+        assert!(settings.http.tls_files().is_none());
+        settings.http.tls_key_path = Some("/etc/lockbroker/key.pem".into());
+        assert!(settings.validate().is_ok());
+        let (cert, key) = settings.http.tls_files().expect("both set");
+        assert_eq!(cert, Path::new("/etc/lockbroker/cert.pem"));
+        assert_eq!(key, Path::new("/etc/lockbroker/key.pem"));
+    }
+
+    #[test]
+    fn cross_field_rules() {
+        let mut settings = Settings::default();
+        settings.locks.default_ttl_ms = settings.locks.max_ttl_ms + 1;
+        assert!(settings.validate().is_err());
+        let mut settings = Settings::default();
+        settings.http.request_timeout_ms = settings.locks.max_wait_ms;
+        assert!(settings.validate().is_err());
+    }
+
+    #[test]
+    fn a_max_hold_of_zero_set_in_code_is_refused() {
+        let mut settings = Settings::default();
+        settings.locks.max_hold_ms = Some(0);
+        let err = settings.validate().expect_err("zero hold");
+        assert!(err.to_string().contains("max_hold_ms"), "{err}");
+        settings.locks.max_hold_ms = Some(1_000);
+        assert!(settings.validate().is_ok());
+        assert_eq!(settings.lock_policy().max_hold_ms, Some(1_000));
+    }
+
+    #[test]
+    fn durations_and_redis_settings_convert_from_milliseconds() {
+        let mut settings = Settings {
+            shutdown_grace_ms: 1_500,
+            ..Settings::default()
+        };
+        settings.http.header_read_timeout_ms = 250;
+        settings.redis.command_timeout_ms = 700;
+        settings.redis.password = Some("s3cret".into());
+        assert_eq!(settings.shutdown_grace(), Duration::from_millis(1_500));
+        assert_eq!(
+            settings.http.header_read_timeout(),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            settings.metrics.reconcile_interval(),
+            Duration::from_secs(30)
+        );
+        let redis = settings.redis_settings();
+        assert_eq!(redis.command_timeout, Duration::from_millis(700));
+        assert_eq!(redis.auth.password.as_deref(), Some("s3cret"));
+        assert_eq!(redis.auth.username, None);
+        assert_eq!(redis.tls_ca_path, None);
+    }
 }
