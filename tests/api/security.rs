@@ -536,7 +536,7 @@ async fn a_slow_request_body_gets_408_and_changes_nothing() {
     assert!(response.starts_with("HTTP/1.1 408"), "{response}");
     assert!(response.contains("\"request_timeout\""), "{response}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert!(redis.conn().keys(&format!("{}:*", app.prefix)).is_empty());
+    assert!(redis.conn().keys(&format!("{}:{{*", app.prefix)).is_empty());
 }
 
 #[tokio::test]
@@ -570,7 +570,7 @@ async fn headers_trickled_byte_by_byte_are_cut_off() {
     }
     assert!(closed, "the broker kept a slowloris connection open");
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert!(redis.conn().keys(&format!("{}:*", app.prefix)).is_empty());
+    assert!(redis.conn().keys(&format!("{}:{{*", app.prefix)).is_empty());
     assert_eq!(app.get("/healthz").await.status, StatusCode::OK);
 }
 
@@ -602,7 +602,7 @@ async fn the_concurrency_limit_answers_503_overloaded() {
     let refused = app.acquire("other", 1_000).await;
     assert_error(&refused, StatusCode::SERVICE_UNAVAILABLE, "overloaded");
     assert_eq!(refused.headers["retry-after"], "1");
-    assert!(redis.conn().keys(&format!("{}:*", app.prefix)).is_empty());
+    assert!(redis.conn().keys(&format!("{}:{{*", app.prefix)).is_empty());
 
     drop(stuck);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -732,7 +732,7 @@ async fn the_broker_reaches_redis_over_tls_with_a_user_and_password() {
 
     let lease = app.acquire("over-tls", 5_000).await;
     assert_eq!(lease.status, StatusCode::OK, "{:?}", lease.body);
-    assert_eq!(redis.conn().keys(&format!("{}:*", app.prefix)).len(), 2);
+    assert_eq!(redis.conn().keys(&format!("{}:{{*", app.prefix)).len(), 2);
 }
 
 #[tokio::test]

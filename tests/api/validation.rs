@@ -25,7 +25,7 @@ async fn assert_rejected(app: &TestApp, redis: &RedisServer, path: &str, body: &
         message.contains(field),
         "message names the field: {message}"
     );
-    let keys = redis.conn().keys(&format!("{}:*", app.prefix));
+    let keys = redis.conn().keys(&format!("{}:{{*", app.prefix));
     assert!(keys.is_empty(), "{path} {body} wrote {keys:?}");
 }
 
@@ -106,7 +106,7 @@ async fn deeply_nested_json_is_rejected() {
         assert_eq!(reply.status, StatusCode::BAD_REQUEST);
         assert_eq!(reply.code(), "invalid_request");
     }
-    assert!(redis.conn().keys(&format!("{}:*", app.prefix)).is_empty());
+    assert!(redis.conn().keys(&format!("{}:{{*", app.prefix)).is_empty());
 }
 
 #[tokio::test]
@@ -141,7 +141,7 @@ async fn an_oversized_body_gets_413() {
 
     assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(reply.code(), "payload_too_large");
-    assert!(redis.conn().keys(&format!("{}:*", app.prefix)).is_empty());
+    assert!(redis.conn().keys(&format!("{}:{{*", app.prefix)).is_empty());
 }
 
 #[tokio::test]

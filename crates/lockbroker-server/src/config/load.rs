@@ -40,6 +40,8 @@ pub const CLIENT_VARIABLES: &[&str] = &[
     "LOCKBROKER_DEPLOY_VENV",
     "LOCKBROKER_TEST_PG_DSN",
     "LOCKBROKER_TEST_PG_URL",
+    // The Rust test harness: which mode its brokers run in.
+    "LOCKBROKER_TEST_MODE",
 ];
 
 impl Settings {
