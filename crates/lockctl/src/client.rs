@@ -9,6 +9,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use lockbroker_api::{AcquireBody, ExtendBody, ReleaseBody};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use reqwest::{Method, StatusCode, Url};
 use serde_json::{json, Map, Value};
@@ -151,19 +152,14 @@ impl Broker {
         let mut failures = 0u32;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let mut body = json!({ "ttl_ms": millis(options.ttl), "wait_ms": millis(remaining) });
-            if let Some(owner) = &options.owner {
-                body["owner"] = json!(owner);
-            }
-            if let Some(id) = &request_id {
-                body["request_id"] = json!(id);
-            }
-            if let Some(delay) = options.lock_delay {
-                body["lock_delay_ms"] = json!(millis(delay));
-            }
-            if options.fair {
-                body["fair"] = json!(true);
-            }
+            let body = wire(&AcquireBody {
+                ttl_ms: Some(millis(options.ttl)),
+                wait_ms: Some(millis(remaining)),
+                owner: options.owner.clone(),
+                request_id: request_id.clone(),
+                lock_delay_ms: options.lock_delay.map(millis),
+                fair: options.fair.then_some(true),
+            });
             let sent = Instant::now();
             let error = match self
                 .call(
@@ -214,7 +210,7 @@ impl Broker {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
-        let body = json!({ "token": token, "ttl_ms": millis(ttl) });
+        let body = wire(&ExtendBody::new(token, Some(millis(ttl))));
         self.call(Method::POST, name, "/extend", Some(body), timeout)
             .await
     }
@@ -226,7 +222,7 @@ impl Broker {
         token: &str,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
-        let body = json!({ "token": token });
+        let body = wire(&ReleaseBody::new(token));
         self.call(Method::POST, name, "/release", Some(body), timeout)
             .await
     }
@@ -439,4 +435,9 @@ fn random_id() -> Option<String> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A request body as JSON, from the API's own wire type.
+fn wire(body: &impl serde::Serialize) -> Value {
+    serde_json::to_value(body).unwrap_or(Value::Null)
 }
