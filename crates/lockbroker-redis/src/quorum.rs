@@ -267,12 +267,15 @@ impl LockStore for QuorumStore {
         let Some(node) = nodes.get(at) else {
             return Ok(LockPage::default());
         };
+        // A node that does not answer is passed over: every lock a majority
+        // holds lives on other nodes too, and is listed from one of them.
         let page = node
             .list(&ListRequest {
                 cursor: ListCursor::new(node_cursor),
                 ..request.clone()
             })
-            .await?;
+            .await
+            .unwrap_or_default();
         let mut locks = Vec::new();
         for entry in page.locks {
             let answers = join_all(nodes.iter().map(|n| n.status(&entry.name))).await;
