@@ -94,7 +94,14 @@ async fn main() -> ExitCode {
         Err(problem) => return usage(&problem),
     };
     let benches: &[&str] = match args.first().map(String::as_str) {
-        Some("all") => &["latency", "throughput", "handoff", "memory", "churn", "quorum"],
+        Some("all") => &[
+            "latency",
+            "throughput",
+            "handoff",
+            "memory",
+            "churn",
+            "quorum",
+        ],
         Some(one @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum")) => {
             &[one]
         }
