@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::process::BrokerProcess;
-use lockbroker_tests::{RedisServer, TestApp};
+use lockbroker_tests::{metric_names, RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -345,26 +345,6 @@ fn the_alert_rules_pass_promtool() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// Metric names (without histogram suffixes) used in `text`.
-fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
-    let mut names = std::collections::BTreeSet::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("lockbroker_") {
-        let tail = &rest[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        let name = &tail[..end];
-        let base = ["_bucket", "_count", "_sum"]
-            .iter()
-            .find_map(|suffix| name.strip_suffix(suffix))
-            .unwrap_or(name);
-        names.insert(base.to_owned());
-        rest = &tail[end..];
-    }
-    names
 }
 
 #[tokio::test]

@@ -52,3 +52,24 @@ pub fn lockctl_binary() -> std::path::PathBuf {
     );
     binary
 }
+
+/// The `lockbroker_*` metric names `text` (a scrape, a rule, a panel query)
+/// mentions, without histogram suffixes.
+pub fn metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("lockbroker_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let base = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        names.insert(base.to_owned());
+        rest = &tail[end..];
+    }
+    names
+}

@@ -2,14 +2,13 @@
 //! start, and every dashboard panel's query returns data from Prometheus after
 //! a short workload.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockbroker_server::auth::{hash_token, ApiKeyConfig};
 use lockbroker_server::Settings;
 use lockbroker_tests::app::test_settings;
-use lockbroker_tests::{RedisServer, TestApp};
+use lockbroker_tests::{metric_names, RedisServer, TestApp};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -52,26 +51,6 @@ async fn spawn(redis: &RedisServer) -> TestApp {
 /// The text of a shipped file under `deploy/`.
 fn shipped(path: &str) -> String {
     std::fs::read_to_string(deploy_file(path)).expect("read shipped file")
-}
-
-/// Metric names (without histogram suffixes) that `text` reads.
-fn metric_names(text: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut rest = text;
-    while let Some(at) = rest.find("lockbroker_") {
-        let tail = &rest[at..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .unwrap_or(tail.len());
-        let name = &tail[..end];
-        let base = ["_bucket", "_count", "_sum"]
-            .iter()
-            .find_map(|suffix| name.strip_suffix(suffix))
-            .unwrap_or(name);
-        names.insert(base.to_owned());
-        rest = &tail[end..];
-    }
-    names
 }
 
 #[tokio::test]
