@@ -9,15 +9,82 @@ use std::time::{Duration, Instant};
 
 use crate::client::BrokerClient;
 
-/// A `redis-server` without persistence and `brokers` broker processes on it.
+/// `redis-server`s without persistence (one, or a quorum's nodes) and
+/// `brokers` broker processes on them.
 pub struct Stack {
-    redis: Child,
+    nodes: Vec<Node>,
     brokers: Vec<Child>,
-    dir: PathBuf,
     /// The brokers' base URLs, `http://127.0.0.1:<port>`.
     pub urls: Vec<String>,
-    /// The Redis URL the brokers use.
+    /// The Redis URL the brokers use (the first node's, in quorum mode).
     pub redis_url: String,
+}
+
+/// One `redis-server` of the stack.
+struct Node {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Node {
+    /// Starts a `redis-server` on a free port, keeping nothing on disk.
+    async fn start() -> Result<Self, String> {
+        let port = free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("lockbroker-lab-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut node = Self {
+            child: None,
+            port,
+            dir,
+        };
+        node.spawn().await?;
+        Ok(node)
+    }
+
+    async fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start redis-server (apt-get install redis-server): {e}")
+            })?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !redis_answers(self.port) {
+            if Instant::now() > deadline {
+                return Err(format!("redis-server did not answer on port {}", self.port));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args([signal, &child.id().to_string()])
+                .status();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
 }
 
 /// Finds the `lockbroker` binary: `explicit` if given, else the one built
@@ -54,45 +121,45 @@ fn redis_answers(port: u16) -> bool {
 }
 
 impl Stack {
-    /// Starts `redis-server` and `brokers` brokers (from `broker_bin`) and
+    /// Starts one `redis-server` and `brokers` brokers (from `broker_bin`) and
     /// waits until every broker is ready.
     pub async fn start(brokers: usize, broker_bin: &PathBuf) -> Result<Self, String> {
-        let port = free_port()?;
-        let dir =
-            std::env::temp_dir().join(format!("lockbroker-lab-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let redis = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server (apt-get install redis-server): {e}")
-            })?;
+        Self::start_with(1, brokers, broker_bin).await
+    }
+
+    /// Like [`Stack::start`] with `nodes` Redis servers: more than one runs
+    /// the brokers in quorum mode over all of them.
+    pub async fn start_with(
+        nodes: usize,
+        brokers: usize,
+        broker_bin: &PathBuf,
+    ) -> Result<Self, String> {
         let mut stack = Self {
-            redis,
+            nodes: Vec::new(),
             brokers: Vec::new(),
-            dir,
             urls: Vec::new(),
-            redis_url: format!("redis://127.0.0.1:{port}/0"),
+            redis_url: String::new(),
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !redis_answers(port) {
-            if Instant::now() > deadline {
-                return Err(format!("redis-server did not answer on port {port}"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        for _ in 0..nodes.max(1) {
+            stack.nodes.push(Node::start().await?);
         }
+        stack.redis_url = stack.nodes[0].url();
+        let node_urls: Vec<String> = stack.nodes.iter().map(Node::url).collect();
         for _ in 0..brokers {
             let port = free_port()?;
-            let child = Command::new(broker_bin)
+            let mut command = Command::new(broker_bin);
+            command
                 .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
                 .env("LOCKBROKER_REDIS_URL", &stack.redis_url)
-                .env("LOCKBROKER_LOG_LEVEL", "error")
+                .env("LOCKBROKER_LOG_LEVEL", "error");
+            if nodes > 1 {
+                command
+                    .env("LOCKBROKER_REDIS_MODE", "quorum")
+                    .env("LOCKBROKER_REDIS_NODES", node_urls.join(","))
+                    // Room for a loaded machine: a slower node is a refusal.
+                    .env("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "200");
+            }
+            let child = command
                 .stdout(Stdio::null())
                 .spawn()
                 .map_err(|e| format!("cannot start {}: {e}", broker_bin.display()))?;
@@ -111,18 +178,40 @@ impl Stack {
         }
         Ok(stack)
     }
+
+    /// How many Redis servers the stack runs.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Freezes node `at` (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause_node(&self, at: usize) {
+        self.nodes[at].signal("-STOP");
+    }
+
+    /// Thaws node `at` (SIGCONT).
+    pub fn resume_node(&self, at: usize) {
+        self.nodes[at].signal("-CONT");
+    }
+
+    /// Kills node `at` and starts it again on its port, empty.
+    pub async fn restart_node_empty(&mut self, at: usize) -> Result<(), String> {
+        let node = &mut self.nodes[at];
+        node.stop();
+        node.spawn().await
+    }
 }
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        for child in self
-            .brokers
-            .iter_mut()
-            .chain(std::iter::once(&mut self.redis))
-        {
+        for child in &mut self.brokers {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        for node in &mut self.nodes {
+            node.signal("-CONT");
+            node.stop();
+            let _ = std::fs::remove_dir_all(&node.dir);
+        }
     }
 }

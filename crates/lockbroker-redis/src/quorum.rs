@@ -174,8 +174,13 @@ impl LockStore for QuorumStore {
                 inner
                     .fence_floor
                     .fetch_max(lease.fence.get(), Ordering::Relaxed);
+                // The earliest expiry among the nodes, less what drift may take.
+                let expires_at_ms = lease
+                    .expires_at_ms
+                    .saturating_sub(inner.drift.allowance(params.ttl));
                 return Ok(AcquireOutcome::Granted(Lease {
                     validity_ms: validity,
+                    expires_at_ms,
                     ..lease
                 }));
             }
@@ -211,7 +216,13 @@ impl LockStore for QuorumStore {
         )
         .await;
         let validity = inner.drift.validity(ttl, started.elapsed());
-        tally::extend(answers, inner.majority, validity)
+        let mut outcome = tally::extend(answers, inner.majority, validity)?;
+        if let ExtendOutcome::Extended(renewal) = &mut outcome {
+            renewal.expires_at_ms = renewal
+                .expires_at_ms
+                .saturating_sub(inner.drift.allowance(ttl));
+        }
+        Ok(outcome)
     }
 
     async fn release(

@@ -18,6 +18,9 @@ Usage: lockbroker-check [--url URL]... [options]
 Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --url URL          a broker to load (repeat, or comma-separate, for several)
   --brokers N        brokers to start when no --url is given (default 1)
+  --nodes N          Redis servers to start: 1, or an odd N >= 3 for quorum mode
+  --chaos            in quorum mode, keep pausing (SIGSTOP) and restarting empty
+                     a minority of the nodes while the load runs
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
   --clients N        concurrent clients (default 16)
   --locks N          locks they share (default 3)
@@ -27,7 +30,7 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --seed N           seed for the clients' choices (default: the time)";
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1), &["help"]) {
+    let args = match Args::parse(std::env::args().skip(1), &["help", "chaos"]) {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
     };
@@ -38,6 +41,8 @@ fn main() -> ExitCode {
     let known = [
         "url",
         "brokers",
+        "nodes",
+        "chaos",
         "broker-bin",
         "clients",
         "locks",
@@ -89,18 +94,25 @@ async fn run(args: &Args) -> Result<bool, String> {
         .raw("url")
         .map(|u| u.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    let _stack = if urls.is_empty() {
+    let stack = if urls.is_empty() {
         let bin = broker_binary(args.raw("broker-bin"));
-        let stack = Stack::start(args.get("brokers", 1)?, &bin).await?;
+        let stack = Stack::start_with(args.get("nodes", 1)?, args.get("brokers", 1)?, &bin).await?;
         println!(
-            "started redis-server at {} and {} broker(s)",
-            stack.redis_url,
+            "started {} redis-server(s) and {} broker(s)",
+            stack.node_count(),
             stack.urls.len()
         );
         urls.clone_from(&stack.urls);
         Some(stack)
     } else {
         None
+    };
+    // The stack lives until the end of the run: in the chaos task, or here.
+    let (chaos, _stack) = match stack {
+        Some(stack) if args.flag("chaos") && stack.node_count() >= 3 => {
+            (Some(tokio::spawn(chaos(stack, plan.duration))), None)
+        }
+        other => (None, other),
     };
     println!(
         "load: {} clients, {} locks, {:.0} s, ttl {} ms, stall rate {}, {} broker(s), seed {seed}",
@@ -112,6 +124,10 @@ async fn run(args: &Args) -> Result<bool, String> {
         urls.len()
     );
     let (history, stats) = load::run(&urls, &plan).await;
+    if let Some(chaos) = chaos {
+        let faults = chaos.await.map_err(|e| e.to_string())??;
+        println!("chaos: {faults}");
+    }
     let events = history.events();
     let report = check(&events);
     println!(
@@ -125,4 +141,29 @@ async fn run(args: &Args) -> Result<bool, String> {
     }
     println!("{}", if report.ok() { "PASS" } else { "FAIL" });
     Ok(report.ok())
+}
+
+/// For `duration`, disturbs a minority of the stack's nodes in turn: one is
+/// frozen for 700 ms, the next is restarted without its data. A majority is
+/// never touched, so the brokers must keep serving without a double grant.
+async fn chaos(mut stack: Stack, duration: Duration) -> Result<String, String> {
+    let minority = stack.node_count() / 2;
+    let until = tokio::time::Instant::now() + duration;
+    let (mut pauses, mut restarts) = (0, 0);
+    let mut round = 0;
+    while tokio::time::Instant::now() + Duration::from_secs(2) < until {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let frozen = round % minority;
+        stack.pause_node(frozen);
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        stack.resume_node(frozen);
+        pauses += 1;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        stack.restart_node_empty((round + 1) % minority).await?;
+        restarts += 1;
+        round += 1;
+    }
+    Ok(format!(
+        "{pauses} pauses and {restarts} restarts without data, of nodes 1 to {minority}"
+    ))
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lockbroker_core::{
     AcquireOutcome, ExtendOutcome, Fence, ForceReleaseOutcome, Holder, Lease, LeaseToken,
-    LockStatus, ReleaseOutcome, StoreError, Ttl,
+    LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
 };
 
 /// How much the nodes' clocks may disagree: Redlock's drift allowance,
@@ -31,10 +31,15 @@ impl Drift {
     /// What is left of `ttl` after `elapsed` and the drift allowance, ms;
     /// never negative.
     pub fn validity(&self, ttl: Ttl, elapsed: Duration) -> u64 {
-        let ttl = ttl.as_millis();
-        let allowance = (ttl as f64 * self.factor).ceil() as u64 + self.ms;
         let elapsed = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
-        ttl.saturating_sub(elapsed).saturating_sub(allowance)
+        ttl.as_millis()
+            .saturating_sub(elapsed)
+            .saturating_sub(self.allowance(ttl))
+    }
+
+    /// How much of a lease of `ttl` the clocks' drift may take, ms.
+    pub fn allowance(&self, ttl: Ttl) -> u64 {
+        (ttl.as_millis() as f64 * self.factor).ceil() as u64 + self.ms
     }
 }
 
@@ -99,7 +104,7 @@ impl Votes {
             .grants
             .iter()
             .map(|(_, l)| l)
-            .min_by_key(|l| l.ttl_ms)?;
+            .min_by_key(|l| l.expires_at_ms)?;
         let lease = Lease {
             fence: Fence::new(fence),
             ..shortest.clone()
@@ -157,19 +162,23 @@ pub fn extend(
 ) -> Result<ExtendOutcome, StoreError> {
     let answered = answers.iter().filter(|a| a.is_ok()).count();
     let mut extended = Vec::new();
-    let (mut released, mut max_hold) = (0, Vec::new());
+    let (mut released, mut lost, mut max_hold) = (0, 0, Vec::new());
     for answer in answers.into_iter().flatten() {
         match answer {
             ExtendOutcome::Extended(renewal) => extended.push(renewal),
             ExtendOutcome::Released => released += 1,
             ExtendOutcome::MaxHoldExceeded { expires_in_ms } => max_hold.push(expires_in_ms),
-            ExtendOutcome::Lost => {}
+            ExtendOutcome::Lost => lost += 1,
         }
     }
     if extended.len() >= majority && validity > 0 {
+        // A node the write-back missed still carries its own, smaller fence:
+        // the lease's fence is the highest.
+        let fence = extended.iter().map(|r| r.fence).max();
         let shortest = extended.iter().min_by_key(|r| r.expires_at_ms).cloned();
-        if let Some(mut renewal) = shortest {
+        if let (Some(mut renewal), Some(fence)) = (shortest, fence) {
             renewal.validity_ms = validity;
+            renewal.fence = fence;
             return Ok(ExtendOutcome::Extended(renewal));
         }
     }
@@ -180,8 +189,17 @@ pub fn extend(
     if released >= majority {
         return Ok(ExtendOutcome::Released);
     }
-    if answered >= majority {
+    if lost >= majority {
         return Ok(ExtendOutcome::Lost);
+    }
+    if answered >= majority {
+        // Neither kept nor gone on a majority (some nodes were slow, down, or
+        // restarted empty): the lease stays valid until its expiry, but this
+        // extend did not make it last longer.
+        return Err(StoreError::Unavailable(format!(
+            "only {} of the {answered} nodes that answered extended the lease; a majority is {majority}",
+            extended.len()
+        )));
     }
     Err(StoreError::Unavailable(format!(
         "only {answered} nodes answered the extend; a majority is {majority}"
@@ -209,16 +227,19 @@ pub fn release(
             "only {answered} nodes answered the release; a majority is {majority}"
         )));
     }
-    // The first release of the lease reports how long it was held.
+    // The lease's fence is the highest (a node the write-back missed keeps
+    // its own); the first release of it reports how long it was held.
+    let fence = released.iter().map(|release| release.fence).max();
     released.sort_by_key(|release| release.held_ms.is_none());
-    Ok(match released.into_iter().next() {
-        Some(release) => ReleaseOutcome::Released(release),
-        None => ReleaseOutcome::Lost,
+    Ok(match (released.into_iter().next(), fence) {
+        (Some(release), Some(fence)) => ReleaseOutcome::Released(Release { fence, ..release }),
+        _ => ReleaseOutcome::Lost,
     })
 }
 
-/// A lock's state as a majority sees it: held when a majority holds it;
-/// free to take once a majority is free; the highest fence any node knows.
+/// A lock's state as a majority sees it: held when one lease holds a
+/// majority; free to take once a majority is free; otherwise the highest
+/// fence any node knows.
 pub fn status(
     answers: &[Result<LockStatus, StoreError>],
     majority: usize,
@@ -231,17 +252,29 @@ pub fn status(
         )));
     }
     let fence = statuses.iter().filter_map(|s| s.fence).max();
-    let holding: Vec<&&LockStatus> = statuses.iter().filter(|s| s.held).collect();
     let mut available: Vec<u64> = statuses.iter().map(|s| s.available_in_ms).collect();
     available.sort_unstable();
     // Free once a majority is: the majority-th soonest.
     let available_in_ms = available[majority - 1];
-    if holding.len() >= majority {
-        let soonest = holding.iter().min_by_key(|s| s.expires_in_ms);
+    // Held when one lease holds a majority: a granted lease carries the same
+    // (written back) fence on a majority of nodes, while a grant in flight or
+    // being rolled back holds only a minority with fences of its own.
+    let holding = |fence: Fence| {
+        statuses
+            .iter()
+            .filter(move |s| s.held && s.fence == Some(fence))
+    };
+    let held_fence = statuses
+        .iter()
+        .filter(|s| s.held)
+        .filter_map(|s| s.fence)
+        .find(|&fence| holding(fence).count() >= majority);
+    if let Some(held_fence) = held_fence {
+        let soonest = holding(held_fence).min_by_key(|s| s.expires_in_ms);
         return Ok(LockStatus {
             held: true,
             owner: soonest.and_then(|s| s.owner.clone()),
-            fence,
+            fence: Some(held_fence),
             expires_in_ms: soonest.map_or(0, |s| s.expires_in_ms),
             available_in_ms,
         });
