@@ -45,4 +45,4 @@ pub use store::ForceReleaseOutcome;
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
 };
-pub use wait::Wake;
+pub use wait::{Wake, WakeStream};

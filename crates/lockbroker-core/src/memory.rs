@@ -22,7 +22,7 @@ use crate::store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, Release,
     ReleaseOutcome,
 };
-use crate::wait::Wake;
+use crate::wait::{Wake, WakeStream};
 use crate::{LeaseToken, Ttl};
 
 mod backend;
@@ -44,7 +44,7 @@ pub struct MemoryStore {
     shared: Arc<Shared>,
     broker_id: String,
     fence_floor: AtomicU64,
-    wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
+    wakes: WakeStream,
 }
 
 impl Default for MemoryStore {
@@ -103,7 +103,7 @@ impl MemoryStore {
             shared,
             broker_id,
             fence_floor: AtomicU64::new(0),
-            wakes: Mutex::new(Some(rx)),
+            wakes: WakeStream::new(rx),
         }
     }
 
@@ -256,11 +256,7 @@ impl LockStore for MemoryStore {
     ) -> Result<ExtendOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
-        let Some(cur) = backend
-            .leases
-            .get_mut(name)
-            .filter(|r| r.token == token.expose())
-        else {
+        let Some(cur) = backend.record_of(name, token) else {
             return Ok(ExtendOutcome::Lost);
         };
         if cur.released {
@@ -293,11 +289,7 @@ impl LockStore for MemoryStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
-        let Some(cur) = backend
-            .leases
-            .get_mut(name)
-            .filter(|r| r.token == token.expose())
-        else {
+        let Some(cur) = backend.record_of(name, token) else {
             return Ok(ReleaseOutcome::Lost);
         };
         let fence = Fence::new(cur.fence);
@@ -436,7 +428,7 @@ impl LockStore for MemoryStore {
     }
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
-        lock(&self.wakes).take()
+        self.wakes.take()
     }
 
     fn orphan_window(&self) -> Duration {

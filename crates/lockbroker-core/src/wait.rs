@@ -18,6 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::Notify;
 
 use crate::error::LockError;
@@ -52,6 +53,22 @@ pub enum Wake {
     /// Announcements may have been missed (the subscription reconnected):
     /// every waiter should look again.
     Resync,
+}
+
+/// A store's stream of announcements, handed out once: to the service that
+/// owns the store ([`crate::LockStore::take_wakes`]).
+pub struct WakeStream(Mutex<Option<UnboundedReceiver<Wake>>>);
+
+impl WakeStream {
+    /// Holds `receiver` until it is taken.
+    pub fn new(receiver: UnboundedReceiver<Wake>) -> Self {
+        Self(Mutex::new(Some(receiver)))
+    }
+
+    /// The stream, the first time; `None` after.
+    pub fn take(&self) -> Option<UnboundedReceiver<Wake>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 struct Waiter {

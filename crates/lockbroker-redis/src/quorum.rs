@@ -14,14 +14,14 @@ mod standing;
 mod tally;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseToken,
     ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
-    StoreError, Ttl, Wake,
+    StoreError, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
@@ -56,7 +56,7 @@ struct Inner {
     /// The highest fence this broker has seen on any node, passed to every
     /// node's acquire so a grant exceeds it even where that node lost data.
     fence_floor: AtomicU64,
-    wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
+    wakes: WakeStream,
     orphan_window: Duration,
 }
 
@@ -100,7 +100,7 @@ impl QuorumStore {
                 standing,
                 drift: settings.drift,
                 fence_floor: AtomicU64::new(0),
-                wakes: Mutex::new(Some(wake_rx)),
+                wakes: WakeStream::new(wake_rx),
                 orphan_window,
             }),
         })
@@ -336,11 +336,7 @@ impl LockStore for QuorumStore {
     }
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
-        self.inner
-            .wakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        self.inner.wakes.take()
     }
 
     fn orphan_window(&self) -> Duration {

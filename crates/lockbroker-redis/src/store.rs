@@ -2,7 +2,7 @@
 //! call through its typed definition in [`crate::scripts::calls`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
@@ -12,7 +12,7 @@ use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LeaseToken, ListCursor,
     ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError,
-    Ttl, Wake,
+    Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
@@ -45,7 +45,7 @@ struct Inner {
     fence_floor: AtomicU64,
     /// The one subscription of this process, feeding the announcements here
     /// until the service takes them.
-    wakes: Mutex<Option<UnboundedReceiver<Wake>>>,
+    wakes: WakeStream,
     observer: Option<Arc<dyn StoreObserver>>,
 }
 
@@ -117,7 +117,7 @@ impl RedisLockStore {
                 context,
                 settings,
                 fence_floor: AtomicU64::new(0),
-                wakes: Mutex::new(Some(wake_rx)),
+                wakes: WakeStream::new(wake_rx),
                 observer,
             }),
         })
@@ -288,11 +288,7 @@ impl LockStore for RedisLockStore {
     }
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
-        self.inner
-            .wakes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+        self.inner.wakes.take()
     }
 
     fn orphan_window(&self) -> Duration {

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::lease::LeaseToken;
 use crate::name::LockName;
 use crate::wait::Wake;
 
@@ -42,6 +43,13 @@ pub(super) struct Backend {
 }
 
 impl Backend {
+    /// The record of `name` if `token` took it (released or not).
+    pub(super) fn record_of(&mut self, name: &LockName, token: &LeaseToken) -> Option<&mut Record> {
+        self.leases
+            .get_mut(name)
+            .filter(|record| record.token == token.expose())
+    }
+
     /// The first live fair waiter of `name`, pruning expired entries.
     pub(super) fn queue_head(&mut self, name: &LockName, now_ms: u64) -> Option<String> {
         let queue = self.queues.get_mut(name)?;
