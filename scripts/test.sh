@@ -39,12 +39,11 @@ if [ "${1:-}" != "--rust" ]; then
 fi
 suite "rust" cargo nextest run --workspace --no-fail-fast
 # The API suite again with every test broker in quorum mode (the test's Redis
-# and two more). Left out: tests of one node's own behaviour (its script
-# counts, flushing or restarting the only Redis, a TLS Redis) and fair order
-# across brokers, which quorum mode does not keep yet (docs/quorum.md).
+# and two more, shared by every broker the test starts on it). Left out: tests
+# of one node's own behaviour (its script counts, a TLS Redis).
 suite "rust, quorum mode" env LOCKBROKER_TEST_MODE=quorum cargo nextest run -p lockbroker-tests \
   --no-fail-fast -E 'test(/^(leases|waiting|validation|retries|http_errors|security|lifecycle)::/)
-    - test(/a_grant_costs_constant_redis_work|fair_waiters_across_two_brokers|reaches_redis_over_tls/)'
+    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls/)'
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED suites: ${failed[*]}" >&2

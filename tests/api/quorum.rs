@@ -3,15 +3,16 @@
 //! a node restarted empty while a lease is held, a slow node, lost data).
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockbroker_core::conformance::Backend;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Fence, LeaseToken, LockDelay, LockName, LockStore, Principal,
-    ReleaseOutcome, StoreError, Ttl,
+    AcquireOutcome, AcquireParams, FairEntry, Fence, LeaseToken, LockDelay, LockName, LockStore,
+    Principal, ReleaseOutcome, StoreError, Ttl,
 };
 use lockbroker_redis::quorum::{Drift, QuorumSettings, QuorumStore};
-use lockbroker_redis::RedisSettings;
+use lockbroker_redis::{QuorumEvent, RedisSettings, StoreObserver};
 use lockbroker_tests::proxy::Proxy;
 use lockbroker_tests::RedisServer;
 
@@ -263,4 +264,156 @@ async fn fences_grow_after_a_minority_and_then_every_node_lose_their_data() {
         last = fence;
         store.release(&lock, &token).await.expect("release");
     }
+}
+
+/// Counts what the quorum store reports to its observer.
+#[derive(Default)]
+struct Counts {
+    write_backs: AtomicU32,
+    rollbacks: AtomicU32,
+    node_scripts: std::sync::Mutex<Vec<usize>>,
+}
+
+impl StoreObserver for Counts {
+    fn script_finished(&self, _: &'static str, _: Duration) {}
+
+    fn fence_floor_raised(&self) {}
+
+    fn node_script_finished(&self, node: usize, _: Duration) {
+        self.node_scripts.lock().expect("nodes").push(node);
+    }
+
+    fn quorum_event(&self, event: QuorumEvent) {
+        match event {
+            QuorumEvent::FenceWrittenBack => self.write_backs.fetch_add(1, Ordering::Relaxed),
+            QuorumEvent::GrantRolledBack => self.rollbacks.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+impl Quorum {
+    /// A broker reporting to a fresh [`Counts`].
+    async fn observed(&self) -> (QuorumStore, Arc<Counts>) {
+        let counts = Arc::new(Counts::default());
+        let observer: Arc<dyn StoreObserver> = Arc::clone(&counts) as _;
+        let store = QuorumStore::connect(self.settings(), Some(observer)).expect("store");
+        while store.ping().await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (store, counts)
+    }
+
+    /// `GET` of `key` under this quorum's prefix on node `at`.
+    fn get(&self, at: usize, key: &str) -> Option<String> {
+        let key = format!("{}:{key}", self.prefix);
+        let reply = self.servers[at].conn().cmd(&["GET", &key]);
+        reply.as_text().map(str::to_owned)
+    }
+}
+
+#[tokio::test]
+async fn nodes_that_issue_the_same_fence_need_no_write_back_and_one_ahead_forces_it() {
+    let quorum = Quorum::start(3);
+    let (store, counts) = quorum.observed().await;
+    let lock = name("quorum-agree");
+    let (fence, token, _) = granted(&store, &lock, 5_000).await;
+    assert_eq!(counts.write_backs.load(Ordering::Relaxed), 0);
+    for at in 0..3 {
+        let mark = quorum.get(at, "{quorum-agree}:fence");
+        assert_eq!(
+            mark,
+            Some(fence.get().to_string()),
+            "node {at} carries the fence"
+        );
+    }
+    store.release(&lock, &token).await.expect("release");
+
+    // Node 1's mark runs far ahead (it alone saw a later grant): it issues the
+    // highest fence, and the other two must take it in a second round trip.
+    let ahead = fence.get() + 1_000_000_000_000;
+    let key = format!("{}:{{quorum-agree}}:fence", quorum.prefix);
+    quorum.servers[1]
+        .conn()
+        .cmd(&["SET", &key, &ahead.to_string()]);
+    let (fence, token, _) = granted(&store, &lock, 5_000).await;
+    assert_eq!(fence.get(), ahead + 1);
+    assert_eq!(counts.write_backs.load(Ordering::Relaxed), 1);
+    for at in 0..3 {
+        let mark = quorum.get(at, "{quorum-agree}:fence");
+        assert_eq!(
+            mark,
+            Some(fence.get().to_string()),
+            "node {at} took the fence"
+        );
+    }
+    store.release(&lock, &token).await.expect("release");
+    let seen = counts.node_scripts.lock().expect("nodes").clone();
+    assert!(
+        (0..3).all(|at| seen.contains(&at)),
+        "latency per node: {seen:?}"
+    );
+}
+
+/// A fair acquire by `waiter`, which arrived at `arrived_at_us`.
+async fn fair_try(
+    store: &QuorumStore,
+    lock: &LockName,
+    waiter: &str,
+    arrived_at_us: u64,
+) -> AcquireOutcome {
+    store
+        .acquire(AcquireParams {
+            name: lock,
+            token: &LeaseToken::generate(),
+            ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
+            owner: None,
+            request_id: None,
+            principal: &Principal::ANONYMOUS,
+            lock_delay: LockDelay::default(),
+            fair: Some(FairEntry {
+                waiter_id: waiter,
+                entry_ttl_ms: 10_000,
+                arrived_at_us,
+            }),
+        })
+        .await
+        .expect("the quorum answers")
+}
+
+#[tokio::test]
+async fn a_grant_undone_on_a_minority_costs_the_fair_waiter_nothing() {
+    let quorum = Quorum::start(3);
+    let (store, counts) = quorum.observed().await;
+    let lock = name("quorum-fair");
+    let (_, holder, _) = granted(&store, &lock, 30_000).await;
+    let first = fair_try(&store, &lock, "first", 1_000).await;
+    let second = fair_try(&store, &lock, "second", 2_000).await;
+    assert!(matches!(first, AcquireOutcome::Busy { .. }));
+    assert!(matches!(second, AcquireOutcome::Busy { .. }));
+
+    // Node 0 lost the holder's lease: it alone grants the first waiter,
+    // which no majority backs, so the grant is undone there.
+    let lease = format!("{}:{{quorum-fair}}:lease", quorum.prefix);
+    quorum.servers[0].conn().cmd(&["DEL", &lease]);
+    let retry = fair_try(&store, &lock, "first", 1_000).await;
+    assert!(matches!(retry, AcquireOutcome::Busy { .. }), "{retry:?}");
+    assert_eq!(counts.rollbacks.load(Ordering::Relaxed), 1);
+    let queue = format!("{}:{{quorum-fair}}:queue", quorum.prefix);
+    let line = quorum.servers[0].conn().cmd(&["ZRANGE", &queue, "0", "-1"]);
+    let line: Vec<&str> = line.as_array().iter().filter_map(|w| w.as_text()).collect();
+    assert_eq!(
+        line,
+        ["first", "second"],
+        "node 0 still has the first waiter first"
+    );
+
+    store.release(&lock, &holder).await.expect("release");
+    assert!(matches!(
+        fair_try(&store, &lock, "second", 2_000).await,
+        AcquireOutcome::Busy { .. }
+    ));
+    assert!(matches!(
+        fair_try(&store, &lock, "first", 1_000).await,
+        AcquireOutcome::Granted(_)
+    ));
 }

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use lockbroker_api::{
@@ -49,7 +50,32 @@ pub struct TestApp {
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
     /// In quorum mode, the nodes besides the test's own Redis.
-    _more_nodes: Vec<RedisServer>,
+    _more_nodes: Option<Arc<QuorumPeers>>,
+}
+
+/// The two nodes that make a quorum of three with one test Redis.
+struct QuorumPeers([RedisServer; 2]);
+
+/// The peers started for each test Redis (by URL), while a broker uses them:
+/// every broker a test starts on one Redis joins the same quorum, as brokers
+/// sharing a Redis share its locks in single mode.
+static QUORUM_PEERS: Mutex<Vec<(String, Weak<QuorumPeers>)>> = Mutex::new(Vec::new());
+
+impl QuorumPeers {
+    fn of(url: &str) -> Arc<Self> {
+        let mut all = QUORUM_PEERS.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|(_, peers)| peers.strong_count() > 0);
+        let running = all
+            .iter()
+            .filter(|(at, _)| at == url)
+            .find_map(|(_, peers)| peers.upgrade());
+        if let Some(peers) = running {
+            return peers;
+        }
+        let peers = Arc::new(Self([RedisServer::start(), RedisServer::start()]));
+        all.push((url.to_owned(), Arc::downgrade(&peers)));
+        peers
+    }
 }
 
 /// Which backend mode test brokers run in: `LOCKBROKER_TEST_MODE=quorum` runs
@@ -123,13 +149,14 @@ impl TestApp {
     /// A broker with settings the test adjusted.
     pub async fn spawn_with(mut settings: Settings) -> Self {
         lockbroker_server::telemetry::init(&settings.log);
-        let mut more_nodes = Vec::new();
+        let mut more_nodes = None;
         if quorum_from_env() && settings.redis.mode == RedisMode::Single {
-            more_nodes = vec![RedisServer::start(), RedisServer::start()];
+            let peers = QuorumPeers::of(&settings.redis.url);
             let redis = &mut settings.redis;
             redis.nodes = std::iter::once(redis.url.clone())
-                .chain(more_nodes.iter().map(RedisServer::url))
+                .chain(peers.0.iter().map(RedisServer::url))
                 .collect();
+            more_nodes = Some(peers);
             redis.mode = RedisMode::Quorum;
             redis.node_timeout_ms = redis.command_timeout_ms;
         }

@@ -217,7 +217,7 @@ impl DirectClient {
             release_memo_ms: u64::try_from(defaults.release_memo.as_millis()).unwrap_or(u64::MAX),
             // Stands in for the broker id in release announcements.
             broker_id: lockbroker_core::lease::random_hex::<8>(),
-            keep_horizon: false,
+            quorum_node: false,
         };
         Ok(Self {
             redis: resp::Connection::connect(port).await?,
@@ -269,6 +269,7 @@ impl DirectClient {
         let call = AcquireCall {
             params: &params,
             fence_floor: self.floor,
+            epoch: None,
         };
         let shas = Arc::clone(&self.shas);
         let acquired = self.run(&shas.0, &call).await?;
@@ -292,6 +293,7 @@ impl DirectClient {
                 &ReleaseCall {
                     name: &name,
                     token: &token,
+                    requeue: None,
                 },
             )
             .await?

@@ -26,6 +26,8 @@ struct Attempt<'a> {
     token: LeaseToken,
     plan: AcquirePlan,
     fair_id: Option<String>,
+    /// When the request arrived, in Unix microseconds: a fair waiter's place.
+    arrived_at_us: u64,
 }
 
 /// Takes, renews and gives back leases through a [`LockStore`], applying the
@@ -94,6 +96,15 @@ impl<S: LockStore> Drop for QueueExit<'_, S> {
     }
 }
 
+/// The wall clock in Unix microseconds (0 for a clock set before 1970).
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
+}
+
 /// Runs clean-up work from a `Drop`, if a runtime is there to run it.
 fn spawn_detached(work: impl Future<Output = ()> + Send + 'static) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -157,6 +168,7 @@ impl<S: LockStore> LockService<S> {
             token: LeaseToken::generate(),
             plan,
             fair_id,
+            arrived_at_us: unix_micros(),
         };
         if attempt.plan.wait.is_zero() {
             return match self.attempt(&attempt, None).await? {
@@ -254,6 +266,7 @@ impl<S: LockStore> LockService<S> {
             fair: fair_id.map(|waiter_id| FairEntry {
                 waiter_id,
                 entry_ttl_ms: self.policy.fair_entry_ttl_ms,
+                arrived_at_us: attempt.arrived_at_us,
             }),
         };
         // Armed from before the call: if this future is dropped while the

@@ -47,6 +47,11 @@ pub struct FairEntry<'a> {
     /// The entry expires unless refreshed within this, so a waiter whose broker
     /// died stops blocking the line.
     pub entry_ttl_ms: u64,
+    /// When the waiter arrived, in Unix microseconds by the broker's clock.
+    /// A store that keeps one queue on one server orders by its own clock
+    /// instead; a store that keeps a copy of the queue on each of several
+    /// servers orders every copy by this, so all copies agree on who is first.
+    pub arrived_at_us: u64,
 }
 
 /// The result of one grant attempt.

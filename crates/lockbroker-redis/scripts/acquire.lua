@@ -1,18 +1,26 @@
 -- Grants a lock if no valid lease, lock-delay or earlier fair waiter is in the way.
 --
 -- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] fair queue  KEYS[4] queue expiries
+-- KEYS[5] lease horizon  KEYS[6] epoch hash (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] owner ('' for none)
 -- ARGV[4] request_id ('' for none)  ARGV[5] lock_delay_ms  ARGV[6] fence_idle_ms
 -- ARGV[7] fence floor: the highest fence the calling broker has seen
 -- ARGV[8] fair waiter id ('' for none)  ARGV[9] queue entry ttl_ms
 -- ARGV[10] wake channel  ARGV[11] calling broker id  ARGV[12] lock name
 -- ARGV[13] principal: who asks ('' for a broker without API keys)
+-- ARGV[14] the fair waiter's arrival in Unix µs, its place in the queue ('' to
+--          use this Redis's clock: one server, one clock; a quorum passes the
+--          broker's, so every node's copy of the queue has the same order)
+-- ARGV[15] quorum mode: the node's epoch as the broker knows it ('' in
+--          single mode). A node with another epoch, or still out of
+--          majorities after a restart without its data, grants nothing.
 --
 -- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
 --         granted (floor_raised 1 when the broker's floor, not Redis's counter
 --         or clock, set the fence; absent for a request that already held it),
 --         {0, owner, fence, expires_in_ms, available_in_ms, queue_position}
---         when busy (queue_position -1 for a caller not in the fair queue).
+--         when busy (queue_position -1 for a caller not in the fair queue),
+--         {-1} from a quorum node not in good standing.
 --
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms) and rel ('1' once released).
@@ -26,13 +34,22 @@ local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
 local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
 
 local now_us, now_ms = clock()
+local arrival_us = tonumber(ARGV[14]) or now_us
+local epoch_id = ARGV[15] or ''
+
+if epoch_id ~= '' then
+  local epoch = redis.call('HMGET', KEYS[6], 'id', 'until')
+  if epoch[1] ~= epoch_id or tonumber(epoch[2]) > now_ms then
+    return {-1}
+  end
+end
 
 -- A fair waiter that is turned away keeps (or takes) its place in the queue.
 local function wait_in_line()
   if waiter_id == '' then
     return -1
   end
-  return queue_join(queue_key, expiry_key, waiter_id, now_us, now_ms, entry_ttl)
+  return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
 end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by')
@@ -91,6 +108,9 @@ redis.call('HSET', lease_key,
   'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
   'delay', string.format('%d', delay))
 redis.call('PEXPIRE', lease_key, ttl + delay)
+if epoch_id ~= '' then
+  raise_horizon(KEYS[5], exp + delay)
+end
 
 -- The fair waiter now first in line learns it, so it can sleep until this
 -- lease frees instead of until its next refresh.

@@ -3,12 +3,17 @@
 --
 -- Flagged allow-oom: a Redis out of memory under noeviction refuses writes
 -- that grow memory, and a holder must still be able to free its lock rather
--- than leave it held for its full TTL. The script only shrinks what it keeps.
+-- than leave it held for its full TTL. The script only shrinks what it keeps,
+-- apart from the one queue entry a quorum's undone grant puts back.
 --
 -- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
 -- ARGV[1] token  ARGV[2] memo_ms: how long a released lease is remembered so
 --         that a re-sent release reports success instead of a lost lease
 -- ARGV[3] wake channel  ARGV[4] calling broker id  ARGV[5] lock name
+-- ARGV[6] quorum mode, undoing a grant a majority did not make: the fair
+--         waiter it went to ('' for none), put back in line at its arrival
+--         ARGV[7] (Unix µs) for ARGV[8] ms, so a grant that did not happen
+--         costs nobody their place
 --
 -- Returns {1, fence, held_ms} when released ({1, fence, -1} for a re-send of
 -- a release that already succeeded), {0} when the token holds no valid lease.
@@ -18,6 +23,10 @@ local token, memo_ms = ARGV[1], tonumber(ARGV[2])
 local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
 
 local _, now_ms = clock()
+
+if (ARGV[6] or '') ~= '' then
+  queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
+end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq')
 if not cur[1] or cur[1] ~= token then

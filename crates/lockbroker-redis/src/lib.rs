@@ -30,4 +30,4 @@ pub mod wakes;
 pub use connection::{RedisAuth, RedisSettings};
 pub use keys::KeyLayout;
 pub use mode::RedisStore;
-pub use store::{RedisLockStore, StoreObserver};
+pub use store::{QuorumEvent, RedisLockStore, StoreObserver};

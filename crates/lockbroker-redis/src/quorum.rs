@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::connection::{redelivery_window, RedisSettings};
 use crate::scripts::calls::{AdoptFenceCall, Adoption};
-use crate::store::{RedisLockStore, StoreObserver};
+use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
 use standing::Standing;
 pub use tally::Drift;
 
@@ -58,6 +58,7 @@ struct Inner {
     fence_floor: AtomicU64,
     wakes: WakeStream,
     orphan_window: Duration,
+    observer: Option<Arc<dyn StoreObserver>>,
 }
 
 impl QuorumStore {
@@ -70,7 +71,8 @@ impl QuorumStore {
         let nodes = settings
             .nodes
             .iter()
-            .map(|node| RedisLockStore::quorum_node(node.clone(), observer.clone()))
+            .enumerate()
+            .map(|(at, node)| RedisLockStore::quorum_node(node.clone(), observer.clone(), at))
             .collect::<Result<Vec<_>, _>>()?;
         let (wake_tx, wake_rx) = unbounded_channel();
         let standing = Arc::new(Standing::new(nodes.len(), settings.drift));
@@ -102,13 +104,14 @@ impl QuorumStore {
                 fence_floor: AtomicU64::new(0),
                 wakes: WakeStream::new(wake_rx),
                 orphan_window,
+                observer,
             }),
         })
     }
 
-    /// How many nodes answer, how many of those are out of majorities after
-    /// a restart, and how many a majority is.
-    pub fn node_counts(&self) -> (usize, usize, usize) {
+    /// Which nodes answer (in the order of the node list), how many of those
+    /// are out of majorities after a restart, and how many a majority is.
+    pub fn node_counts(&self) -> (Vec<bool>, usize, usize) {
         let (up, restarting) = self.inner.standing.counts();
         (up, restarting, self.inner.majority)
     }
@@ -118,16 +121,45 @@ impl QuorumStore {
         join_all(self.inner.nodes.iter().map(RedisLockStore::disconnect)).await;
     }
 
-    /// Releases `token` on the nodes `at`, where a grant that did not reach a
-    /// majority may have been made; best effort, each within its timeout.
-    async fn roll_back(&self, name: &LockName, tokens: &[(usize, LeaseToken)]) {
+    /// Undoes a grant that did not reach a majority on the nodes `at` where
+    /// it may have been made, putting a fair waiter back in line there;
+    /// best effort, each within its timeout.
+    async fn roll_back(&self, params: &AcquireParams<'_>, tokens: &[(usize, LeaseToken)]) {
         let nodes = &self.inner.nodes;
         join_all(
             tokens
                 .iter()
-                .map(|(at, token)| nodes[*at].release(name, token)),
+                .map(|(at, token)| nodes[*at].undo_grant(params.name, token, params.fair)),
         )
         .await;
+    }
+
+    /// Takes a fair waiter that a majority granted out of the queues of the
+    /// nodes that did not grant it, in the background, so its entry does not
+    /// stand first in line there until it expires.
+    fn leave_other_queues(&self, name: &LockName, waiter_id: &str, granted: &[usize]) {
+        let others: Vec<RedisLockStore> = (self.inner.nodes.iter().enumerate())
+            .filter(|(at, _)| !granted.contains(at))
+            .map(|(_, node)| node.clone())
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        let (name, waiter_id) = (name.clone(), waiter_id.to_owned());
+        tokio::spawn(async move {
+            join_all(
+                others
+                    .iter()
+                    .map(|node| node.leave_queue(&name, &waiter_id)),
+            )
+            .await;
+        });
+    }
+
+    fn observe(&self, event: QuorumEvent) {
+        if let Some(observer) = &self.inner.observer {
+            observer.quorum_event(event);
+        }
     }
 
     /// Writes `fence` back to the nodes that granted; how many in good
@@ -159,21 +191,42 @@ impl LockStore for QuorumStore {
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
         let inner = &self.inner;
         let started = Instant::now();
-        let floor = inner.fence_floor.load(Ordering::Relaxed);
-        let answers = join_all(inner.nodes.iter().map(|node| {
-            node.raise_floor(floor);
-            node.acquire(params)
+        // Every node issues a fence above this proposal. When it also exceeds
+        // a node's mark and clock, all granting nodes issue the same fence and
+        // already carry it: no write-back round trip is needed.
+        let proposal = inner
+            .fence_floor
+            .load(Ordering::Relaxed)
+            .max(unix_micros().saturating_add(FENCE_LEAD_US));
+        let params = &params;
+        let answers = join_all(inner.nodes.iter().enumerate().map(|(at, node)| async move {
+            let epoch = inner.standing.epoch(at).ok_or_else(|| {
+                StoreError::Unavailable("the node's epoch is not known yet".into())
+            })?;
+            node.raise_floor(proposal);
+            node.acquire_as_node(params, &epoch).await
         }))
         .await;
         let votes = tally::acquire(answers, inner.majority, params.token);
         let mut outcome = votes.busy_answer();
-        if let Some((lease, grants)) = votes.granted() {
-            let adopted = self.adopt(params.name, lease.fence, &grants).await;
+        if let Some(grant) = votes.granted() {
+            let lease = grant.lease;
+            let mut kept = grant.agreed.len();
+            if kept < inner.majority {
+                self.observe(QuorumEvent::FenceWrittenBack);
+                kept += self.adopt(params.name, lease.fence, &grant.behind).await;
+            }
             let validity = inner.drift.validity(params.ttl, started.elapsed());
-            if adopted >= inner.majority && validity > 0 {
+            if kept >= inner.majority && validity > 0 {
                 inner
                     .fence_floor
                     .fetch_max(lease.fence.get(), Ordering::Relaxed);
+                if let Some(fair) = params.fair {
+                    let granted: Vec<usize> = (grant.agreed.iter().chain(&grant.behind))
+                        .map(|(at, _)| *at)
+                        .collect();
+                    self.leave_other_queues(params.name, fair.waiter_id, &granted);
+                }
                 // The earliest expiry among the nodes, less what drift may take.
                 let expires_at_ms = lease
                     .expires_at_ms
@@ -190,7 +243,11 @@ impl LockStore for QuorumStore {
                 ));
             }
         }
-        self.roll_back(params.name, &votes.to_roll_back()).await;
+        let partial = votes.to_roll_back();
+        if !partial.is_empty() {
+            self.observe(QuorumEvent::GrantRolledBack);
+            self.roll_back(params, &partial).await;
+        }
         if let Ok(AcquireOutcome::Busy { holder, .. }) = &outcome {
             inner
                 .fence_floor
@@ -342,6 +399,20 @@ impl LockStore for QuorumStore {
     fn orphan_window(&self) -> Duration {
         self.inner.orphan_window
     }
+}
+
+/// How far ahead of this broker's clock (µs) a grant's fence is proposed, so
+/// that it exceeds every node's clock and mark and the nodes agree on it at
+/// once, unless a node's clock runs more than this ahead of the broker's.
+const FENCE_LEAD_US: u64 = 1_000_000;
+
+/// The wall clock in Unix microseconds.
+fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
 }
 
 /// The bits of a listing cursor that hold a node's own `SCAN` cursor.

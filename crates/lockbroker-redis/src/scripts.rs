@@ -155,9 +155,10 @@ pub struct ScriptContext {
     pub broker_id: String,
     /// The Pub/Sub channel of announcements.
     pub wake_channel: String,
-    /// Quorum mode: scripts that set an expiry also raise the node's lease
-    /// horizon.
-    pub keep_horizon: bool,
+    /// One node of a quorum: scripts that set an expiry also raise the
+    /// node's lease horizon, and fair queues are ordered by the broker's
+    /// arrival times so that every node's copy agrees.
+    pub quorum_node: bool,
 }
 
 /// One call of one script: its keys and arguments in the order the Lua reads

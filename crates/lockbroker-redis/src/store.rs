@@ -10,9 +10,9 @@ use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LeaseToken, ListCursor,
-    ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError,
-    Ttl, Wake, WakeStream,
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, ForceReleaseOutcome, LeaseToken,
+    ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
+    StoreError, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
@@ -47,6 +47,8 @@ struct Inner {
     /// until the service takes them.
     wakes: WakeStream,
     observer: Option<Arc<dyn StoreObserver>>,
+    /// Quorum mode: this node's place in the node list.
+    node_index: Option<usize>,
 }
 
 /// Receives what the store measures, for metrics. Called on the request path:
@@ -57,6 +59,26 @@ pub trait StoreObserver: Send + Sync + 'static {
     /// A grant's fence was raised by this broker's floor above both Redis's
     /// counter and clock: Redis lost its data and its clock runs behind.
     fn fence_floor_raised(&self);
+    /// Quorum mode: a script on node `node` (its place in the node list)
+    /// finished after `elapsed`.
+    fn node_script_finished(&self, node: usize, elapsed: Duration) {
+        let _ = (node, elapsed);
+    }
+    /// Quorum mode: something happened that an operator counts.
+    fn quorum_event(&self, event: QuorumEvent) {
+        let _ = event;
+    }
+}
+
+/// Quorum mode: the steps off the fast path of a grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuorumEvent {
+    /// A majority granted, but fewer than a majority issued the grant's
+    /// fence: it was written back to the others.
+    FenceWrittenBack,
+    /// An acquire left grants (or possible grants) on some nodes without a
+    /// majority grant standing, and they were undone.
+    GrantRolledBack,
 }
 
 /// The most `SCAN` calls one page of a listing makes.
@@ -74,22 +96,23 @@ impl RedisLockStore {
         settings: RedisSettings,
         observer: Option<Arc<dyn StoreObserver>>,
     ) -> Result<Self, StoreError> {
-        Self::open(settings, observer, false)
+        Self::open(settings, observer, None)
     }
 
-    /// One node of a quorum: a store whose extends also keep the node's lease
-    /// horizon, for [`crate::quorum::QuorumStore`].
+    /// Node `index` of a quorum: a store whose grants and extends also keep
+    /// the node's lease horizon, for [`crate::quorum::QuorumStore`].
     pub fn quorum_node(
         settings: RedisSettings,
         observer: Option<Arc<dyn StoreObserver>>,
+        index: usize,
     ) -> Result<Self, StoreError> {
-        Self::open(settings, observer, true)
+        Self::open(settings, observer, Some(index))
     }
 
     fn open(
         settings: RedisSettings,
         observer: Option<Arc<dyn StoreObserver>>,
-        keep_horizon: bool,
+        node_index: Option<usize>,
     ) -> Result<Self, StoreError> {
         let connections = Connections::open(&settings)?;
         let keys = KeyLayout::new(settings.key_prefix.clone());
@@ -99,7 +122,7 @@ impl RedisLockStore {
             fence_idle_ms: millis(settings.fence_idle),
             release_memo_ms: millis(settings.release_memo),
             broker_id: random_hex::<8>(),
-            keep_horizon,
+            quorum_node: node_index.is_some(),
         };
         let (wake_tx, wake_rx) = unbounded_channel();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -119,6 +142,7 @@ impl RedisLockStore {
                 fence_floor: AtomicU64::new(0),
                 wakes: WakeStream::new(wake_rx),
                 observer,
+                node_index,
             }),
         })
     }
@@ -144,6 +168,57 @@ impl RedisLockStore {
         self.call(call).await
     }
 
+    /// Quorum mode: an acquire on this node, which grants only while the
+    /// node is in `epoch` and not out of majorities after a restart, and
+    /// then raises the node's lease horizon.
+    pub async fn acquire_as_node(
+        &self,
+        params: &AcquireParams<'_>,
+        epoch: &str,
+    ) -> Result<AcquireOutcome, StoreError> {
+        self.acquire_in_epoch(params, Some(epoch)).await
+    }
+
+    async fn acquire_in_epoch(
+        &self,
+        params: &AcquireParams<'_>,
+        epoch: Option<&str>,
+    ) -> Result<AcquireOutcome, StoreError> {
+        let floor = &self.inner.fence_floor;
+        let call = AcquireCall {
+            params,
+            fence_floor: floor.load(Ordering::Relaxed),
+            epoch,
+        };
+        let acquired = self.call(&call).await?;
+        let fence = match &acquired.outcome {
+            AcquireOutcome::Granted(lease) => lease.fence,
+            AcquireOutcome::Busy { holder, .. } => holder.fence,
+        };
+        floor.fetch_max(fence.get(), Ordering::Relaxed);
+        // A quorum raises its nodes' floors on purpose (docs/quorum.md).
+        if let (true, None, Some(observer)) = (acquired.floor_raised, epoch, &self.inner.observer) {
+            observer.fence_floor_raised();
+        }
+        Ok(acquired.outcome)
+    }
+
+    /// Quorum mode: undoes a grant that no majority made: releases `token`
+    /// and puts the fair waiter it went to back in line at its arrival.
+    pub async fn undo_grant(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        waiter: Option<FairEntry<'_>>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        self.call(&ReleaseCall {
+            name,
+            token,
+            requeue: waiter,
+        })
+        .await
+    }
+
     /// Quorum mode: this node's epoch (made now, as `call` says, if it has
     /// none) and lease horizon.
     pub async fn epoch(&self, call: &EpochCall<'_>) -> Result<Epoch, StoreError> {
@@ -163,7 +238,11 @@ impl RedisLockStore {
         let result: Result<Value, _> =
             Box::pin(script.evalsha_with_reload(self.client(), keys, args)).await;
         if let Some(observer) = &inner.observer {
-            observer.script_finished(C::SCRIPT.as_str(), started.elapsed());
+            let elapsed = started.elapsed();
+            observer.script_finished(C::SCRIPT.as_str(), elapsed);
+            if let Some(node) = inner.node_index {
+                observer.node_script_finished(node, elapsed);
+            }
         }
         call.decode(&mut Reply::from_value(result.map_err(store_error)?))
     }
@@ -171,21 +250,7 @@ impl RedisLockStore {
 
 impl LockStore for RedisLockStore {
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
-        let floor = &self.inner.fence_floor;
-        let call = AcquireCall {
-            params: &params,
-            fence_floor: floor.load(Ordering::Relaxed),
-        };
-        let acquired = self.call(&call).await?;
-        let fence = match &acquired.outcome {
-            AcquireOutcome::Granted(lease) => lease.fence,
-            AcquireOutcome::Busy { holder, .. } => holder.fence,
-        };
-        floor.fetch_max(fence.get(), Ordering::Relaxed);
-        if let (true, Some(observer)) = (acquired.floor_raised, &self.inner.observer) {
-            observer.fence_floor_raised();
-        }
-        Ok(acquired.outcome)
+        self.acquire_in_epoch(&params, None).await
     }
 
     async fn extend(
@@ -209,7 +274,12 @@ impl LockStore for RedisLockStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.call(&ReleaseCall { name, token }).await
+        self.call(&ReleaseCall {
+            name,
+            token,
+            requeue: None,
+        })
+        .await
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {

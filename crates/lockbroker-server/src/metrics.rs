@@ -5,6 +5,8 @@
 //! family (`billing:*`), everything else as `other`; routes by their template;
 //! never a token.
 
+mod quorum;
+
 use std::time::Duration;
 
 use lockbroker_core::{LockError, LockName};
@@ -12,6 +14,8 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
+
+pub use quorum::QuorumMetrics;
 
 /// The family label of locks that match no configured family.
 pub const OTHER_FAMILY: &str = "other";
@@ -84,11 +88,8 @@ pub struct Metrics {
     pub leases_held: IntGauge,
     /// 1 while Redis answers this broker's health checks.
     pub redis_up: IntGauge,
-    /// Quorum mode: nodes that answer (0 in single mode).
-    pub quorum_nodes_up: IntGauge,
-    /// Quorum mode: answering nodes kept out of every majority after they
-    /// restarted without their data.
-    pub quorum_nodes_restarting: IntGauge,
+    /// Quorum mode's metrics.
+    pub quorum: QuorumMetrics,
     fence_floor_raises: IntCounter,
     /// Requests by the id of the API key that made them.
     requests_by_key: IntCounterVec,
@@ -104,7 +105,7 @@ const REQUEST_BUCKETS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0,
 ];
-const SCRIPT_BUCKETS: &[f64] = &[
+pub(crate) const SCRIPT_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
@@ -191,14 +192,7 @@ impl Metrics {
                 "Leases held now (maintained as leases are granted and released, reconciled with Redis periodically).",
             )?,
             redis_up: gauge("lockbroker_redis_up", "1 while Redis answers this broker, 0 otherwise.")?,
-            quorum_nodes_up: gauge(
-                "lockbroker_quorum_nodes_up",
-                "Quorum mode: nodes that answer this broker (0 in single mode).",
-            )?,
-            quorum_nodes_restarting: gauge(
-                "lockbroker_quorum_nodes_restarting",
-                "Quorum mode: answering nodes kept out of every majority after restarting without their data.",
-            )?,
+            quorum: QuorumMetrics::register(&registry)?,
             fence_floor_raises,
             requests_by_key: counter(
                 "lockbroker_requests_total",
@@ -366,6 +360,14 @@ impl lockbroker_redis::StoreObserver for Metrics {
 
     fn fence_floor_raised(&self) {
         Metrics::fence_floor_raised(self);
+    }
+
+    fn node_script_finished(&self, node: usize, elapsed: Duration) {
+        self.quorum.node_script_finished(node, elapsed);
+    }
+
+    fn quorum_event(&self, event: lockbroker_redis::QuorumEvent) {
+        self.quorum.event(event);
     }
 }
 

@@ -220,9 +220,8 @@ async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_eve
             _ = ping.tick() => {
                 metrics.redis_up.set(i64::from(service.ready().await.is_ok()));
                 if let RedisStore::Quorum(quorum) = service.store() {
-                    let (up, restarting, _) = quorum.node_counts();
-                    metrics.quorum_nodes_up.set(i64::try_from(up).unwrap_or(0));
-                    metrics.quorum_nodes_restarting.set(i64::try_from(restarting).unwrap_or(0));
+                    let (up, restarting, majority) = quorum.node_counts();
+                    metrics.quorum.set_nodes(&up, restarting, majority);
                 }
             }
             _ = reconcile.tick() => {

@@ -29,6 +29,7 @@ pub(super) struct Ask {
     principal: Principal,
     lock_delay: LockDelay,
     fair: Option<String>,
+    arrived_at_us: u64,
 }
 
 impl Ask {
@@ -41,6 +42,7 @@ impl Ask {
             principal: Principal::ANONYMOUS,
             lock_delay: LockDelay::default(),
             fair: None,
+            arrived_at_us: 0,
         }
     }
 
@@ -60,8 +62,12 @@ impl Ask {
         self
     }
 
+    /// A fair waiter that arrived now.
     pub(super) fn fair(mut self, waiter_id: &str) -> Self {
         self.fair = Some(waiter_id.to_owned());
+        self.arrived_at_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(0));
         self
     }
 
@@ -78,6 +84,7 @@ impl Ask {
                 fair: self.fair.as_deref().map(|waiter_id| FairEntry {
                     waiter_id,
                     entry_ttl_ms: 5_000,
+                    arrived_at_us: self.arrived_at_us,
                 }),
             })
             .await

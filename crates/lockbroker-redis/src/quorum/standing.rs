@@ -78,11 +78,11 @@ impl Standing {
             .count()
     }
 
-    /// How many nodes answer, and how many of those are out of majorities.
-    pub fn counts(&self) -> (usize, usize) {
+    /// Which nodes answer, and how many of those are out of majorities.
+    pub fn counts(&self) -> (Vec<bool>, usize) {
         let now = Instant::now();
         let nodes = self.lock();
-        let up = nodes.iter().filter(|n| n.up).count();
+        let up = nodes.iter().map(|n| n.up).collect();
         let out = nodes
             .iter()
             .filter(|n| n.up && n.out_until.is_some_and(|t| t > now))

@@ -54,6 +54,17 @@ pub struct Votes {
     token: LeaseToken,
 }
 
+/// A lease a majority of nodes granted, before its fence is known to stand.
+pub struct MajorityGrant {
+    /// The lease, with the highest fence any granting node issued.
+    pub lease: Lease,
+    /// Granting nodes that issued that fence: they carry it as their mark.
+    pub agreed: Vec<(usize, LeaseToken)>,
+    /// Granting nodes that issued a lower fence: the fence must be written
+    /// back to them.
+    pub behind: Vec<(usize, LeaseToken)>,
+}
+
 /// Sorts the answers to an acquire by node.
 pub fn acquire(
     answers: Vec<Result<AcquireOutcome, StoreError>>,
@@ -88,9 +99,9 @@ pub fn acquire(
 
 impl Votes {
     /// With a majority of grants: the lease, carrying the highest fence any
-    /// granting node issued (each issued one above the broker's floor), the
-    /// shortest TTL, and the token each node granted.
-    pub fn granted(&self) -> Option<(Lease, Vec<(usize, LeaseToken)>)> {
+    /// granting node issued (each issued one above the broker's floor) and
+    /// the shortest TTL, and which nodes already carry that fence.
+    pub fn granted(&self) -> Option<MajorityGrant> {
         if self.grants.len() < self.majority {
             return None;
         }
@@ -105,16 +116,23 @@ impl Votes {
             .iter()
             .map(|(_, l)| l)
             .min_by_key(|l| l.expires_at_ms)?;
-        let lease = Lease {
-            fence: Fence::new(fence),
-            ..shortest.clone()
-        };
-        let tokens = self
-            .grants
-            .iter()
-            .map(|(at, lease)| (*at, lease.token.clone()))
-            .collect();
-        Some((lease, tokens))
+        let (mut agreed, mut behind) = (Vec::new(), Vec::new());
+        for (at, lease) in &self.grants {
+            let node = (*at, lease.token.clone());
+            if lease.fence.get() == fence {
+                agreed.push(node);
+            } else {
+                behind.push(node);
+            }
+        }
+        Some(MajorityGrant {
+            lease: Lease {
+                fence: Fence::new(fence),
+                ..shortest.clone()
+            },
+            agreed,
+            behind,
+        })
     }
 
     /// The answer when no majority grant stands: busy with the holder of the

@@ -3,8 +3,8 @@
 
 use lockbroker_core::lease::Renewal;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Holder, Lease,
-    LeaseToken, LockName, LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, Fence, ForceReleaseOutcome, Holder,
+    Lease, LeaseToken, LockName, LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
 };
 
 use super::{Reply, ScriptCall, ScriptContext, ScriptName};
@@ -36,6 +36,9 @@ pub struct AcquireCall<'a> {
     pub params: &'a AcquireParams<'a>,
     /// The highest fence the caller has seen; the fence will exceed it.
     pub fence_floor: u64,
+    /// Quorum mode: the node's epoch as the broker knows it. A node with
+    /// another, or one still out of majorities, grants nothing.
+    pub epoch: Option<&'a str>,
 }
 
 /// What an acquire answered, and whether the caller's floor (rather than
@@ -53,12 +56,16 @@ impl ScriptCall for AcquireCall<'_> {
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
         let (keys, name) = (&context.keys, self.params.name);
-        vec![
+        let mut all = vec![
             keys.lease(name),
             keys.fence(name),
             keys.queue(name),
             keys.queue_expiry(name),
-        ]
+        ];
+        if self.epoch.is_some() {
+            all.extend([keys.horizon(), keys.epoch()]);
+        }
+        all
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
@@ -78,12 +85,25 @@ impl ScriptCall for AcquireCall<'_> {
             context.broker_id.clone(),
             params.name.as_str().to_owned(),
             params.principal.as_str().to_owned(),
+            // One server orders its queue by its own clock; the copies on a
+            // quorum's nodes all order by the broker's, so they agree.
+            match fair {
+                Some(fair) if context.quorum_node => fair.arrived_at_us.to_string(),
+                _ => String::new(),
+            },
+            self.epoch.unwrap_or("").to_owned(),
         ]
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<Acquired, StoreError> {
         let name = self.params.name;
-        if reply.int()? == 1 {
+        let granted = reply.int()?;
+        if granted == -1 {
+            return Err(StoreError::Unavailable(
+                "the node restarted without its data and is out of majorities".into(),
+            ));
+        }
+        if granted == 1 {
             let token = LeaseToken::parse(&reply.text()?)
                 .map_err(|_| StoreError::Protocol("stored token is malformed".into()))?;
             let fence = Fence::new(reply.uint()?);
@@ -138,7 +158,7 @@ impl ScriptCall for ExtendCall<'_> {
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
         let mut keys = vec![context.keys.lease(self.name)];
-        if context.keep_horizon {
+        if context.quorum_node {
             keys.push(context.keys.horizon());
         }
         keys
@@ -180,6 +200,9 @@ pub struct ReleaseCall<'a> {
     pub name: &'a LockName,
     /// The lease's token.
     pub token: &'a LeaseToken,
+    /// Quorum mode, undoing a grant a majority did not make: the fair waiter
+    /// it went to, put back in line at its arrival.
+    pub requeue: Option<FairEntry<'a>>,
 }
 
 impl ScriptCall for ReleaseCall<'_> {
@@ -195,7 +218,15 @@ impl ScriptCall for ReleaseCall<'_> {
             self.token.expose().to_owned(),
             context.release_memo_ms.to_string(),
         ];
-        with_announcement(context, self.name, own)
+        let mut args = with_announcement(context, self.name, own);
+        if let Some(waiter) = self.requeue {
+            args.extend([
+                waiter.waiter_id.to_owned(),
+                waiter.arrived_at_us.to_string(),
+                waiter.entry_ttl_ms.to_string(),
+            ]);
+        }
+        args
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<ReleaseOutcome, StoreError> {

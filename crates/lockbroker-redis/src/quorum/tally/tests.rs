@@ -44,11 +44,36 @@ fn a_majority_of_grants_carries_the_highest_fence_and_shortest_ttl() {
         Err(StoreError::OutcomeUnknown("lost".into())),
     ];
     let votes = acquire(answers, 3, &token);
-    let (granted, tokens) = votes.granted().expect("three of five granted");
-    assert_eq!((granted.fence.get(), granted.ttl_ms), (30, 900));
-    assert_eq!(tokens.len(), 3);
+    let grant = votes.granted().expect("three of five granted");
+    assert_eq!((grant.lease.fence.get(), grant.lease.ttl_ms), (30, 900));
+    let nodes = |of: &[(usize, LeaseToken)]| of.iter().map(|(at, _)| *at).collect::<Vec<_>>();
+    assert_eq!(
+        nodes(&grant.agreed),
+        vec![1],
+        "only node 1 carries fence 30"
+    );
+    assert_eq!(
+        nodes(&grant.behind),
+        vec![0, 3],
+        "the fence is written back there"
+    );
     let rolled: Vec<usize> = votes.to_roll_back().iter().map(|(at, _)| *at).collect();
     assert_eq!(rolled, vec![0, 1, 3, 4], "the grants and the lost answer");
+}
+
+#[test]
+fn nodes_that_issued_the_same_fence_need_no_write_back() {
+    let token = LeaseToken::generate();
+    let answers = vec![
+        Ok(AcquireOutcome::Granted(lease(40, 1_000))),
+        Ok(AcquireOutcome::Granted(lease(40, 1_000))),
+        Ok(AcquireOutcome::Granted(lease(40, 990))),
+        busy(7, 0),
+        Err(down()),
+    ];
+    let grant = acquire(answers, 3, &token).granted().expect("a majority");
+    assert_eq!(grant.agreed.len(), 3);
+    assert!(grant.behind.is_empty());
 }
 
 #[test]

@@ -1,0 +1,114 @@
+//! Quorum mode's metrics: each node's standing and latency, and the steps off
+//! a grant's fast path. Registered in every mode (at 0 in single mode), so
+//! dashboards and alert rules need no mode of their own.
+
+use std::time::Duration;
+
+use lockbroker_redis::QuorumEvent;
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+
+use super::SCRIPT_BUCKETS;
+
+/// Quorum mode's metrics.
+pub struct QuorumMetrics {
+    /// Nodes that answer this broker.
+    pub nodes_up: IntGauge,
+    /// Answering nodes kept out of every majority after they restarted
+    /// without their data.
+    pub nodes_restarting: IntGauge,
+    /// How many nodes a majority is (0 in single mode).
+    pub majority: IntGauge,
+    /// 1 per node that answers, by its place in `redis.nodes`.
+    node_up: IntGaugeVec,
+    /// Script latency per node.
+    node_seconds: HistogramVec,
+    fence_write_backs: IntCounter,
+    rollbacks: IntCounter,
+}
+
+impl QuorumMetrics {
+    /// Registers quorum mode's metrics in `registry`.
+    pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
+        let metrics = Self {
+            nodes_up: IntGauge::new(
+                "lockbroker_quorum_nodes_up",
+                "Quorum mode: nodes that answer this broker (0 in single mode).",
+            )?,
+            nodes_restarting: IntGauge::new(
+                "lockbroker_quorum_nodes_restarting",
+                "Quorum mode: answering nodes kept out of every majority after restarting without their data.",
+            )?,
+            majority: IntGauge::new(
+                "lockbroker_quorum_majority",
+                "Quorum mode: how many nodes a majority is (0 in single mode).",
+            )?,
+            node_up: IntGaugeVec::new(
+                Opts::new(
+                    "lockbroker_quorum_node_up",
+                    "Quorum mode: 1 while the node (its place in redis.nodes, from 0) answers this broker.",
+                ),
+                &["node"],
+            )?,
+            node_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "lockbroker_quorum_node_script_duration_seconds",
+                    "Quorum mode: script latency on each node (its place in redis.nodes, from 0), as seen by the broker.",
+                )
+                .buckets(SCRIPT_BUCKETS.to_vec()),
+                &["node"],
+            )?,
+            fence_write_backs: IntCounter::new(
+                "lockbroker_quorum_fence_write_backs_total",
+                "Quorum mode: grants whose fence too few granting nodes issued, written back to the others in a second round trip.",
+            )?,
+            rollbacks: IntCounter::new(
+                "lockbroker_quorum_rollbacks_total",
+                "Quorum mode: acquires whose grants on some nodes were undone because no majority grant stood.",
+            )?,
+        };
+        registry.register(Box::new(metrics.nodes_up.clone()))?;
+        registry.register(Box::new(metrics.nodes_restarting.clone()))?;
+        registry.register(Box::new(metrics.majority.clone()))?;
+        registry.register(Box::new(metrics.node_up.clone()))?;
+        registry.register(Box::new(metrics.node_seconds.clone()))?;
+        registry.register(Box::new(metrics.fence_write_backs.clone()))?;
+        registry.register(Box::new(metrics.rollbacks.clone()))?;
+        Ok(metrics)
+    }
+
+    /// Sets the node gauges from what the store knows: which nodes answer,
+    /// how many are restarting, and how many a majority is.
+    pub fn set_nodes(&self, up: &[bool], restarting: usize, majority: usize) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        for (at, up) in up.iter().enumerate() {
+            self.node_up
+                .with_label_values(&[node_label(at).as_str()])
+                .set(i64::from(*up));
+        }
+        self.nodes_up
+            .set(count(up.iter().filter(|up| **up).count()));
+        self.nodes_restarting.set(count(restarting));
+        self.majority.set(count(majority));
+    }
+
+    /// Records one script's latency on node `node`.
+    pub fn node_script_finished(&self, node: usize, elapsed: Duration) {
+        self.node_seconds
+            .with_label_values(&[node_label(node).as_str()])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a step off a grant's fast path.
+    pub fn event(&self, event: QuorumEvent) {
+        match event {
+            QuorumEvent::FenceWrittenBack => self.fence_write_backs.inc(),
+            QuorumEvent::GrantRolledBack => self.rollbacks.inc(),
+        }
+    }
+}
+
+/// A node's label: its place in `redis.nodes`, never its URL (which may
+/// carry credentials).
+fn node_label(at: usize) -> String {
+    at.to_string()
+}
