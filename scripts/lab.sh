@@ -3,7 +3,8 @@
 # (127.0.0.1:5432, user postgres, database test) are there, installing and
 # starting PostgreSQL when missing, builds the broker and the lab, and runs
 #   lockbroker-lostupdate "$@"
-# which starts its own redis-server and broker on free loopback ports.
+# which starts its own redis-server and broker on free loopback ports
+# (with --nodes N, N redis-servers and the broker in quorum mode over them).
 # With no arguments: the full table (10,000 sections, 0.1%/1%/5% stalls).
 # Set LAB_PROFILE=release for an optimised build.
 set -euo pipefail

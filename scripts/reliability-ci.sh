@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # CI-sized reliability runs beyond the test suite (which holds the fault
-# tests): the history checker on one and on two brokers, then the
-# lost-update lab, which must see claim-first lose nothing and no fencing
-# lose something.
+# tests): the history checker on one and on two brokers, then in quorum mode
+# (five nodes, two brokers, a minority paused and restarted empty), then the
+# lost-update lab on one Redis and in quorum mode, where claim-first must
+# lose nothing and no fencing must lose something.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/check.sh --seconds 15 --clients 16 --locks 3
 scripts/check.sh --seconds 10 --clients 16 --locks 2 --brokers 2
+scripts/check.sh --seconds 12 --nodes 5 --brokers 2 --chaos
 scripts/lab.sh --sections 400 --rates 0.05 --check
+scripts/lab.sh --sections 200 --rates 0.05 --check --nodes 3

@@ -8,7 +8,7 @@ use crate::client::Timed;
 
 mod check;
 
-pub use check::{check, Report, Stats};
+pub use check::{check, check_against, Backend, Drift, Report, Stats};
 
 /// Identifies one lease (one successful acquire) within a history.
 pub type LeaseId = u64;

@@ -6,12 +6,14 @@
 //!
 //! - [`client`]: [`BrokerClient`], the lock routes over HTTP with every answer
 //!   typed and timed (tokens stay inside; nothing here prints one).
-//! - [`history`]: [`History`], what many clients were told, and [`check`],
-//!   which finds every broken promise in it.
+//! - [`history`]: [`History`], what many clients were told, and [`check`]
+//!   (or [`check_against`] a quorum-mode [`Backend`]), which finds every
+//!   broken promise in it.
 //! - [`load`]: the checker's load: clients that take, hold, stall past their
 //!   TTL, extend, release and probe locks at random.
-//! - [`stack`]: [`Stack`], a `redis-server` and brokers started on free
-//!   loopback ports for a run that was given no broker URL.
+//! - [`stack`]: [`Stack`], a `redis-server` (or a quorum's nodes) and
+//!   brokers started on free loopback ports for a run that was given no
+//!   broker URL.
 //! - [`args`]: the few command-line flags the tools share.
 //! - `lostupdate` (feature `postgres`): the lost-update lab's workers and table.
 
@@ -24,5 +26,5 @@ pub mod lostupdate;
 pub mod stack;
 
 pub use client::BrokerClient;
-pub use history::{check, History, Report};
+pub use history::{check, check_against, Backend, History, Report};
 pub use stack::Stack;

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::client::BrokerClient;
+use crate::client::{now_us, BrokerClient};
+use crate::history::{Backend, Drift};
 
 /// `redis-server`s without persistence (one, or a quorum's nodes) and
 /// `brokers` broker processes on them.
@@ -18,6 +19,8 @@ pub struct Stack {
     pub urls: Vec<String>,
     /// The Redis URL the brokers use (the first node's, in quorum mode).
     pub redis_url: String,
+    /// Local µs at which a node was killed by [`Stack::restart_node_empty`].
+    restarts: Vec<i64>,
 }
 
 /// One `redis-server` of the stack.
@@ -87,6 +90,10 @@ impl Node {
     }
 }
 
+/// The drift allowance quorum-mode brokers of a stack run with: the
+/// broker's defaults, passed explicitly.
+const DRIFT: Drift = Drift::BROKER_DEFAULT;
+
 /// Finds the `lockbroker` binary: `explicit` if given, else the one built
 /// beside this tool, else `lockbroker` on the `PATH`.
 pub fn broker_binary(explicit: Option<&str>) -> PathBuf {
@@ -127,20 +134,26 @@ impl Stack {
         Self::start_with(1, brokers, broker_bin).await
     }
 
-    /// Like [`Stack::start`] with `nodes` Redis servers: more than one runs
-    /// the brokers in quorum mode over all of them.
+    /// Like [`Stack::start`] with `nodes` Redis servers: 1, or an odd number
+    /// of at least 3, which runs the brokers in quorum mode over all of them.
     pub async fn start_with(
         nodes: usize,
         brokers: usize,
         broker_bin: &PathBuf,
     ) -> Result<Self, String> {
+        if nodes == 0 || (nodes > 1 && (nodes < 3 || nodes % 2 == 0)) {
+            return Err(format!(
+                "--nodes must be 1, or an odd number of at least 3 for quorum mode (not {nodes})"
+            ));
+        }
         let mut stack = Self {
             nodes: Vec::new(),
             brokers: Vec::new(),
             urls: Vec::new(),
             redis_url: String::new(),
+            restarts: Vec::new(),
         };
-        for _ in 0..nodes.max(1) {
+        for _ in 0..nodes {
             stack.nodes.push(Node::start().await?);
         }
         stack.redis_url = stack.nodes[0].url();
@@ -156,6 +169,9 @@ impl Stack {
                 command
                     .env("LOCKBROKER_REDIS_MODE", "quorum")
                     .env("LOCKBROKER_REDIS_NODES", node_urls.join(","))
+                    // Set, not inherited: the checker reads answers by them.
+                    .env("LOCKBROKER_REDIS_DRIFT_FACTOR", DRIFT.factor.to_string())
+                    .env("LOCKBROKER_REDIS_DRIFT_MS", DRIFT.ms.to_string())
                     // Room for a loaded machine: a slower node is a refusal.
                     .env("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "200");
             }
@@ -179,6 +195,19 @@ impl Stack {
         Ok(stack)
     }
 
+    /// The store the brokers run on, as the history checker must read their
+    /// answers: quorum mode over several nodes, with every restart so far.
+    pub fn backend(&self) -> Backend {
+        if self.nodes.len() > 1 {
+            Backend::Quorum {
+                drift: DRIFT,
+                restarts: Some(self.restarts.clone()),
+            }
+        } else {
+            Backend::Single
+        }
+    }
+
     /// How many Redis servers the stack runs.
     pub fn node_count(&self) -> usize {
         self.nodes.len()
@@ -197,6 +226,7 @@ impl Stack {
     /// Kills node `at` and starts it again on its port, empty.
     pub async fn restart_node_empty(&mut self, at: usize) -> Result<(), String> {
         let node = &mut self.nodes[at];
+        self.restarts.push(now_us());
         node.stop();
         node.spawn().await
     }

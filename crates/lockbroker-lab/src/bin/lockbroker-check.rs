@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lockbroker_lab::args::Args;
+use lockbroker_lab::history::{Backend, Drift};
 use lockbroker_lab::load::{self, LoadPlan};
 use lockbroker_lab::stack::{broker_binary, Stack};
-use lockbroker_lab::{check, client::now_us};
+use lockbroker_lab::{check_against, client::now_us};
 
 const USAGE: &str = "\
 lockbroker-check: load a broker with stalling clients and check the history
@@ -21,6 +22,10 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --nodes N          Redis servers to start: 1, or an odd N >= 3 for quorum mode
   --chaos            in quorum mode, keep pausing (SIGSTOP) and restarting empty
                      a minority of the nodes while the load runs
+  --quorum           with --url: the brokers run in quorum mode (their nodes may
+                     restart at any time); check by quorum mode's rules
+  --drift-factor F   with --quorum: the brokers' redis.drift_factor (default 0.01)
+  --drift-ms MS      with --quorum: the brokers' redis.drift_ms (default 2)
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
   --clients N        concurrent clients (default 16)
   --locks N          locks they share (default 3)
@@ -30,7 +35,7 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --seed N           seed for the clients' choices (default: the time)";
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1), &["help", "chaos"]) {
+    let args = match Args::parse(std::env::args().skip(1), &["help", "chaos", "quorum"]) {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
     };
@@ -43,6 +48,9 @@ fn main() -> ExitCode {
         "brokers",
         "nodes",
         "chaos",
+        "quorum",
+        "drift-factor",
+        "drift-ms",
         "broker-bin",
         "clients",
         "locks",
@@ -94,6 +102,18 @@ async fn run(args: &Args) -> Result<bool, String> {
         .raw("url")
         .map(|u| u.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
+    let mut backend = if args.flag("quorum") {
+        let drift = Drift {
+            factor: args.get("drift-factor", Drift::BROKER_DEFAULT.factor)?,
+            ms: args.get("drift-ms", Drift::BROKER_DEFAULT.ms)?,
+        };
+        Backend::Quorum {
+            drift,
+            restarts: None,
+        }
+    } else {
+        Backend::Single
+    };
     let stack = if urls.is_empty() {
         let bin = broker_binary(args.raw("broker-bin"));
         let stack = Stack::start_with(args.get("nodes", 1)?, args.get("brokers", 1)?, &bin).await?;
@@ -103,12 +123,13 @@ async fn run(args: &Args) -> Result<bool, String> {
             stack.urls.len()
         );
         urls.clone_from(&stack.urls);
+        backend = stack.backend();
         Some(stack)
     } else {
         None
     };
     // The stack lives until the end of the run: in the chaos task, or here.
-    let (chaos, _stack) = match stack {
+    let (chaos, mut stack) = match stack {
         Some(stack) if args.flag("chaos") && stack.node_count() >= 3 => {
             (Some(tokio::spawn(chaos(stack, plan.duration))), None)
         }
@@ -123,13 +144,25 @@ async fn run(args: &Args) -> Result<bool, String> {
         plan.stall_rate,
         urls.len()
     );
+    if let Backend::Quorum { drift, .. } = &backend {
+        println!(
+            "rules: quorum mode, drift allowance {}% of the TTL + {} ms",
+            drift.factor * 100.0,
+            drift.ms
+        );
+    }
     let (history, stats) = load::run(&urls, &plan).await;
     if let Some(chaos) = chaos {
-        let faults = chaos.await.map_err(|e| e.to_string())??;
+        let (faults, chaos_stack) = chaos.await.map_err(|e| e.to_string())??;
         println!("chaos: {faults}");
+        stack = Some(chaos_stack);
+    }
+    if let Some(stack) = &stack {
+        // Now with every node restart the chaos made.
+        backend = stack.backend();
     }
     let events = history.events();
-    let report = check(&events);
+    let report = check_against(&events, &backend);
     println!(
         "requests: {}  stalls past the TTL: {}",
         events.len(),
@@ -146,7 +179,8 @@ async fn run(args: &Args) -> Result<bool, String> {
 /// For `duration`, disturbs a minority of the stack's nodes in turn: one is
 /// frozen for 700 ms, the next is restarted without its data. A majority is
 /// never touched, so the brokers must keep serving without a double grant.
-async fn chaos(mut stack: Stack, duration: Duration) -> Result<String, String> {
+/// Hands the stack back, which knows when each node restarted.
+async fn chaos(mut stack: Stack, duration: Duration) -> Result<(String, Stack), String> {
     let minority = stack.node_count() / 2;
     let until = tokio::time::Instant::now() + duration;
     let (mut pauses, mut restarts) = (0, 0);
@@ -163,7 +197,7 @@ async fn chaos(mut stack: Stack, duration: Duration) -> Result<String, String> {
         restarts += 1;
         round += 1;
     }
-    Ok(format!(
-        "{pauses} pauses and {restarts} restarts without data, of nodes 1 to {minority}"
-    ))
+    let faults =
+        format!("{pauses} pauses and {restarts} restarts without data, of nodes 1 to {minority}");
+    Ok((faults, stack))
 }

@@ -18,6 +18,8 @@ Usage: lockbroker-lostupdate [options]
 
 Without --url, starts its own redis-server and broker on free loopback ports.
   --url URL          the broker to use
+  --nodes N          Redis servers to start: 1, or an odd N >= 3 for a broker in
+                     quorum mode over them (default 1)
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
   --pg CONN          PostgreSQL (default: host=127.0.0.1 port=5432 user=postgres dbname=test)
   --sections N       critical sections per run, split over the workers (default 10000)
@@ -119,6 +121,7 @@ impl RunResult {
 async fn lab(args: &Args) -> Result<bool, String> {
     let known = [
         "url",
+        "nodes",
         "broker-bin",
         "pg",
         "sections",
@@ -151,6 +154,10 @@ async fn lab(args: &Args) -> Result<bool, String> {
             "--workers and --runs must be at least 1, --sections at least --workers".into(),
         );
     }
+    let nodes: usize = args.get("nodes", 1)?;
+    if args.raw("url").is_some() && args.raw("nodes").is_some() {
+        return Err("--nodes starts a broker of its own; it cannot go with --url".into());
+    }
     let db = lostupdate::connect(&settings.pg).await?;
     let _stack = match args.raw("url") {
         Some(url) => {
@@ -158,14 +165,19 @@ async fn lab(args: &Args) -> Result<bool, String> {
             None
         }
         None => {
-            let stack = Stack::start(1, &broker_binary(args.raw("broker-bin"))).await?;
+            let bin = broker_binary(args.raw("broker-bin"));
+            let stack = Stack::start_with(nodes, 1, &bin).await?;
             settings.url.clone_from(&stack.urls[0]);
             Some(stack)
         }
     };
+    let store = match nodes {
+        1 => "one Redis".to_owned(),
+        n => format!("quorum mode over {n} Redis nodes"),
+    };
     println!(
         "lost-update lab: {} sections per run over {} worker processes, TTL {} ms, stall {} ms \
-         after reading, work {} ms, {runs} run(s) per row, seed {seed}",
+         after reading, work {} ms, {runs} run(s) per row, seed {seed}, broker on {store}",
         settings.sections, settings.workers, settings.ttl_ms, settings.stall_ms, settings.work_ms
     );
     let table_name = lostupdate::counter_table(std::process::id());

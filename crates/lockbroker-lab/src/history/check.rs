@@ -1,124 +1,32 @@
 //! [`check`]: the broker's promises, tested against a recorded history.
 //!
-//! Times the broker reports (`expires_at_ms`, and the grant or extend instant
-//! `expires_at_ms - ttl_ms`) are Redis clock. Send and receive instants are the
-//! local clock. The checker never assumes the two agree: it bounds their offset
-//! from the answers themselves (each Redis instant lies inside its request's
-//! send..receive window) and judges an answer only when it is wrong for every
-//! offset inside those bounds, so a slow machine can make it miss a violation
-//! but never invent one.
+//! Times the broker reports (`expires_at_ms`, and the instant a node ran the
+//! grant or extend, `expires_at_ms - ttl_ms` in single mode) are Redis clock.
+//! Send and receive instants are the local clock. The checker never assumes
+//! the two agree: it bounds their offset from the answers themselves (each
+//! Redis instant lies inside its request's send..receive window) and judges an
+//! answer only when it is wrong for every offset inside those bounds, so a
+//! slow machine can make it miss a violation but never invent one.
+//!
+//! Quorum mode ([`Backend::Quorum`]) reads the answers differently and holds
+//! three rules to what a quorum lease promises; see [`check_against`].
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt;
+use std::collections::HashMap;
 
-use super::{Event, LeaseId, Op};
-use crate::client::{Outcome, Timed};
+use super::{Event, Op};
+use crate::client::Outcome;
 
-/// Counts of what happened, for the summary.
-#[derive(Debug, Default)]
-pub struct Stats {
-    /// Requests by step and answer kind.
-    pub outcomes: BTreeMap<(Op, &'static str), u64>,
-    /// Distinct locks.
-    pub locks: usize,
-    /// Leases granted.
-    pub leases: usize,
-    /// Acknowledged releases followed by a probe that confirmed they took effect.
-    pub release_probes: u64,
-    /// Acknowledged extends later confirmed by an extend past the old expiry.
-    pub extend_probes: u64,
-}
+mod backend;
+mod lease;
+mod report;
 
-/// What [`check`] found.
-#[derive(Debug, Default)]
-pub struct Report {
-    /// Counts for the summary.
-    pub stats: Stats,
-    /// Every broken promise, one line each.
-    pub violations: Vec<String>,
-    /// Bounds on (Redis clock - local clock), in ms.
-    pub clock_offset_ms: (f64, f64),
-    /// Things that limit how much the check can say (not violations).
-    pub notes: Vec<String>,
-}
+pub use backend::{Backend, Drift};
+use lease::{follow, ms, Context, Lease, Start};
+pub use report::{Report, Stats};
 
-impl Report {
-    /// Whether the history kept every promise.
-    pub fn ok(&self) -> bool {
-        self.violations.is_empty()
-    }
-}
-
-impl fmt::Display for Report {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let s = &self.stats;
-        writeln!(f, "locks: {}  leases granted: {}", s.locks, s.leases)?;
-        for op in [Op::Acquire, Op::Extend, Op::Release, Op::Status] {
-            let parts: Vec<String> = s
-                .outcomes
-                .iter()
-                .filter(|((o, _), _)| *o == op)
-                .map(|((_, kind), n)| format!("{kind} {n}"))
-                .collect();
-            if !parts.is_empty() {
-                writeln!(f, "{:<8} {}", format!("{op:?}:"), parts.join(", "))?;
-            }
-        }
-        writeln!(
-            f,
-            "releases confirmed by a later probe: {}  extends confirmed by outliving the old expiry: {}",
-            s.release_probes, s.extend_probes
-        )?;
-        let (lo, hi) = self.clock_offset_ms;
-        writeln!(f, "redis clock - local clock: {lo:.1} .. {hi:.1} ms")?;
-        for note in &self.notes {
-            writeln!(f, "note: {note}")?;
-        }
-        if self.violations.is_empty() {
-            writeln!(f, "violations: 0")
-        } else {
-            writeln!(f, "violations: {}", self.violations.len())?;
-            for v in self.violations.iter().take(50) {
-                writeln!(f, "  VIOLATION {v}")?;
-            }
-            if self.violations.len() > 50 {
-                writeln!(f, "  ... and {} more", self.violations.len() - 50)?;
-            }
-            Ok(())
-        }
-    }
-}
-
-fn kind(outcome: &Outcome) -> &'static str {
-    match outcome {
-        Outcome::Granted { .. } => "granted",
-        Outcome::Renewed { .. } => "renewed",
-        Outcome::Released { .. } => "released",
-        Outcome::Busy { .. } => "busy",
-        Outcome::Lost => "lease_lost",
-        Outcome::Status { .. } => "status",
-        Outcome::Failed { status: 503, .. } => "unavailable",
-        Outcome::Failed { status: 0, .. } => "no_answer",
-        Outcome::Failed { .. } => "other_error",
-    }
-}
-
-fn ms(us: i64) -> f64 {
-    us as f64 / 1000.0
-}
-
-/// One lease as the checker reconstructs it.
-struct Lease<'a> {
-    id: LeaseId,
-    lock: &'a str,
-    fence: u64,
-    /// Grant instant, Redis ms (floor).
-    start: i64,
-    grant: &'a Timed,
-    /// A lower bound on when the lease stopped being valid, Redis ms.
-    end_lower: f64,
-    /// Local µs when an acknowledged release came back.
-    released_ack: Option<i64>,
+/// [`check_against`] a single-mode broker.
+pub fn check(events: &[Event]) -> Report {
+    check_against(events, &Backend::Single)
 }
 
 /// Checks a history against the broker's promises:
@@ -133,9 +41,18 @@ struct Lease<'a> {
 /// 5. no step says a valid lease is lost, and none succeeds on a lease that
 ///    had certainly expired.
 ///
+/// In quorum mode a lease promises exclusivity from its grant's answer to
+/// its `expires_at_ms` (the allowance already taken off), so rule 2 dates
+/// each grant by its request's window (`Start::answered` in
+/// `check/lease.rs`), not by `expires_at_ms - ttl_ms`. Its nodes may hold it up to a TTL past the
+/// answer, so "succeeds on an expired lease" is judged against that. And a
+/// lease that a node restarting empty left on a minority is lost before its
+/// expiry, safely: rule 5's "lost" side then counts it in
+/// [`Stats::lost_after_restart`] instead of reporting it.
+///
 /// Assumes each lease is driven by one client at a time (its steps do not
 /// overlap) and that extends of one lease never shorten its expiry.
-pub fn check(events: &[Event]) -> Report {
+pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     let mut report = Report::default();
     let mut events: Vec<&Event> = events.iter().collect();
     events.sort_by_key(|e| (e.timed.send_us, e.timed.recv_us));
@@ -155,7 +72,7 @@ pub fn check(events: &[Event]) -> Report {
             ..
         } = e.timed.outcome
         {
-            let t = expires_at_ms as f64 - ttl_ms as f64;
+            let t = backend.node_instant(ttl_ms, expires_at_ms);
             lo = lo.max(t - ms(e.timed.recv_us));
             hi = hi.min(t + 1.0 - ms(e.timed.send_us));
         }
@@ -173,12 +90,12 @@ pub fn check(events: &[Event]) -> Report {
         *report
             .stats
             .outcomes
-            .entry((e.op, kind(&e.timed.outcome)))
+            .entry((e.op, report::kind(&e.timed.outcome)))
             .or_default() += 1;
     }
 
     // The steps each lease went through, in order.
-    let mut steps: HashMap<LeaseId, Vec<&Event>> = HashMap::new();
+    let mut steps: HashMap<super::LeaseId, Vec<&Event>> = HashMap::new();
     let mut leases: Vec<Lease<'_>> = Vec::new();
     for e in &events {
         match (e.op, &e.timed.outcome, e.lease) {
@@ -194,8 +111,13 @@ pub fn check(events: &[Event]) -> Report {
                 id,
                 lock: &e.lock,
                 fence: *fence,
-                start: *expires_at_ms as i64 - *ttl_ms as i64,
+                start: if backend.is_quorum() {
+                    Start::answered(&e.timed, (lo, hi))
+                } else {
+                    Start::exact(backend.node_instant(*ttl_ms, *expires_at_ms))
+                },
                 grant: &e.timed,
+                ttl_ms: *ttl_ms,
                 end_lower: *expires_at_ms as f64,
                 released_ack: None,
             }),
@@ -207,16 +129,28 @@ pub fn check(events: &[Event]) -> Report {
     }
     report.stats.leases = leases.len();
 
-    let v = &mut report.violations;
+    let mut cx = Context {
+        offset: (lo, hi),
+        backend,
+        stats: &mut report.stats,
+        violations: &mut report.violations,
+    };
     for lease in &mut leases {
-        follow_lease(
+        follow(
             lease,
             steps.get(&lease.id).map_or(&[][..], Vec::as_slice),
-            (lo, hi),
-            &mut report.stats,
-            v,
+            &mut cx,
         );
     }
+    match report.stats.lost_after_restart {
+        0 => {}
+        n => report.notes.push(format!(
+            "{n} step{} found the lease lost early after node restarts (extend or release \
+             lease_lost, or status not held): allowed in quorum mode",
+            if n == 1 { "" } else { "s" }
+        )),
+    }
+    let v = &mut report.violations;
 
     // Per lock: fence order, overlap, and fences above everything seen before.
     let mut by_lock: HashMap<&str, Vec<&Lease<'_>>> = HashMap::new();
@@ -225,24 +159,24 @@ pub fn check(events: &[Event]) -> Report {
     }
     report.stats.locks = by_lock.len();
     for (lock, list) in &mut by_lock {
-        list.sort_by_key(|l| (l.fence, l.start));
+        list.sort_by(|a, b| (a.fence.cmp(&b.fence)).then(a.start.lower.total_cmp(&b.start.lower)));
         let mut latest_end: Option<&Lease<'_>> = None;
         for pair in list.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             if a.fence == b.fence {
                 v.push(format!("lock {lock}: two grants carry fence {}", a.fence));
-            } else if b.start < a.start {
+            } else if b.start.upper <= a.start.lower {
                 v.push(format!(
-                    "lock {lock}: fence {} was granted at {} ms, before fence {} at {} ms",
+                    "lock {lock}: fence {} was granted {}, before fence {} {}",
                     b.fence, b.start, a.fence, a.start
                 ));
             }
         }
         for b in list.iter() {
             if let Some(a) = latest_end {
-                if (b.start + 1) as f64 <= a.end_lower {
+                if b.start.upper <= a.end_lower {
                     v.push(format!(
-                        "lock {lock}: fence {} was granted at {} ms while fence {} was valid until at least {:.0} ms",
+                        "lock {lock}: fence {} was granted {} while fence {} was valid until at least {:.0} ms",
                         b.fence, b.start, a.fence, a.end_lower
                     ));
                 }
@@ -303,120 +237,6 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
     report
-}
-
-/// Walks one lease's extends, releases and status reads in order, checking
-/// each against what must be true of the lease at that moment, and settles
-/// the lease's `end_lower` and `released_ack`.
-fn follow_lease(
-    lease: &mut Lease<'_>,
-    steps: &[&Event],
-    (lo, hi): (f64, f64),
-    stats: &mut Stats,
-    v: &mut Vec<String>,
-) {
-    let name = format!("lock {} fence {}", lease.lock, lease.fence);
-    // The lease is certainly valid until `certain_end` (Redis ms) unless a
-    // release landed; an extend with no answer may have moved it later.
-    let mut certain_end = lease.end_lower;
-    let mut original_end = certain_end;
-    let mut ambiguous = false;
-    let mut release_sent: Option<f64> = None;
-    let mut renewed_once = false;
-    for e in steps {
-        let t = &e.timed;
-        let (send, recv) = (ms(t.send_us), ms(t.recv_us));
-        let released_before = lease.released_ack.is_some_and(|r| r < t.send_us);
-        match (e.op, &t.outcome) {
-            (
-                Op::Extend,
-                Outcome::Renewed {
-                    fence,
-                    ttl_ms,
-                    expires_at_ms,
-                },
-            ) => {
-                let at = *expires_at_ms as f64 - *ttl_ms as f64;
-                if *fence != lease.fence {
-                    v.push(format!("{name}: extend answered fence {fence}"));
-                }
-                if released_before {
-                    v.push(format!(
-                        "{name}: extended after its release was acknowledged"
-                    ));
-                } else if !ambiguous && release_sent.is_none() && at >= certain_end {
-                    v.push(format!(
-                        "{name}: extended at {at:.0} ms although it expired at {certain_end:.0} ms"
-                    ));
-                } else if renewed_once && at >= original_end {
-                    stats.extend_probes += 1;
-                }
-                renewed_once = true;
-                original_end = certain_end;
-                certain_end = *expires_at_ms as f64;
-            }
-            (Op::Extend, Outcome::Lost) => {
-                if released_before {
-                    stats.release_probes += 1;
-                } else if release_sent.is_none() && recv + hi < certain_end - 1.0 {
-                    v.push(format!(
-                        "{name}: extend answered lease_lost by {:.0} ms although the lease was valid until {certain_end:.0} ms",
-                        recv + hi
-                    ));
-                }
-            }
-            (Op::Extend, Outcome::Failed { .. }) => ambiguous = true,
-            (Op::Release, Outcome::Released { fence }) => {
-                if *fence != lease.fence {
-                    v.push(format!("{name}: release answered fence {fence}"));
-                }
-                if release_sent.is_none() && !ambiguous && send + lo > certain_end + 1.0 {
-                    v.push(format!(
-                        "{name}: release reported success at {:.0} ms or later although the lease expired at {certain_end:.0} ms",
-                        send + lo
-                    ));
-                }
-                release_sent.get_or_insert(send + lo);
-                lease.released_ack.get_or_insert(t.recv_us);
-            }
-            (Op::Release, Outcome::Lost)
-                if release_sent.is_none() && recv + hi < certain_end - 1.0 =>
-            {
-                v.push(format!(
-                    "{name}: release answered lease_lost by {:.0} ms although the lease was valid until {certain_end:.0} ms",
-                    recv + hi
-                ));
-            }
-            (Op::Release, Outcome::Failed { .. }) => {
-                release_sent.get_or_insert(send + lo);
-            }
-            (Op::Status, Outcome::Status { held, fence }) => {
-                let shows_lease = *held && *fence == Some(lease.fence);
-                if released_before {
-                    if shows_lease {
-                        v.push(format!(
-                            "{name}: shown as held after its release was acknowledged"
-                        ));
-                    } else {
-                        stats.release_probes += 1;
-                    }
-                } else if release_sent.is_none()
-                    && t.send_us > lease.grant.recv_us
-                    && recv + hi < certain_end - 1.0
-                    && !shows_lease
-                {
-                    v.push(format!(
-                        "{name}: status did not show the lease while it was valid (held {held}, fence {fence:?})"
-                    ));
-                }
-            }
-            _ => {}
-        }
-    }
-    lease.end_lower = match release_sent {
-        Some(at) => certain_end.min(at),
-        None => certain_end,
-    };
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Broken histories the checker must catch, and sound ones it must pass.
 
 use super::*;
+use crate::client::Timed;
 
 /// An answer the broker gave `at_ms` (local = Redis clock), 1 ms round trip.
 fn event(op: Op, lease: u64, at_ms: i64, outcome: Outcome) -> Event {
@@ -135,4 +136,96 @@ fn an_unanswered_release_may_have_freed_the_lock() {
     ];
     let report = check(&events);
     assert!(report.ok(), "{report}");
+}
+
+/// Quorum mode with the default drift (3 ms off a 100 ms lease); `restarts`
+/// are local ms at which a node restarted empty.
+fn quorum(restarts: &[i64]) -> Backend {
+    Backend::Quorum {
+        drift: Drift::default(),
+        restarts: Some(restarts.iter().map(|ms| ms * 1000).collect()),
+    }
+}
+
+/// A quorum grant sent at `send_ms` and answered at `recv_ms`, whose
+/// earliest-expiring node granted at `node_ms`: the answer's expiry is that
+/// node's less the allowance, and its TTL the requested one.
+fn quorum_grant(lease: u64, (send_ms, node_ms, recv_ms): (i64, i64, i64), fence: u64) -> Event {
+    let ttl_ms = 100;
+    let node_expiry = u64::try_from(node_ms).expect("positive") + ttl_ms;
+    let mut e = grant(lease, send_ms, fence, ttl_ms);
+    e.timed.recv_us = recv_ms * 1000;
+    e.timed.outcome = Outcome::Granted {
+        fence,
+        ttl_ms,
+        expires_at_ms: node_expiry - Drift::default().allowance(ttl_ms),
+    };
+    e
+}
+
+#[test]
+fn a_quorum_grant_right_after_the_previous_expiry_passes() {
+    // The first lease is promised until 1_097. The next acquire waited; its
+    // earliest node granted at 1_098 and the answer came at 1_100, but
+    // `expires_at_ms - ttl_ms` puts it at 1_095, inside the first lease.
+    let events = [
+        quorum_grant(0, (1_000, 1_000, 1_001), 10),
+        quorum_grant(1, (1_060, 1_098, 1_100), 11),
+    ];
+    let report = check_against(&events, &quorum(&[]));
+    assert!(report.ok(), "{report}");
+    // Single mode's reading of the same answers sees an overlap.
+    assert!(!check(&events).ok());
+}
+
+#[test]
+fn a_quorum_grant_answered_inside_another_lease_is_a_violation() {
+    let events = [
+        quorum_grant(0, (1_000, 1_000, 1_001), 10),
+        quorum_grant(1, (1_049, 1_049, 1_050), 11),
+    ];
+    let report = check_against(&events, &quorum(&[]));
+    assert_eq!(report.violations.len(), 1, "{report}");
+    assert!(report.violations[0].contains("valid until"), "{report}");
+}
+
+#[test]
+fn a_quorum_lease_lost_early_is_allowed_only_after_a_node_restart() {
+    let events = [
+        quorum_grant(0, (1_000, 1_000, 1_001), 10),
+        event(Op::Extend, 0, 1_020, Outcome::Lost),
+        event(
+            Op::Status,
+            0,
+            1_030,
+            Outcome::Status {
+                held: false,
+                fence: Some(10),
+            },
+        ),
+    ];
+    let report = check_against(&events, &quorum(&[1_010]));
+    assert!(report.ok(), "{report}");
+    assert_eq!(report.stats.lost_after_restart, 2);
+    assert!(report.notes.iter().any(|n| n.contains("node restarts")));
+    // No restart since the grant: the same answers break the promise.
+    assert_eq!(check_against(&events, &quorum(&[990])).violations.len(), 2);
+    assert_eq!(check(&events).violations.len(), 2);
+}
+
+#[test]
+fn quorum_nodes_may_hold_a_lease_past_its_promised_expiry() {
+    // Promised until 1_097; the nodes keep it until 1_100 or so. A release
+    // landing in between found it on a node.
+    let events = [
+        quorum_grant(0, (1_000, 1_000, 1_001), 10),
+        event(Op::Release, 0, 1_099, Outcome::Released { fence: 10 }),
+    ];
+    assert!(check_against(&events, &quorum(&[])).ok());
+    // Past a whole TTL after the answer, no node can have had it.
+    let late = [
+        events[0].clone(),
+        event(Op::Release, 0, 1_110, Outcome::Released { fence: 10 }),
+    ];
+    assert!(!check_against(&late, &quorum(&[])).ok());
 }

@@ -1,0 +1,101 @@
+//! [`Report`]: what [`check`](super::check) found, and how it prints.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::client::Outcome;
+use crate::history::Op;
+
+/// Counts of what happened, for the summary.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Requests by step and answer kind.
+    pub outcomes: BTreeMap<(Op, &'static str), u64>,
+    /// Distinct locks.
+    pub locks: usize,
+    /// Leases granted.
+    pub leases: usize,
+    /// Acknowledged releases followed by a probe that confirmed they took effect.
+    pub release_probes: u64,
+    /// Acknowledged extends later confirmed by an extend past the old expiry.
+    pub extend_probes: u64,
+    /// Quorum mode: extends and releases answered `lease_lost`, and status
+    /// reads that did not show the lease, before its expiry, after a node
+    /// restarted empty (a lease left on a minority is lost: allowed).
+    pub lost_after_restart: u64,
+}
+
+/// What [`check`](super::check) found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Counts for the summary.
+    pub stats: Stats,
+    /// Every broken promise, one line each.
+    pub violations: Vec<String>,
+    /// Bounds on (Redis clock - local clock), in ms.
+    pub clock_offset_ms: (f64, f64),
+    /// Things that limit how much the check can say (not violations).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Whether the history kept every promise.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.stats;
+        writeln!(f, "locks: {}  leases granted: {}", s.locks, s.leases)?;
+        for op in [Op::Acquire, Op::Extend, Op::Release, Op::Status] {
+            let parts: Vec<String> = s
+                .outcomes
+                .iter()
+                .filter(|((o, _), _)| *o == op)
+                .map(|((_, kind), n)| format!("{kind} {n}"))
+                .collect();
+            if !parts.is_empty() {
+                writeln!(f, "{:<8} {}", format!("{op:?}:"), parts.join(", "))?;
+            }
+        }
+        writeln!(
+            f,
+            "releases confirmed by a later probe: {}  extends confirmed by outliving the old expiry: {}",
+            s.release_probes, s.extend_probes
+        )?;
+        let (lo, hi) = self.clock_offset_ms;
+        writeln!(f, "redis clock - local clock: {lo:.1} .. {hi:.1} ms")?;
+        for note in &self.notes {
+            writeln!(f, "note: {note}")?;
+        }
+        if self.violations.is_empty() {
+            writeln!(f, "violations: 0")
+        } else {
+            writeln!(f, "violations: {}", self.violations.len())?;
+            for v in self.violations.iter().take(50) {
+                writeln!(f, "  VIOLATION {v}")?;
+            }
+            if self.violations.len() > 50 {
+                writeln!(f, "  ... and {} more", self.violations.len() - 50)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The summary's name for an answer.
+pub(super) fn kind(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Granted { .. } => "granted",
+        Outcome::Renewed { .. } => "renewed",
+        Outcome::Released { .. } => "released",
+        Outcome::Busy { .. } => "busy",
+        Outcome::Lost => "lease_lost",
+        Outcome::Status { .. } => "status",
+        Outcome::Failed { status: 503, .. } => "unavailable",
+        Outcome::Failed { status: 0, .. } => "no_answer",
+        Outcome::Failed { .. } => "other_error",
+    }
+}
