@@ -297,6 +297,20 @@ pub fn status(
             available_in_ms,
         });
     }
+    // A lease held by fewer than a majority of the answers may still hold a
+    // majority with the nodes that did not answer: "not held" would be a
+    // guess.
+    let silent = answers.len() - statuses.len();
+    let undecided = statuses
+        .iter()
+        .filter(|s| s.held)
+        .filter_map(|s| s.fence)
+        .any(|fence| holding(fence).count() + silent >= majority);
+    if undecided {
+        return Err(StoreError::Unavailable(format!(
+            "a lease holds some of the nodes that answered and {silent} did not answer"
+        )));
+    }
     Ok(LockStatus {
         held: false,
         owner: None,

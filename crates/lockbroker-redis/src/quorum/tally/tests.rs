@@ -196,4 +196,23 @@ fn status_is_held_when_a_majority_holds_and_free_when_a_majority_is() {
     let read = super::status(&answers, 2).expect("a majority answered");
     assert!(!read.held);
     assert_eq!(read.available_in_ms, 0, "a majority is free now");
+
+    // Five nodes, the lease on two that answered, two silent: the silent ones
+    // may make a majority with them, so neither "held" nor "free" is known.
+    let answers = vec![
+        status(true, 900, 7),
+        status(true, 900, 7),
+        status(false, 0, 3),
+        Err(down()),
+        Err(down()),
+    ];
+    assert!(super::status(&answers, 3).is_err());
+    let answers = vec![
+        status(true, 900, 7),
+        status(false, 0, 3),
+        status(false, 0, 3),
+        status(false, 0, 3),
+        Err(down()),
+    ];
+    assert!(!super::status(&answers, 3).expect("decided").held);
 }
