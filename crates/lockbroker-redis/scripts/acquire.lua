@@ -102,7 +102,11 @@ local fence_text = string.format('%d', fence)
 local exp = now_ms + ttl
 
 redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
-redis.call('DEL', lease_key)
+-- A released or expired lease's hash may still be there with fields this
+-- grant does not set; a free lock that was never taken (or long gone) has none.
+if cur[1] then
+  redis.call('DEL', lease_key)
+end
 redis.call('HSET', lease_key,
   'token', token, 'fence', fence_text, 'owner', owner, 'rid', rid, 'by', principal,
   'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
