@@ -4,7 +4,8 @@
 //! through Prometheus's alerts API for `firing`, then for the alert to clear
 //! once the condition ends. Alerts on an increase over a window clear only
 //! once the window has passed (5 or 15 minutes): `promtool test rules` checks
-//! their clearing in virtual time, against the shipped rules unchanged.
+//! their clearing in virtual time, against the shipped rules unchanged. The
+//! quorum alerts run against a quorum-mode broker over three Redis servers.
 //! Each test prints how long its alert took (`--no-capture` shows it).
 
 mod dashboard;
@@ -13,6 +14,8 @@ mod prometheus;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lockbroker_server::config::RedisMode;
+use lockbroker_server::Settings;
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::proxy::Proxy;
 use lockbroker_tests::redis::free_port;
@@ -20,11 +23,52 @@ use lockbroker_tests::{broker_binary, RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
 
-use prometheus::{deploy_file, Prometheus, State};
+use prometheus::{deploy_file, value, Prometheus, State};
 
 /// The `host:port` Prometheus scrapes for `app`.
 fn target(app: &TestApp) -> String {
     app.base.trim_start_matches("http://").to_owned()
+}
+
+/// Three Redis servers for a quorum-mode broker: node `i` of
+/// [`quorum_settings`] is `nodes[i]`, and its `node` label is `i`.
+fn quorum_nodes() -> Vec<RedisServer> {
+    (0..3).map(|_| RedisServer::start()).collect()
+}
+
+/// Settings for a broker in quorum mode over `nodes`, with a node timeout
+/// short enough that a killed node costs a request little.
+fn quorum_settings(nodes: &[RedisServer]) -> Settings {
+    let mut settings = test_settings(&nodes[0]);
+    settings.redis.mode = RedisMode::Quorum;
+    settings.redis.nodes = nodes.iter().map(RedisServer::url).collect();
+    settings.redis.node_timeout_ms = 200;
+    settings
+}
+
+/// The alerts on quorum nodes.
+const QUORUM_ALERTS: [&str; 3] = [
+    "LockbrokerQuorumNodeDown",
+    "LockbrokerQuorumLost",
+    "LockbrokerQuorumNodeRestarting",
+];
+
+/// Waits until Prometheus reads all three nodes up and in good standing and
+/// no quorum alert is active. The broker sets its node gauges every 5
+/// seconds, the first time at its start, possibly before it has read the
+/// nodes: a test starts from a reading of them.
+async fn wait_for_three_nodes_in_good_standing(prometheus: &Prometheus) {
+    prometheus
+        .wait_until(
+            "lockbroker_quorum_nodes_up - lockbroker_quorum_nodes_restarting == 3 \
+             and lockbroker_quorum_majority == 2",
+        )
+        .await;
+    for alert in QUORUM_ALERTS {
+        prometheus
+            .wait_for(alert, State::Inactive, Instant::now())
+            .await;
+    }
 }
 
 /// Prints one line of the timing report.
@@ -155,10 +199,7 @@ async fn waiters_near_the_limit_fire_until_they_are_served() {
         })
         .collect();
     let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
-    let ratio: f64 = alerts[0]["value"]
-        .as_str()
-        .and_then(|v| v.parse().ok())
-        .expect("value");
+    let ratio = value(&alerts[0]);
     assert!((ratio - 0.9).abs() < 1e-9, "9 of 10 waiting: {alerts:?}");
     report(alert, "firing, 9 waiters with a limit of 10", seconds);
 
@@ -258,6 +299,79 @@ async fn a_fence_floor_raise_after_flushall_fires_fence_floor_raised() {
         "firing, an acquire after FLUSHALL with fences ahead of the clock",
         seconds,
     );
+}
+
+#[tokio::test]
+async fn killed_quorum_nodes_fire_node_down_then_quorum_lost_until_they_are_back() {
+    let mut nodes = quorum_nodes();
+    let app = TestApp::spawn_with(quorum_settings(&nodes)).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+    wait_for_three_nodes_in_good_standing(&prometheus).await;
+    let [down, lost, _] = QUORUM_ALERTS;
+
+    // One node of three down: no more may fail.
+    let killed = Instant::now();
+    nodes[2].kill();
+    let (alerts, seconds) = prometheus.wait_for(down, State::Firing, killed).await;
+    assert_eq!(alerts.len(), 1, "only node 2: {alerts:?}");
+    assert_eq!(alerts[0]["labels"]["node"], "2");
+    assert_eq!(alerts[0]["labels"]["instance"], target(&app).as_str());
+    assert_eq!(value(&alerts[0]), 0.0, "no more may fail: {alerts:?}");
+    report(down, "firing, node 2 of 3 killed", seconds);
+    assert!(prometheus.alerts(lost).await.is_empty());
+    // The other two still grant. The lease is short and released, so the
+    // nodes restarted below find no lease to sit out for.
+    let lease = app.acquire("report", 1_000).await;
+    assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+    app.release("report", &lease.token()).await;
+
+    // Two of three down: no majority, every lock request answers 503.
+    let killed = Instant::now();
+    nodes[1].kill();
+    let (alerts, seconds) = prometheus.wait_for(lost, State::Firing, killed).await;
+    assert_eq!(alerts[0]["labels"]["instance"], target(&app).as_str());
+    assert_eq!(value(&alerts[0]), 1.0, "one in good standing: {alerts:?}");
+    report(lost, "firing, node 1 of 3 killed as well", seconds);
+    let refused = app.acquire("report", 1_000).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+
+    // Both back, empty: no lease could have been on them, so they sit out
+    // only the drift allowance and count again at once.
+    let restarted = Instant::now();
+    nodes[1].restart();
+    nodes[2].restart();
+    let (_, seconds) = prometheus.wait_for(lost, State::Inactive, restarted).await;
+    report(lost, "cleared, nodes 1 and 2 restarted empty", seconds);
+    let (_, seconds) = prometheus.wait_for(down, State::Inactive, restarted).await;
+    report(down, "cleared, nodes 1 and 2 restarted empty", seconds);
+    let lease = app.acquire("report", 1_000).await;
+    assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+}
+
+#[tokio::test]
+async fn a_node_restarted_empty_under_a_lease_fires_node_restarting_until_the_lease_expires() {
+    let mut nodes = quorum_nodes();
+    let app = TestApp::spawn_with(quorum_settings(&nodes)).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+    wait_for_three_nodes_in_good_standing(&prometheus).await;
+    let [_, lost, alert] = QUORUM_ALERTS;
+
+    // A lease on all three nodes; node 2 loses it in a restart without its
+    // data, so it sits out of majorities until the lease could have expired.
+    let lease = app.acquire("report", 15_000).await;
+    assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+    let granted = Instant::now();
+    nodes[2].restart();
+    let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, granted).await;
+    assert_eq!(alerts[0]["labels"]["instance"], target(&app).as_str());
+    assert_eq!(value(&alerts[0]), 1.0, "one node sits out: {alerts:?}");
+    report(alert, "firing, node 2 restarted empty, 15 s lease", seconds);
+    // Nodes 0 and 1 are a majority: the quorum holds.
+    assert!(prometheus.alerts(lost).await.is_empty());
+
+    let (_, seconds) = prometheus.wait_for(alert, State::Inactive, granted).await;
+    assert!(seconds >= 15.0, "cleared {seconds:.1} s after the grant");
+    report(alert, "cleared, the lease's 15 s over", seconds);
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! Every series the rules and the dashboard read exists from the broker's
 //! start, and every dashboard panel's query returns data from Prometheus after
-//! a short workload.
+//! a short workload: each checked against a single-mode broker and against a
+//! quorum-mode broker over three nodes, where the per-node series exist.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lockbroker_server::auth::{hash_token, ApiKeyConfig};
 use lockbroker_server::Settings;
@@ -14,14 +15,25 @@ use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 use super::prometheus::{deploy_file, Prometheus};
-use super::target;
+use super::{quorum_nodes, quorum_settings, target};
 
 const KEY: &str = "dashboard-key-5e1f0c7a9b";
 
-/// Settings with two families and one API key that may do everything (the
+/// The backend mode a check runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// One Redis.
+    Single,
+    /// Three Redis nodes: the per-node quorum series exist only here.
+    Quorum,
+}
+
+/// What a single-mode broker's per-node quorum panels say of themselves.
+const EMPTY_IN_SINGLE_MODE: &str = "Empty in single mode";
+
+/// `base` with two families and one API key that may do everything (the
 /// per-key request counter counts it; Prometheus scrapes with it).
-fn settings(redis: &RedisServer) -> Settings {
-    let mut settings = test_settings(redis);
+fn settings(mut settings: Settings) -> Settings {
     settings.metrics.families = vec!["billing:*".into(), "nightly-report".into()];
     let key: ApiKeyConfig = serde_json::from_value(json!({
         "id": "dashboard",
@@ -34,9 +46,27 @@ fn settings(redis: &RedisServer) -> Settings {
     settings
 }
 
-/// A broker whose client sends the key with every request.
-async fn spawn(redis: &RedisServer) -> TestApp {
-    let mut app = TestApp::spawn_with(settings(redis)).await;
+/// A broker and the Redis servers it runs on.
+struct Broker {
+    app: Arc<TestApp>,
+    _redis: Vec<RedisServer>,
+}
+
+/// A broker in `mode` whose client sends the key with every request.
+async fn spawn(mode: Mode) -> Broker {
+    let (redis, base) = match mode {
+        Mode::Single => {
+            let redis = RedisServer::start();
+            let base = test_settings(&redis);
+            (vec![redis], base)
+        }
+        Mode::Quorum => {
+            let nodes = quorum_nodes();
+            let base = quorum_settings(&nodes);
+            (nodes, base)
+        }
+    };
+    let mut app = TestApp::spawn_with(settings(base)).await;
     let mut headers = HeaderMap::new();
     let bearer = HeaderValue::from_str(&format!("Bearer {KEY}")).expect("header");
     headers.insert(AUTHORIZATION, bearer);
@@ -45,7 +75,10 @@ async fn spawn(redis: &RedisServer) -> TestApp {
         .timeout(Duration::from_secs(30))
         .build()
         .expect("client");
-    app
+    Broker {
+        app: Arc::new(app),
+        _redis: redis,
+    }
 }
 
 /// The text of a shipped file under `deploy/`.
@@ -55,8 +88,16 @@ fn shipped(path: &str) -> String {
 
 #[tokio::test]
 async fn every_series_the_rules_and_panels_read_exists_at_zero_from_the_start() {
-    let redis = RedisServer::start();
-    let app = spawn(&redis).await;
+    series_exist_from_the_start(Mode::Single).await;
+}
+
+#[tokio::test]
+async fn every_series_the_rules_and_panels_read_exists_from_the_start_in_quorum_mode() {
+    series_exist_from_the_start(Mode::Quorum).await;
+}
+
+/// The broker's `/metrics` text.
+async fn scrape(app: &TestApp) -> String {
     let scrape = app
         .http
         .get(app.url("/metrics"))
@@ -64,7 +105,23 @@ async fn every_series_the_rules_and_panels_read_exists_at_zero_from_the_start() 
         .await
         .expect("scrape");
     assert_eq!(scrape.status(), StatusCode::OK);
-    let text = scrape.text().await.expect("text");
+    scrape.text().await.expect("text")
+}
+
+/// A broker in `mode` exports, before any request, every series a rule or
+/// panel reads, each counter at 0.
+async fn series_exist_from_the_start(mode: Mode) {
+    let Broker { app, _redis } = spawn(mode).await;
+    let mut text = scrape(&app).await;
+    // Quorum mode: the node gauges are set by a background check that runs
+    // at the broker's start and every 5 seconds; the per-node series appear
+    // at the first. Once that has run, they must all be there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mode == Mode::Quorum && !text.lines().any(|l| l == "lockbroker_quorum_majority 2") {
+        assert!(Instant::now() < deadline, "no node check:\n{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        text = scrape(&app).await;
+    }
     let has = |series: &str| text.lines().any(|line| line == series);
 
     // Each family and `other`, crossed with each outcome the alerts read.
@@ -95,13 +152,33 @@ async fn every_series_the_rules_and_panels_read_exists_at_zero_from_the_start() 
     for line in text.lines().filter(|line| line.contains("_total")) {
         assert!(line.starts_with('#') || line.ends_with(" 0"), "{line}");
     }
+    // Quorum mode: each node by its place in the list. (Its value depends on
+    // whether the first check ran before the broker knew the nodes' standing.)
+    if mode == Mode::Quorum {
+        for node in 0..3 {
+            let up = format!(r#"lockbroker_quorum_node_up{{node="{node}"}} "#);
+            assert!(
+                text.lines().any(|line| line.starts_with(&up)),
+                "{up} missing:\n{text}"
+            );
+        }
+    }
 
     // Every metric a rule or panel reads has samples already. Script
-    // latencies appear per script at its first run; only a panel reads them.
+    // latencies appear per script (and per node) at its first run; only
+    // panels read them. Single mode has no nodes, so no per-node series.
     let read = metric_names(&shipped("prometheus/lockbroker-alerts.yml"))
         .into_iter()
         .chain(metric_names(&shipped("grafana/lockbroker-dashboard.json")));
-    for name in read.filter(|name| name != "lockbroker_redis_script_duration_seconds") {
+    let at_first_run = [
+        "lockbroker_redis_script_duration_seconds",
+        "lockbroker_quorum_node_script_duration_seconds",
+    ];
+    let per_node = |name: &str| name.starts_with("lockbroker_quorum_node_");
+    for name in read
+        .filter(|name| !at_first_run.contains(&name.as_str()))
+        .filter(|name| mode == Mode::Quorum || !per_node(name))
+    {
         let sampled = text.lines().any(|line| {
             line.strip_prefix(name.as_str())
                 .is_some_and(|rest| rest.starts_with([' ', '{']) || rest.starts_with("_bucket{"))
@@ -111,13 +188,15 @@ async fn every_series_the_rules_and_panels_read_exists_at_zero_from_the_start() 
 }
 
 /// Each panel's title, description and expressions, with Grafana's interval
-/// variables replaced by values that suit a one-second scrape.
+/// variables replaced by values that suit a one-second scrape. Rows hold no
+/// queries of their own.
 fn panels() -> Vec<(String, String, Vec<String>)> {
     let dashboard: Value =
         serde_json::from_str(&shipped("grafana/lockbroker-dashboard.json")).expect("JSON");
     let panels = dashboard["panels"].as_array().expect("panels");
     panels
         .iter()
+        .filter(|panel| panel["type"] != "row")
         .map(|panel| {
             let exprs = panel["targets"]
                 .as_array()
@@ -193,8 +272,19 @@ async fn queries_without_data(prometheus: &Prometheus) -> Vec<(String, String)> 
 
 #[tokio::test]
 async fn every_dashboard_panel_returns_data_after_a_workload() {
-    let redis = RedisServer::start();
-    let app = Arc::new(spawn(&redis).await);
+    panels_return_data_after_a_workload(Mode::Single).await;
+}
+
+#[tokio::test]
+async fn every_dashboard_panel_returns_data_after_a_workload_in_quorum_mode() {
+    panels_return_data_after_a_workload(Mode::Quorum).await;
+}
+
+/// Every panel of the dashboard shows data for a broker in `mode` after a
+/// workload; while idle, only panels that say so are empty. A single-mode
+/// broker has no nodes: the per-node quorum panels, which say so, are empty.
+async fn panels_return_data_after_a_workload(mode: Mode) {
+    let Broker { app, _redis } = spawn(mode).await;
     let prometheus = Prometheus::start_with(&[target(&app)], Some(KEY)).await;
 
     // An idle broker: a panel that shows nothing says so in its description.
@@ -212,6 +302,9 @@ async fn every_dashboard_panel_returns_data_after_a_workload() {
     let empty: Vec<String> = queries_without_data(&prometheus)
         .await
         .into_iter()
+        .filter(|(_, description)| {
+            mode == Mode::Quorum || !description.contains(EMPTY_IN_SINGLE_MODE)
+        })
         .map(|(query, _)| query)
         .collect();
     assert!(

@@ -195,6 +195,19 @@ impl Prometheus {
             .unwrap_or_else(|| panic!("query failed: {expr}"))
     }
 
+    /// Waits until `expr` returns a sample, e.g. until Prometheus has scraped
+    /// a gauge the broker sets in the background at the value a test needs.
+    pub async fn wait_until(&self, expr: &str) {
+        let deadline = Instant::now() + ALERT_DEADLINE;
+        while self.query(expr).await.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{expr} returned nothing within {ALERT_DEADLINE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// The active instances of alert `name`, as the alerts API reports them.
     pub async fn alerts(&self, name: &str) -> Vec<Value> {
         let data = self.get("/api/v1/alerts", &[]).await.expect("alerts API");
@@ -238,4 +251,12 @@ impl Drop for Prometheus {
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// An alert's value: the value of its expression when last evaluated.
+pub fn value(alert: &Value) -> f64 {
+    alert["value"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("alert without a value: {alert}"))
 }
