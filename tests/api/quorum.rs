@@ -417,3 +417,49 @@ async fn a_grant_undone_on_a_minority_costs_the_fair_waiter_nothing() {
         AcquireOutcome::Granted(_)
     ));
 }
+
+#[tokio::test]
+async fn a_node_back_empty_is_readmitted_above_every_fence_the_others_kept() {
+    let quorum = Quorum::start(5);
+    let store = quorum.connect().await;
+    let lock = name("quorum-readmit");
+    let (_, token, _) = granted(&store, &lock, 5_000).await;
+    store.release(&lock, &token).await.expect("release");
+    // A grant on nodes 0, 1 and 2 issued a fence far above every clock (a
+    // broker whose clock ran ahead, say), which nodes 3 and 4 never saw.
+    let high: u64 = 5_000_000_000_000_000;
+    let fence_key = format!("{}:{{quorum-readmit}}:fence", quorum.prefix);
+    let epoch_key = format!("{}:epoch", quorum.prefix);
+    for at in 0..3 {
+        let mut conn = quorum.servers[at].conn();
+        conn.cmd(&["SET", &fence_key, &high.to_string()]);
+        conn.cmd(&["HSET", &epoch_key, "max", &high.to_string()]);
+    }
+    // Node 0 loses its data and is readmitted; then nodes 1 and 2, the only
+    // others that knew that fence, stop answering.
+    quorum.servers[0].conn().cmd(&["FLUSHALL"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pending = quorum.servers[0]
+            .conn()
+            .cmd(&["HGET", &epoch_key, "pending"]);
+        let readmitted = quorum.servers[0].conn().cmd(&["HGET", &epoch_key, "floor"]);
+        if pending.as_text().is_none() && readmitted.as_text().is_some() {
+            assert_eq!(readmitted.as_text(), Some(high.to_string().as_str()));
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 0 was never readmitted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    quorum.servers[1].pause();
+    quorum.servers[2].pause();
+
+    // A broker that never saw that fence takes the lock on nodes 0, 3 and 4:
+    // node 0's floor keeps the fence above it.
+    let (fresh, _) = quorum.observed().await;
+    let (fence, token, _) = granted(&fresh, &lock, 5_000).await;
+    assert!(fence.get() > high, "{fence} > {high}");
+    fresh.release(&lock, &token).await.expect("release");
+    quorum.servers[1].resume();
+    quorum.servers[2].resume();
+}

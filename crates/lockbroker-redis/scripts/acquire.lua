@@ -13,7 +13,9 @@
 --          broker's, so every node's copy of the queue has the same order)
 -- ARGV[15] quorum mode: the node's epoch as the broker knows it ('' in
 --          single mode). A node with another epoch, or still out of
---          majorities after a restart without its data, grants nothing.
+--          majorities after a restart without its data, grants nothing; a
+--          readmitted one issues fences above its epoch's floor, and keeps
+--          its highest fence in the epoch hash.
 --
 -- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
 --         granted (floor_raised 1 when the broker's floor, not Redis's counter
@@ -37,11 +39,15 @@ local now_us, now_ms = clock()
 local arrival_us = tonumber(ARGV[14]) or now_us
 local epoch_id = ARGV[15] or ''
 
+local node_max = 0
 if epoch_id ~= '' then
-  local epoch = redis.call('HMGET', KEYS[6], 'id', 'until')
-  if epoch[1] ~= epoch_id or tonumber(epoch[2]) > now_ms then
+  local epoch = redis.call('HMGET', KEYS[6], 'id', 'until', 'pending', 'floor', 'max')
+  if epoch[1] ~= epoch_id or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
     return {-1}
   end
+  -- After a restart without data, the fences issued before it (readmit.lua).
+  floor = math.max(floor, tonumber(epoch[4] or '0'))
+  node_max = tonumber(epoch[5] or '0')
 end
 
 -- A fair waiter that is turned away keeps (or takes) its place in the queue.
@@ -114,6 +120,11 @@ redis.call('HSET', lease_key,
 redis.call('PEXPIRE', lease_key, ttl + delay)
 if epoch_id ~= '' then
   raise_horizon(KEYS[5], exp + delay)
+  -- The node's highest fence, from which a node that restarts empty is
+  -- readmitted.
+  if fence > node_max then
+    redis.call('HSET', KEYS[6], 'max', fence_text)
+  end
 end
 
 -- The fair waiter now first in line learns it, so it can sleep until this

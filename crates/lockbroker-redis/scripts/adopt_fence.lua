@@ -21,8 +21,8 @@ local lease_key, fence_key, horizon_key, epoch_key = KEYS[1], KEYS[2], KEYS[3], 
 local token, fence, fence_idle = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local _, now_ms = clock()
-local epoch = redis.call('HMGET', epoch_key, 'id', 'until')
-if epoch[1] ~= ARGV[4] or tonumber(epoch[2]) > now_ms then
+local epoch = redis.call('HMGET', epoch_key, 'id', 'until', 'pending', 'max')
+if epoch[1] ~= ARGV[4] or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
   return {-1}
 end
 local cur = redis.call('HMGET', lease_key, 'token', 'exp', 'rel', 'delay')
@@ -34,6 +34,9 @@ redis.call('HSET', lease_key, 'fence', fence_text)
 local mark = tonumber(redis.call('GET', fence_key) or '0')
 if fence > mark then
   redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
+end
+if fence > tonumber(epoch[4] or '0') then
+  redis.call('HSET', epoch_key, 'max', fence_text)
 end
 raise_horizon(horizon_key, tonumber(cur[2]) + tonumber(cur[4]))
 return {1}

@@ -46,11 +46,13 @@ pub enum ScriptName {
     AdoptFence,
     /// `epoch.lua` (quorum mode)
     Epoch,
+    /// `readmit.lua` (quorum mode)
+    Readmit,
 }
 
 impl ScriptName {
     /// Every script, in [`Scripts`] order.
-    pub const ALL: [Self; 9] = [
+    pub const ALL: [Self; 10] = [
         Self::Acquire,
         Self::Extend,
         Self::Release,
@@ -60,6 +62,7 @@ impl ScriptName {
         Self::Probe,
         Self::AdoptFence,
         Self::Epoch,
+        Self::Readmit,
     ];
 
     /// The script's name for metrics: its file name without `.lua`.
@@ -74,6 +77,7 @@ impl ScriptName {
             Self::Probe => "probe",
             Self::AdoptFence => "adopt_fence",
             Self::Epoch => "epoch",
+            Self::Readmit => "readmit",
         }
     }
 
@@ -88,6 +92,7 @@ impl ScriptName {
             Self::Probe => include_str!("../scripts/probe.lua"),
             Self::AdoptFence => include_str!("../scripts/adopt_fence.lua"),
             Self::Epoch => include_str!("../scripts/epoch.lua"),
+            Self::Readmit => include_str!("../scripts/readmit.lua"),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::connection::{redelivery_window, store_error, Connections, RedisSettin
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
     AcquireCall, AdoptFenceCall, Adoption, Epoch, EpochCall, ExtendCall, ForceReleaseCall,
-    LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
+    LeaveQueueCall, ProbeCall, ReadmitCall, ReleaseCall, StatusCall,
 };
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
 use crate::wakes::forward_wakes;
@@ -217,6 +217,12 @@ impl RedisLockStore {
             requeue: waiter,
         })
         .await
+    }
+
+    /// Quorum mode: raises this node's fence floor after it restarted
+    /// without its data; whether the node's epoch was still `call.epoch`.
+    pub async fn readmit(&self, call: &ReadmitCall<'_>) -> Result<bool, StoreError> {
+        self.call(call).await
     }
 
     /// Quorum mode: this node's epoch (made now, as `call` says, if it has

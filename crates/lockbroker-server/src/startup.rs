@@ -215,11 +215,16 @@ impl Application {
 async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_every: Duration) {
     let mut ping = tokio::time::interval(Duration::from_secs(5));
     let mut reconcile = tokio::time::interval(reconcile_every);
+    // The node gauges wait for the first ready answer: before it, the broker
+    // has not read its nodes yet, and would report them all down.
+    let mut nodes_read = false;
     loop {
         tokio::select! {
             _ = ping.tick() => {
-                metrics.redis_up.set(i64::from(service.ready().await.is_ok()));
-                if let RedisStore::Quorum(quorum) = service.store() {
+                let ready = service.ready().await.is_ok();
+                metrics.redis_up.set(i64::from(ready));
+                nodes_read |= ready;
+                if let (true, RedisStore::Quorum(quorum)) = (nodes_read, service.store()) {
                     let (up, restarting, majority) = quorum.node_counts();
                     metrics.quorum.set_nodes(&up, restarting, majority);
                 }

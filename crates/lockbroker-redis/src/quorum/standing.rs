@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::tally::Drift;
-use crate::scripts::calls::{Epoch, EpochCall};
+use crate::scripts::calls::{Epoch, EpochCall, ReadmitCall};
 use crate::store::RedisLockStore;
 
 /// How often every node's epoch is read.
@@ -26,6 +26,8 @@ struct Node {
     epoch: Option<String>,
     /// Out of every majority until then (after a restart without data).
     out_until: Option<Instant>,
+    /// Restarted without data, and its fence floor not yet raised.
+    pending_marks: bool,
 }
 
 /// What this broker knows of each node's standing.
@@ -74,7 +76,8 @@ impl Standing {
         let now = Instant::now();
         self.lock()
             .iter()
-            .filter(|n| n.up && n.epoch.is_some() && n.out_until.is_none_or(|t| t <= now))
+            .filter(|n| n.up && n.epoch.is_some() && !n.pending_marks)
+            .filter(|n| n.out_until.is_none_or(|t| t <= now))
             .count()
     }
 
@@ -85,7 +88,7 @@ impl Standing {
         let up = nodes.iter().map(|n| n.up).collect();
         let out = nodes
             .iter()
-            .filter(|n| n.up && n.out_until.is_some_and(|t| t > now))
+            .filter(|n| n.up && (n.pending_marks || n.out_until.is_some_and(|t| t > now)))
             .count();
         (up, out)
     }
@@ -135,6 +138,34 @@ impl Standing {
                 *epoch = nodes[at].epoch(&make).await.ok();
             }
         }
+        // Readmission: a node that came back empty takes, as its fence floor,
+        // the highest fence the nodes that kept their data report. Every
+        // fence that stood was issued or taken by a majority, and a majority
+        // of nodes that kept their data includes one of those. When more than
+        // a minority lost their data, what the others know is all there is
+        // (the fences then rest on the time and broker floors as well).
+        let pending = epochs.iter().flatten().filter(|e| e.pending_marks).count();
+        let kept = answered - pending;
+        if answered >= self.majority
+            && (kept >= self.majority || pending > nodes.len() - self.majority)
+        {
+            let floor = epochs.iter().flatten().map(|e| e.max_fence).max();
+            for (at, epoch) in epochs.iter_mut().enumerate() {
+                let Some(pending) = epoch.as_mut().filter(|e| e.pending_marks) else {
+                    continue;
+                };
+                let Some(id) = pending.id.clone() else {
+                    continue;
+                };
+                let readmit = ReadmitCall {
+                    epoch: &id,
+                    floor: floor.unwrap_or(0),
+                };
+                if matches!(nodes[at].readmit(&readmit).await, Ok(true)) {
+                    pending.pending_marks = false;
+                }
+            }
+        }
         let now = Instant::now();
         let mut known = self.lock();
         for (node, epoch) in known.iter_mut().zip(epochs) {
@@ -143,6 +174,7 @@ impl Standing {
                 node.out_until = (epoch.until_ms > epoch.now_ms)
                     .then(|| now + Duration::from_millis(epoch.until_ms - epoch.now_ms));
                 node.epoch = epoch.id;
+                node.pending_marks = epoch.pending_marks;
             }
         }
     }

@@ -9,6 +9,10 @@ use lockbroker_core::{
 
 use super::{Reply, ScriptCall, ScriptContext, ScriptName};
 
+mod quorum;
+
+pub use quorum::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
+
 /// The keys of the scripts that may free a lock: its lease and fair queue.
 fn queue_keys(context: &ScriptContext, name: &LockName) -> Vec<String> {
     let keys = &context.keys;
@@ -340,104 +344,5 @@ impl ScriptCall for ProbeCall {
 
     fn decode(&self, _: &mut Reply) -> Result<(), StoreError> {
         Ok(())
-    }
-}
-
-/// `adopt_fence.lua`: writes a quorum grant's fence back to a node.
-pub struct AdoptFenceCall<'a> {
-    /// The lock.
-    pub name: &'a LockName,
-    /// The lease's token.
-    pub token: &'a LeaseToken,
-    /// The fence the majority's grant carries.
-    pub fence: Fence,
-    /// The node's epoch as the broker knows it.
-    pub epoch: &'a str,
-}
-
-/// What a node said to a fence write-back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Adoption {
-    /// The node holds the lease and now carries the fence.
-    Adopted,
-    /// The node no longer holds the lease (expired or released there).
-    NotHeld,
-    /// The node restarted or is still out of majorities: it does not count.
-    NotInStanding,
-}
-
-impl ScriptCall for AdoptFenceCall<'_> {
-    type Output = Adoption;
-    const SCRIPT: ScriptName = ScriptName::AdoptFence;
-
-    fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let keys = &context.keys;
-        vec![
-            keys.lease(self.name),
-            keys.fence(self.name),
-            keys.horizon(),
-            keys.epoch(),
-        ]
-    }
-
-    fn args(&self, context: &ScriptContext) -> Vec<String> {
-        vec![
-            self.token.expose().to_owned(),
-            self.fence.get().to_string(),
-            context.fence_idle_ms.to_string(),
-            self.epoch.to_owned(),
-        ]
-    }
-
-    fn decode(&self, reply: &mut Reply) -> Result<Adoption, StoreError> {
-        Ok(match reply.int()? {
-            1 => Adoption::Adopted,
-            0 => Adoption::NotHeld,
-            _ => Adoption::NotInStanding,
-        })
-    }
-}
-
-/// `epoch.lua`: a node's epoch and lease horizon.
-pub struct EpochCall<'a> {
-    /// The epoch id to make if the node has none; empty to only read.
-    pub fresh_id: &'a str,
-    /// For a new epoch: how long the node stays out of majorities, ms.
-    pub quarantine_ms: u64,
-}
-
-/// When a node's data began, and how long leases on it may last.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Epoch {
-    /// Made when the node was first seen empty; a new one means lost data.
-    /// `None` when the node has none yet.
-    pub id: Option<String>,
-    /// Until when the node stays out of majorities, by its clock (ms).
-    pub until_ms: u64,
-    /// The node's clock now (ms).
-    pub now_ms: u64,
-    /// The latest instant a lease on the node may stay valid (ms; 0: none).
-    pub horizon_ms: u64,
-}
-
-impl ScriptCall for EpochCall<'_> {
-    type Output = Epoch;
-    const SCRIPT: ScriptName = ScriptName::Epoch;
-
-    fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        vec![context.keys.epoch(), context.keys.horizon()]
-    }
-
-    fn args(&self, _: &ScriptContext) -> Vec<String> {
-        vec![self.fresh_id.to_owned(), self.quarantine_ms.to_string()]
-    }
-
-    fn decode(&self, reply: &mut Reply) -> Result<Epoch, StoreError> {
-        Ok(Epoch {
-            id: reply.optional_text()?,
-            until_ms: reply.uint()?,
-            now_ms: reply.uint()?,
-            horizon_ms: reply.uint()?,
-        })
     }
 }
