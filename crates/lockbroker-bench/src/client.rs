@@ -1,25 +1,24 @@
-//! The two targets every pair benchmark drives with the same code: the broker
-//! over HTTP, and Redis directly with the broker's own Lua scripts.
+//! The targets every pair benchmark drives with the same code: the broker
+//! over HTTP, Redis directly with the broker's own Lua scripts (`direct`),
+//! the smallest correct Redis lock (`minimal`), and etcd's lock API.
 //!
 //! A [`PairClient`] is one caller bound to one lock on one persistent
 //! connection: an acquire without waiting, then the release of that lease.
+
+mod direct;
+mod etcd;
+mod minimal;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use lockbroker_api::{AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, ReleaseResponse};
-use lockbroker_core::{
-    AcquireOutcome, AcquireParams, LeaseToken, LockDelay, LockName, Principal, ReleaseOutcome, Ttl,
-};
-use lockbroker_redis::scripts::calls::{AcquireCall, ReleaseCall};
-use lockbroker_redis::scripts::{
-    Reply as ScriptReply, ReplyItem, ScriptCall, ScriptContext, ScriptName, Scripts,
-};
-use lockbroker_redis::{KeyLayout, RedisSettings};
 use serde::de::DeserializeOwned;
 
 use crate::http1;
-use crate::resp::{self, Reply};
+use direct::DirectClient;
+use etcd::EtcdClient;
+use minimal::MinimalClient;
 
 /// TTL of every benchmark lease: long enough never to expire mid-pair.
 const TTL_MS: u64 = 30_000;
@@ -31,8 +30,6 @@ static ACQUIRE_BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
     };
     serde_json::to_vec(&body).unwrap_or_default()
 });
-/// Key prefix of the direct client, apart from the broker's `lockbroker`.
-const DIRECT_PREFIX: &str = "benchdirect";
 
 /// What a benchmark talks to.
 #[derive(Clone)]
@@ -42,50 +39,50 @@ pub enum Target {
         /// The broker's port.
         port: u16,
     },
-    /// A Redis on this loopback port, running the scripts by these SHAs.
+    /// A Redis on this loopback port, running the broker's scripts by these
+    /// SHAs (acquire, release).
     Direct {
         /// The Redis port.
         port: u16,
         /// SHA-1 of the acquire and release scripts, loaded in that Redis.
         shas: Arc<(String, String)>,
     },
+    /// A Redis on this loopback port, locked with `SET NX` + `INCR` and
+    /// released by the compare-and-delete script of this SHA.
+    Minimal {
+        /// The Redis port.
+        port: u16,
+        /// SHA-1 of the compare-and-delete script, loaded in that Redis.
+        release_sha: Arc<String>,
+    },
+    /// An etcd's HTTP/JSON gateway on this loopback port.
+    Etcd {
+        /// The etcd client port.
+        port: u16,
+    },
 }
 
 impl Target {
-    /// Direct Redis on `port`, after loading the broker's scripts there
-    /// (acquire with the queue helpers prepended, exactly as the broker does).
+    /// Direct Redis on `port`, after loading the broker's scripts there.
     pub async fn direct(port: u16) -> Result<Self, String> {
-        let scripts = Scripts::new();
-        let mut redis = resp::Connection::connect(port).await?;
-        let load = |script: &fred::types::scripts::Script| {
-            let lua = script.lua().map(|s| s.to_string()).unwrap_or_default();
-            let expected = script.sha1().to_string();
-            (lua, expected)
-        };
-        let mut shas = Vec::new();
-        for name in [ScriptName::Acquire, ScriptName::Release] {
-            let (lua, expected) = load(scripts.get(name));
-            let reply = redis.call(&[b"SCRIPT", b"LOAD", lua.as_bytes()]).await?;
-            let sha = reply.text().unwrap_or_default().to_owned();
-            if sha != expected {
-                return Err(format!(
-                    "SCRIPT LOAD gave {sha}, the broker uses {expected}"
-                ));
-            }
-            shas.push(sha);
-        }
-        let release = shas.pop().unwrap_or_default();
-        let acquire = shas.pop().unwrap_or_default();
         Ok(Target::Direct {
             port,
-            shas: Arc::new((acquire, release)),
+            shas: direct::load_scripts(port).await?,
+        })
+    }
+
+    /// The minimal lock on the Redis on `port`, after loading its script.
+    pub async fn minimal(port: u16) -> Result<Self, String> {
+        Ok(Target::Minimal {
+            port,
+            release_sha: minimal::load_script(port).await?,
         })
     }
 }
 
 /// A granted lease as the benchmark sees it.
 pub struct Lease {
-    /// The lease token.
+    /// The lease token (for etcd, the key of the lock's owner).
     pub token: String,
     /// Its fence.
     pub fence: u64,
@@ -95,13 +92,16 @@ pub struct Lease {
 pub enum PairClient {
     /// Over HTTP to the broker.
     Broker(BrokerClient),
-    /// Straight to Redis.
+    /// Straight to Redis with the broker's scripts.
     Direct(Box<DirectClient>),
+    /// Straight to Redis with the minimal lock.
+    Minimal(MinimalClient),
+    /// Over HTTP to etcd's gateway.
+    Etcd(EtcdClient),
 }
 
 impl PairClient {
-    /// Connects a caller of `lock` (the connection opens on first use for
-    /// HTTP; the benchmarks warm it up before they measure).
+    /// Connects a caller of `lock`.
     pub async fn connect(target: &Target, lock: &str) -> Result<Self, String> {
         Ok(match target {
             Target::Broker { port } => {
@@ -110,6 +110,10 @@ impl PairClient {
             Target::Direct { port, shas } => PairClient::Direct(Box::new(
                 DirectClient::connect(*port, Arc::clone(shas), lock).await?,
             )),
+            Target::Minimal { port, release_sha } => PairClient::Minimal(
+                MinimalClient::connect(*port, Arc::clone(release_sha), lock).await?,
+            ),
+            Target::Etcd { port } => PairClient::Etcd(EtcdClient::connect(*port, lock).await?),
         })
     }
 
@@ -118,6 +122,8 @@ impl PairClient {
         match self {
             PairClient::Broker(client) => client.acquire().await,
             PairClient::Direct(client) => client.acquire().await,
+            PairClient::Minimal(client) => client.acquire().await,
+            PairClient::Etcd(client) => client.acquire().await,
         }
     }
 
@@ -126,6 +132,16 @@ impl PairClient {
         match self {
             PairClient::Broker(client) => client.release(lease).await,
             PairClient::Direct(client) => client.release(lease).await,
+            PairClient::Minimal(client) => client.release(lease).await,
+            PairClient::Etcd(client) => client.release(lease).await,
+        }
+    }
+
+    /// Gives back what the caller holds beyond its lock (etcd's lease).
+    pub async fn close(&mut self) -> Result<(), String> {
+        match self {
+            PairClient::Etcd(client) => client.close().await,
+            _ => Ok(()),
         }
     }
 }
@@ -181,7 +197,7 @@ impl BrokerClient {
 
 /// The body of a `200` answer to `step`; any other answer is an error naming
 /// its status and code.
-fn success<T: DeserializeOwned>(step: &str, status: u16, body: &[u8]) -> Result<T, String> {
+pub fn success<T: DeserializeOwned>(step: &str, status: u16, body: &[u8]) -> Result<T, String> {
     if status != 200 {
         let code = serde_json::from_slice::<ErrorResponse>(body)
             .map(|body| body.error.code.as_str())
@@ -189,119 +205,6 @@ fn success<T: DeserializeOwned>(step: &str, status: u16, body: &[u8]) -> Result<
         return Err(format!("{step} answered {status}: {code}"));
     }
     serde_json::from_slice(body).map_err(|e| format!("{step} body: {e}"))
-}
-
-/// Redis over one connection, `EVALSHA` of the broker's scripts through the
-/// same typed calls the broker makes, with the broker's key layout.
-pub struct DirectClient {
-    redis: resp::Connection,
-    shas: Arc<(String, String)>,
-    name: LockName,
-    /// The broker's script settings, under a key prefix of the bench's own.
-    context: ScriptContext,
-    /// Tokens are this prefix and a counter: unique per caller and cheap.
-    token_prefix: String,
-    issued: u64,
-    /// The highest fence seen, passed as the floor like the broker does.
-    floor: u64,
-}
-
-impl DirectClient {
-    async fn connect(port: u16, shas: Arc<(String, String)>, lock: &str) -> Result<Self, String> {
-        let defaults = RedisSettings::default();
-        let keys = KeyLayout::new(DIRECT_PREFIX);
-        let context = ScriptContext {
-            wake_channel: keys.wake_channel(),
-            keys,
-            fence_idle_ms: u64::try_from(defaults.fence_idle.as_millis()).unwrap_or(u64::MAX),
-            release_memo_ms: u64::try_from(defaults.release_memo.as_millis()).unwrap_or(u64::MAX),
-            // Stands in for the broker id in release announcements.
-            broker_id: lockbroker_core::lease::random_hex::<8>(),
-            quorum_node: false,
-        };
-        Ok(Self {
-            redis: resp::Connection::connect(port).await?,
-            shas,
-            name: LockName::parse(lock).map_err(|e| e.to_string())?,
-            context,
-            token_prefix: lockbroker_core::lease::random_hex::<8>(),
-            issued: 0,
-            floor: 0,
-        })
-    }
-
-    /// Runs `call` by the SHA `sha` and reads its reply.
-    async fn run<C: ScriptCall>(&mut self, sha: &str, call: &C) -> Result<C::Output, String> {
-        let keys = call.keys(&self.context);
-        let args = call.args(&self.context);
-        let key_count = keys.len().to_string();
-        let mut command: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), key_count.as_bytes()];
-        command.extend(keys.iter().chain(&args).map(String::as_bytes));
-        let Reply::Array(items) = self.redis.call(&command).await? else {
-            return Err("expected an array reply".into());
-        };
-        let items = items
-            .into_iter()
-            .map(|item| match item {
-                Reply::Int(n) => ReplyItem::Int(n),
-                Reply::Text(Some(text)) => ReplyItem::Text(text),
-                _ => ReplyItem::Nil,
-            })
-            .collect();
-        call.decode(&mut ScriptReply::new(items))
-            .map_err(|e| e.to_string())
-    }
-
-    async fn acquire(&mut self) -> Result<Lease, String> {
-        self.issued += 1;
-        let token = LeaseToken::parse(&format!("{}{:016x}", self.token_prefix, self.issued))
-            .map_err(|e| e.to_string())?;
-        let params = AcquireParams {
-            name: &self.name.clone(),
-            token: &token,
-            ttl: Ttl::parse("ttl_ms", TTL_MS, TTL_MS).map_err(|e| e.to_string())?,
-            owner: None,
-            request_id: None,
-            principal: &Principal::ANONYMOUS,
-            lock_delay: LockDelay::default(),
-            fair: None,
-        };
-        let call = AcquireCall {
-            params: &params,
-            fence_floor: self.floor,
-            epoch: None,
-        };
-        let shas = Arc::clone(&self.shas);
-        let acquired = self.run(&shas.0, &call).await?;
-        let AcquireOutcome::Granted(lease) = acquired.outcome else {
-            return Err("acquire: the lock is busy".into());
-        };
-        self.floor = self.floor.max(lease.fence.get());
-        Ok(Lease {
-            token: lease.token.expose().to_owned(),
-            fence: lease.fence.get(),
-        })
-    }
-
-    async fn release(&mut self, lease: &Lease) -> Result<(), String> {
-        let token = LeaseToken::parse(&lease.token).map_err(|e| e.to_string())?;
-        let name = self.name.clone();
-        let shas = Arc::clone(&self.shas);
-        match self
-            .run(
-                &shas.1,
-                &ReleaseCall {
-                    name: &name,
-                    token: &token,
-                    requeue: None,
-                },
-            )
-            .await?
-        {
-            ReleaseOutcome::Released(_) => Ok(()),
-            ReleaseOutcome::Lost => Err("release: the lease was lost".into()),
-        }
-    }
 }
 
 /// One acquire over a shared HTTP client (for waiting and one-off requests,
@@ -370,4 +273,22 @@ pub async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<(), String>
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     Err(format!("{url} never became ready"))
+}
+
+/// Waits up to 10 s for an etcd on `port` to report itself healthy (it has
+/// elected itself leader).
+pub async fn wait_etcd(http: &reqwest::Client, port: u16) -> Result<(), String> {
+    let url = format!("http://127.0.0.1:{port}/health");
+    for _ in 0..400 {
+        if let Ok(response) = http.get(&url).send().await {
+            if response.status().is_success() {
+                let body = response.text().await.unwrap_or_default();
+                if body.contains("\"true\"") {
+                    return Ok(());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    Err(format!("etcd on {port} never became healthy"))
 }

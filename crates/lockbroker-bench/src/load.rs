@@ -1,6 +1,6 @@
 //! The one workload behind `latency`, `throughput` and the memory load: each
 //! caller loops acquire + release on a lock of its own until a deadline,
-//! timing every pair and checking every fence.
+//! timing every pair and checking every fence, on every target alike.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Barrier;
 
 use crate::client::{PairClient, Target};
-use crate::procs;
+use crate::meter::{Meter, Usage};
 
 /// What one target did over one or more slices.
 #[derive(Default)]
@@ -25,8 +25,8 @@ pub struct Outcome {
     pub first_error: Option<String>,
     /// Grants whose fence did not exceed the previous one on the same lock.
     pub fence_faults: u64,
-    /// CPU seconds used meanwhile by the processes given to [`compare`], in order.
-    pub cpu_s: Vec<f64>,
+    /// What the metered processes spent meanwhile (see [`compare`]).
+    pub usage: Usage,
 }
 
 impl Outcome {
@@ -56,6 +56,16 @@ impl Outcome {
         Ok(())
     }
 
+    /// Microseconds per completed pair of `seconds` spent in all of them.
+    pub fn per_pair_us(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.pairs.max(1) as f64
+    }
+
+    fn fail(&mut self, error: String) {
+        self.errors += 1;
+        self.first_error.get_or_insert(error);
+    }
+
     fn absorb(&mut self, other: Outcome) {
         self.pairs += other.pairs;
         self.elapsed += other.elapsed;
@@ -82,55 +92,46 @@ pub async fn run(target: &Target, locks: &[String], duration: Duration) -> Outco
     for caller in callers {
         match caller.await {
             Ok(one) => outcome.absorb(one),
-            Err(e) => {
-                outcome.errors += 1;
-                outcome.first_error.get_or_insert(e.to_string());
-            }
+            Err(e) => outcome.fail(e.to_string()),
         }
     }
     outcome.elapsed = began.elapsed();
     outcome
 }
 
-/// Runs the workload on `broker` and on `direct` in alternating slices (direct
-/// first), `duration` in total for each, so that noise on this shared machine
-/// hits both alike. CPU time of `pids` is charged to the target running.
+/// Runs the workload on each of `targets` in turn, slice after slice, in
+/// the order given, `duration` in total for each, so that noise on this
+/// shared machine hits all of them alike. What `meter` reads over a slice is
+/// charged to the target that ran in it. One outcome per target, in order.
 pub async fn compare(
-    (broker, direct): (&Target, &Target),
+    targets: &[&Target],
     locks: &[String],
     duration: Duration,
     slices: u32,
-    pids: &[u32],
-) -> (Outcome, Outcome) {
+    meter: &mut Meter,
+) -> Vec<Outcome> {
     let slice = duration / slices.max(1);
-    let mut results = [Outcome::default(), Outcome::default()];
-    for result in &mut results {
-        result.cpu_s = vec![0.0; pids.len()];
-    }
+    let mut results: Vec<Outcome> = targets.iter().map(|_| Outcome::default()).collect();
     for _ in 0..slices.max(1) {
-        for (result, target) in results.iter_mut().zip([direct, broker]) {
-            let before: Vec<f64> = pids.iter().map(|&p| procs::cpu_seconds(p)).collect();
+        for (result, target) in results.iter_mut().zip(targets) {
+            let before = meter.read().await;
             let outcome = run(target, locks, slice).await;
-            for (i, &pid) in pids.iter().enumerate() {
-                result.cpu_s[i] += procs::cpu_seconds(pid) - before[i];
+            match (before, meter.read().await) {
+                (Ok(before), Ok(after)) => result.usage.add_span(&before, &after),
+                (Err(error), _) | (_, Err(error)) => result.fail(format!("metering: {error}")),
             }
             result.absorb(outcome);
         }
     }
-    let [direct, broker] = results;
-    (broker, direct)
+    results
 }
 
 async fn caller(target: Target, lock: String, start: Arc<Barrier>, duration: Duration) -> Outcome {
     let mut outcome = Outcome::default();
-    let fail = |outcome: &mut Outcome, error: String| {
-        outcome.errors += 1;
-        outcome.first_error.get_or_insert(error);
-    };
     let mut client = match PairClient::connect(&target, &lock).await {
         Ok(client) => Some(client),
         Err(error) => {
-            fail(&mut outcome, error);
+            outcome.fail(error);
             None
         }
     };
@@ -140,7 +141,7 @@ async fn caller(target: Target, lock: String, start: Arc<Barrier>, duration: Dur
         match pair(c).await {
             Ok(fence) => last_fence = fence,
             Err(error) => {
-                fail(&mut outcome, error);
+                outcome.fail(error);
                 client = None;
             }
         }
@@ -163,10 +164,13 @@ async fn caller(target: Target, lock: String, start: Arc<Barrier>, duration: Dur
                 last_fence = fence;
             }
             Err(error) => {
-                fail(&mut outcome, error);
+                outcome.fail(error);
                 break;
             }
         }
+    }
+    if let Err(error) = client.close().await {
+        outcome.fail(error);
     }
     outcome
 }

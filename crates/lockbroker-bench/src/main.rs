@@ -5,50 +5,68 @@
 //!
 //! Subcommands:
 //! - `latency`: one caller, sequential acquire + release pairs on one lock,
-//!   on the broker and on direct Redis in alternating slices: p50/p90/p99.
+//!   on the broker, on direct Redis, on the minimal Redis lock (`SET NX` +
+//!   `INCR`, compare-and-delete) and on etcd when installed, in alternating
+//!   slices: p50/p90/p99, and what a pair cost Redis and the broker in CPU.
 //! - `throughput`: 1, 16 and 64 callers, each on a lock of its own, for a
-//!   fixed duration: pairs/s and p50/p99, broker beside direct.
+//!   fixed duration: pairs/s, p50/p99 and cost per pair, on the same targets.
 //! - `handoff`: time from a release's response to the next waiter's grant
 //!   response, for a waiter on the same broker, on a second broker sharing the
 //!   Redis, and for a client polling every 100 ms as redis-py's Lock does.
 //! - `churn`: rounds of waiters arriving and leaving, and whether their memory
 //!   comes back.
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
-//!   and with many acquires waiting at once.
+//!   and with many acquires waiting at once (with `--huge`, also 100,000).
 //! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode.
-//! - `all`: each of the above in one run, then one table.
+//! - `all`: each of the above in one run (`--huge` left out unless given),
+//!   then one table.
+//! - `compare A.json B.json`: the ratio B/A of every figure two `--json`
+//!   documents share.
 //!
-//! Prints a human table and one JSON line per figure, and exits non-zero if
-//! anything it measured went wrong (an error, a fence that did not grow).
+//! Prints a human table and one JSON line per figure (`--json PATH` writes
+//! them all as one document), and exits non-zero if anything it measured
+//! went wrong (an error, a fence that did not grow, a waiter never granted).
 
 mod client;
+mod compare;
 mod handoff;
 mod http1;
 mod load;
 mod memory;
+mod meter;
 mod pairs;
 mod procs;
 mod quorum;
 mod resp;
 mod stats;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use pairs::Servers;
 use stats::Table;
 
 const USAGE: &str = "\
 Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum [OPTIONS]
+       lockbroker-bench compare A.json B.json
 
 Options:
   --duration SECS   time per target for each latency/throughput case and for
                     the memory load (default 6)
-  --slices N        alternate broker and direct Redis in N slices (default 3)
+  --slices N        alternate the targets in N slices (default 3)
   --rounds N        handoff rounds per case (default 200)
   --waiters N       waiting acquires in the memory and churn cases (default 10000)
   --waiter-rounds N rounds of waiters in the churn case (default 10)
+  --huge            the memory case also holds 100,000 waiting acquires, one
+                    connection each (needs `ulimit -n` above 101,000 here
+                    and in the broker; not part of `all` unless given)
+  --huge-waiters N  like --huge, with N waiting acquires
+  --json PATH       also write every figure of the run to PATH as one JSON
+                    document, for `compare`
 
-Starts its own redis-server and lockbroker processes on free loopback ports.
+Starts its own redis-server and lockbroker processes on free loopback ports,
+and an etcd when one is on PATH (latency and throughput measure it too).
 Build first: cargo build --release -p lockbroker-server -p lockbroker-bench
 (scripts/bench.sh does both, then runs `all`).";
 
@@ -64,11 +82,30 @@ pub struct Settings {
     pub waiters: usize,
     /// Rounds of waiters in the churn case.
     pub waiter_rounds: usize,
+    /// Waiting acquires of the memory case's huge phase, when asked for.
+    pub huge_waiters: Option<usize>,
+    /// Where to write the run's figures as one JSON document.
+    pub json: Option<PathBuf>,
 }
+
+/// Waiting acquires of `--huge`.
+const HUGE_WAITERS: usize = 100_000;
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("compare") {
+        return match (args.get(1), args.get(2)) {
+            (Some(a), Some(b)) => match compare::run(a.as_ref(), b.as_ref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("lockbroker-bench compare: {error}");
+                    ExitCode::FAILURE
+                }
+            },
+            _ => usage("compare needs two JSON files"),
+        };
+    }
     let number = |flag: &str, default: u64| -> Result<u64, String> {
         match args.iter().position(|a| a == flag) {
             Some(i) => args
@@ -87,6 +124,15 @@ async fn main() -> ExitCode {
             waiters: usize::try_from(number("--waiters", 10_000)?).map_err(|e| e.to_string())?,
             waiter_rounds: usize::try_from(number("--waiter-rounds", 10)?)
                 .map_err(|e| e.to_string())?,
+            huge_waiters: if args.iter().any(|a| a == "--huge-waiters") {
+                Some(usize::try_from(number("--huge-waiters", 1)?).map_err(|e| e.to_string())?)
+            } else {
+                args.iter().any(|a| a == "--huge").then_some(HUGE_WAITERS)
+            },
+            json: match args.iter().position(|a| a == "--json") {
+                Some(i) => Some(args.get(i + 1).ok_or("--json needs a path")?.into()),
+                None => None,
+            },
         })
     })();
     let settings = match settings {
@@ -111,7 +157,7 @@ async fn main() -> ExitCode {
         }
         _ => return usage("name a benchmark"),
     };
-    match run(benches, &settings).await {
+    match run(benches, &settings, &args).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(errors) => {
             for error in errors {
@@ -122,10 +168,21 @@ async fn main() -> ExitCode {
     }
 }
 
-/// Runs `benches` against one Redis and two brokers, going on after a failed
-/// one so the table shows what did run; every failure is returned.
-async fn run(benches: &[&str], settings: &Settings) -> Result<(), Vec<String>> {
+/// Runs `benches` against one Redis, two brokers and (for the pair cases)
+/// an etcd when installed, going on after a failed one so the table shows
+/// what did run; every failure is returned.
+async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(), Vec<String>> {
     let one = |e: String| vec![e];
+    let mut about = serde_json::json!({
+        "benches": benches,
+        "args": args,
+        "started_unix_s": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "load_average_at_start": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+        "commit": procs::commit(),
+    });
     let redis = procs::redis().map_err(one)?;
     let first = procs::broker(&redis).map_err(one)?;
     let second = procs::broker(&redis).map_err(one)?;
@@ -135,12 +192,38 @@ async fn run(benches: &[&str], settings: &Settings) -> Result<(), Vec<String>> {
             .await
             .map_err(one)?;
     }
+    let pair_cases = ["latency", "throughput"];
+    let etcd = if benches.iter().any(|b| pair_cases.contains(b)) {
+        // A peer for context: without it the broker's own figures still stand.
+        match start_etcd(&http).await {
+            Ok((etcd, version)) => {
+                println!(
+                    "etcd: {version} on 127.0.0.1:{}, one member, data on tmpfs",
+                    etcd.port
+                );
+                about["etcd"] = version.into();
+                Some(etcd)
+            }
+            Err(reason) => {
+                println!("etcd: skipped, {reason}");
+                about["etcd"] = format!("skipped, {reason}").into();
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let servers = Servers {
+        redis: &redis,
+        broker: &first,
+        etcd: etcd.as_ref(),
+    };
     let mut table = Table::default();
     let mut errors = Vec::new();
     for &bench in benches {
         let result = match bench {
-            "latency" => pairs::latency(&redis, &first, settings, &mut table).await,
-            "throughput" => pairs::throughput(&redis, &first, settings, &mut table).await,
+            "latency" => pairs::latency(&servers, settings, &mut table).await,
+            "throughput" => pairs::throughput(&servers, settings, &mut table).await,
             "handoff" => handoff::run(&first, &second, settings.rounds, &mut table).await,
             "memory" => memory::run(&redis, settings, &mut table).await,
             "quorum" => quorum::run(&first, settings, &mut table).await,
@@ -151,11 +234,29 @@ async fn run(benches: &[&str], settings: &Settings) -> Result<(), Vec<String>> {
         }
     }
     table.print();
+    if let Some(path) = &settings.json {
+        about["errors"] = errors.clone().into();
+        match table.write_json(path, about) {
+            Ok(()) => println!("figures written to {}", path.display()),
+            Err(error) => errors.push(error),
+        }
+    }
     if errors.is_empty() {
         Ok(())
     } else {
         Err(errors)
     }
+}
+
+/// An etcd for the pair cases and its version, or why there is none.
+async fn start_etcd(http: &reqwest::Client) -> Result<(procs::Proc, String), String> {
+    let etcd = procs::etcd()
+        .map_err(|e| format!("it did not start: {e}"))?
+        .ok_or_else(|| procs::ETCD_MISSING.to_owned())?;
+    client::wait_etcd(http, etcd.port)
+        .await
+        .map_err(|e| format!("it did not start: {e}"))?;
+    Ok((etcd, procs::etcd_version()))
 }
 
 fn usage(problem: &str) -> ExitCode {

@@ -1,7 +1,10 @@
 //! `memory`: the broker's resident memory (`VmRSS`, and the peak `VmHWM`, from
 //! `/proc/<pid>/status`) idle, under the 64-caller pair load, and holding many
-//! waiting acquires at once; and (`churn`) whether the memory of many waiters
-//! comes back after they leave. A broker of its own, so the peak is its peak.
+//! waiting acquires at once (with `--huge`, also 100,000 of them: [`huge`]);
+//! and (`churn`) whether the memory of many waiters comes back after they
+//! leave. A broker of its own, so the peak is its peak.
+
+mod huge;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -20,27 +23,29 @@ const WAITED_LOCKS: usize = 20;
 const HOLD_TTL_MS: u64 = 300_000;
 
 /// A broker of its own with room for `waiters` waiting acquires (and
-/// requests beyond them), ready, with a client for it.
+/// requests beyond them) and the settings in `extra`, ready, with a client
+/// for it.
 async fn roomy_broker(
     redis: &Proc,
     waiters: usize,
+    extra: &[(&str, &str)],
 ) -> Result<(Proc, String, reqwest::Client), String> {
     let max_waiters = (waiters + 1_000).to_string();
     let per_lock = waiters.div_ceil(WAITED_LOCKS) + 100;
     let max_requests = (waiters + 4_000).max(16_384).to_string();
     let max_connections = (waiters + 4_000).max(20_000).to_string();
-    let broker = procs::broker_with(
-        redis,
-        &[
-            ("LOCKBROKER_LOCKS_MAX_WAITERS", &max_waiters),
-            (
-                "LOCKBROKER_LOCKS_MAX_WAITERS_PER_LOCK",
-                &per_lock.to_string(),
-            ),
-            ("LOCKBROKER_HTTP_MAX_CONCURRENT_REQUESTS", &max_requests),
-            ("LOCKBROKER_HTTP_MAX_CONNECTIONS", &max_connections),
-        ],
-    )?;
+    let per_lock = per_lock.to_string();
+    let mut env = vec![
+        ("LOCKBROKER_LOCKS_MAX_WAITERS", max_waiters.as_str()),
+        ("LOCKBROKER_LOCKS_MAX_WAITERS_PER_LOCK", per_lock.as_str()),
+        (
+            "LOCKBROKER_HTTP_MAX_CONCURRENT_REQUESTS",
+            max_requests.as_str(),
+        ),
+        ("LOCKBROKER_HTTP_MAX_CONNECTIONS", max_connections.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    let broker = procs::broker_with(redis, &env)?;
     let url = format!("http://127.0.0.1:{}", broker.port);
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -53,12 +58,12 @@ async fn roomy_broker(
 
 /// Measures one broker through the three phases.
 pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
-    let (broker, url, http) = roomy_broker(redis, settings.waiters).await?;
+    let (broker, url, http) = roomy_broker(redis, settings.waiters, &[]).await?;
 
     let idle = phase("idle", broker.pid())?;
     table.add(
         "broker peak RSS idle",
-        "MB",
+        "MiB",
         (idle.1, None),
         Goal::Below(30.0),
     );
@@ -74,7 +79,7 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
     let loaded = phase("load c=64", broker.pid())?;
     table.add(
         "broker peak RSS under c=64 load",
-        "MB",
+        "MiB",
         (loaded.1, None),
         Goal::Below(80.0),
     );
@@ -82,10 +87,14 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
     let waiting = waiters(&http, &url, broker.pid(), settings.waiters).await?;
     table.add(
         format!("broker peak RSS with {} waiters", settings.waiters),
-        "MB",
+        "MiB",
         (waiting.1, None),
         Goal::Below(200.0),
     );
+    drop(broker);
+    if let Some(count) = settings.huge_waiters {
+        huge::run(redis, count, table).await?;
+    }
     Ok(())
 }
 
@@ -98,7 +107,7 @@ const IDLE_AFTER_ROUNDS: Duration = Duration::from_secs(5);
 /// last round at most 1.25x the first), and after idling the broker must have
 /// given most of its peak back to the operating system (at most half).
 pub async fn churn(redis: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
-    let (broker, url, http) = roomy_broker(redis, settings.waiters).await?;
+    let (broker, url, http) = roomy_broker(redis, settings.waiters, &[]).await?;
     let mut after = Vec::new();
     for round in 1..=settings.waiter_rounds {
         waiters(&http, &url, broker.pid(), settings.waiters).await?;

@@ -1,159 +1,261 @@
-//! `latency` and `throughput`: acquire + release pairs on the broker and on
-//! Redis directly with the broker's scripts, side by side in one run.
+//! `latency` and `throughput`: acquire + release pairs on the broker, on
+//! Redis driven directly with the broker's scripts (`direct`), on the
+//! smallest correct Redis lock (`minimal`) and, when installed, on etcd, side
+//! by side in one run; and what each pair cost Redis and the broker.
 
-use serde_json::json;
+mod cost;
+
+use std::time::Duration;
 
 use crate::client::Target;
 use crate::load::{self, Outcome};
+use crate::meter::{Meter, Usage};
 use crate::procs::Proc;
 use crate::stats::{report, Goal, Summary, Table};
 use crate::Settings;
 
+/// One percentile of a summary.
+type Pick = fn(&Summary) -> f64;
+
 /// The concurrency levels of `throughput`.
 const CALLERS: [usize; 3] = [1, 16, 64];
 
+/// The broker's own CPU per pair it is held to, by callers.
+fn broker_cpu_goal(callers: usize) -> Goal {
+    match callers {
+        1 => Goal::AtMost(120.0),
+        64 => Goal::AtMost(40.0),
+        _ => Goal::None,
+    }
+}
+
+/// The processes a pair comparison runs against.
+pub struct Servers<'a> {
+    /// The Redis behind the broker, also driven directly.
+    pub redis: &'a Proc,
+    /// The broker.
+    pub broker: &'a Proc,
+    /// An etcd, when one is installed.
+    pub etcd: Option<&'a Proc>,
+}
+
+/// What one target did in one case, checked and summarised.
+pub struct Run {
+    /// `broker`, `direct`, `minimal` or `etcd`.
+    pub label: &'static str,
+    /// Pairs, errors, samples and costs.
+    pub outcome: Outcome,
+    /// Percentiles of its pairs.
+    pub summary: Summary,
+}
+
+/// The runs of one case, by label.
+pub struct Runs(Vec<Run>);
+
+impl Runs {
+    /// The run of `label`, if that target took part.
+    pub fn get(&self, label: &str) -> Option<&Run> {
+        self.0.iter().find(|run| run.label == label)
+    }
+
+    fn all(&self) -> &[Run] {
+        &self.0
+    }
+}
+
 /// One caller, sequential pairs on one lock.
 pub async fn latency(
-    redis: &Proc,
-    broker: &Proc,
+    servers: &Servers<'_>,
     settings: &Settings,
     table: &mut Table,
 ) -> Result<(), String> {
-    let (broker_target, direct) = targets(redis, broker).await?;
+    let (targets, mut meter) = prepare(servers).await?;
     println!(
-        "latency: 1 caller, {:?} per target in {} alternating slices",
-        settings.duration, settings.slices
-    );
-    let locks = ["bench-latency".to_owned()];
-    let (mut on_broker, mut on_direct) = load::compare(
-        (&broker_target, &direct),
-        &locks,
+        "latency: 1 caller, {:?} per target in {} alternating slices ({})",
         settings.duration,
         settings.slices,
-        &[broker.pid(), redis.pid()],
-    )
-    .await;
-    on_broker.check("latency on the broker")?;
-    on_direct.check("latency on direct Redis")?;
-    let b = Summary::of(&mut on_broker.samples);
-    let d = Summary::of(&mut on_direct.samples);
-    report("latency", "broker pair", &b);
-    report("latency", "direct pair", &d);
-    cpu_report("latency", "c=1", &on_broker, &on_direct);
-    table.add(
-        "latency pair p50",
-        "ms",
-        (b.p50_ms, Some(d.p50_ms)),
-        Goal::RatioAtMost(2.0),
+        labels(&targets)
     );
-    table.add(
-        "latency pair p90",
-        "ms",
-        (b.p90_ms, Some(d.p90_ms)),
-        Goal::None,
-    );
-    table.add(
-        "latency pair p99",
-        "ms",
-        (b.p99_ms, Some(d.p99_ms)),
-        Goal::None,
-    );
+    idle(&mut meter, "latency").await?;
+    let locks = ["bench-latency".to_owned()];
+    let runs = measure(&targets, &locks, settings, &mut meter, "latency").await?;
+    for run in runs.all() {
+        report("latency", &format!("{} pair", run.label), &run.summary);
+    }
+    let p = |label: &str, pick: Pick| runs.get(label).map(|r| pick(&r.summary));
+    let broker = |pick: Pick| p("broker", pick).unwrap_or(f64::NAN);
+    let rows: [(&str, Pick, Goal); 3] = [
+        ("p50", |s| s.p50_ms, Goal::RatioAtMost(2.0)),
+        ("p90", |s| s.p90_ms, Goal::None),
+        ("p99", |s| s.p99_ms, Goal::None),
+    ];
+    for (name, pick, goal) in rows {
+        table.add(
+            format!("latency pair {name}"),
+            "ms",
+            (broker(pick), p("direct", pick)),
+            goal,
+        );
+    }
+    for peer in ["minimal", "etcd"] {
+        if let Some(value) = p(peer, |s| s.p50_ms) {
+            table.add(
+                format!("latency pair p50 (vs {peer})"),
+                "ms",
+                (broker(|s| s.p50_ms), Some(value)),
+                Goal::None,
+            );
+        }
+    }
+    cost::report("latency", &runs, broker_cpu_goal(1), table);
     Ok(())
 }
 
 /// C callers at once, each on its own lock, for C in 1, 16 and 64.
 pub async fn throughput(
-    redis: &Proc,
-    broker: &Proc,
+    servers: &Servers<'_>,
     settings: &Settings,
     table: &mut Table,
 ) -> Result<(), String> {
-    let (broker_target, direct) = targets(redis, broker).await?;
+    let (targets, mut meter) = prepare(servers).await?;
     println!(
-        "throughput: {:?} per target and level in {} alternating slices",
-        settings.duration, settings.slices
+        "throughput: {:?} per target and level in {} alternating slices ({})",
+        settings.duration,
+        settings.slices,
+        labels(&targets)
     );
+    idle(&mut meter, "throughput").await?;
     for callers in CALLERS {
         let locks: Vec<String> = (0..callers)
             .map(|i| format!("bench-throughput-{callers}-{i}"))
             .collect();
-        let (mut on_broker, mut on_direct) = load::compare(
-            (&broker_target, &direct),
-            &locks,
-            settings.duration,
-            settings.slices,
-            &[broker.pid(), redis.pid()],
-        )
-        .await;
-        on_broker.check(&format!("throughput c={callers} on the broker"))?;
-        on_direct.check(&format!("throughput c={callers} on direct Redis"))?;
-        let (b_rate, d_rate) = (on_broker.rate(), on_direct.rate());
-        let b = Summary::of(&mut on_broker.samples);
-        let d = Summary::of(&mut on_direct.samples);
         let case = format!("c={callers}");
-        report("throughput", &format!("{case} broker pair"), &b);
-        report("throughput", &format!("{case} direct pair"), &d);
-        println!(
-            "throughput {case:<5} broker {b_rate:>8.0} pairs/s  direct {d_rate:>8.0} pairs/s  broker/direct {:>5.1}%",
-            100.0 * b_rate / d_rate
-        );
+        let what = format!("throughput {case}");
+        let runs = measure(&targets, &locks, settings, &mut meter, &what).await?;
+        let rate = |label: &str| runs.get(label).map(|r| r.outcome.rate());
+        let broker_rate = rate("broker").unwrap_or(f64::NAN);
+        let mut line = format!("throughput {case:<5}");
+        for run in runs.all() {
+            report(
+                "throughput",
+                &format!("{case} {} pair", run.label),
+                &run.summary,
+            );
+            line += &format!("  {} {:>8.0} pairs/s", run.label, run.outcome.rate());
+        }
+        println!("{line}");
+        let rates: serde_json::Map<String, serde_json::Value> = runs
+            .all()
+            .iter()
+            .map(|run| {
+                (
+                    format!("{}_pairs_per_s", run.label),
+                    run.outcome.rate().into(),
+                )
+            })
+            .collect();
         println!(
             "{}",
-            json!({"bench": "throughput", "case": case, "broker_pairs_per_s": b_rate,
-                   "direct_pairs_per_s": d_rate, "ratio": b_rate / d_rate})
+            serde_json::json!({"bench": "throughput", "case": case, "rates": rates})
         );
-        cpu_report("throughput", &case, &on_broker, &on_direct);
         let goal = if callers == 64 {
             Goal::RatioAtLeast(0.5)
         } else {
             Goal::None
         };
-        table.add(
-            format!("throughput {case}"),
-            "pairs/s",
-            (b_rate, Some(d_rate)),
-            goal,
-        );
-        table.add(
-            format!("throughput {case} p50"),
-            "ms",
-            (b.p50_ms, Some(d.p50_ms)),
-            Goal::None,
-        );
-        table.add(
-            format!("throughput {case} p99"),
-            "ms",
-            (b.p99_ms, Some(d.p99_ms)),
-            Goal::None,
-        );
+        table.add(what.clone(), "pairs/s", (broker_rate, rate("direct")), goal);
+        for peer in ["minimal", "etcd"] {
+            if let Some(value) = rate(peer) {
+                table.add(
+                    format!("{what} (vs {peer})"),
+                    "pairs/s",
+                    (broker_rate, Some(value)),
+                    Goal::None,
+                );
+            }
+        }
+        let p = |label: &str, pick: Pick| runs.get(label).map(|r| pick(&r.summary));
+        for (name, pick) in [("p50", (|s| s.p50_ms) as Pick), ("p99", |s| s.p99_ms)] {
+            table.add(
+                format!("{what} {name}"),
+                "ms",
+                (p("broker", pick).unwrap_or(f64::NAN), p("direct", pick)),
+                Goal::None,
+            );
+        }
+        cost::report(&what, &runs, broker_cpu_goal(callers), table);
     }
     Ok(())
 }
 
-async fn targets(redis: &Proc, broker: &Proc) -> Result<(Target, Target), String> {
-    Ok((
-        Target::Broker { port: broker.port },
-        Target::direct(redis.port).await?,
-    ))
+/// The targets in the order each slice visits them (the baselines first, as
+/// before), and a meter of the broker, etcd and Redis.
+async fn prepare(servers: &Servers<'_>) -> Result<(Vec<(&'static str, Target)>, Meter), String> {
+    let redis = servers.redis.port;
+    let mut targets = vec![
+        ("direct", Target::direct(redis).await?),
+        ("minimal", Target::minimal(redis).await?),
+    ];
+    let mut pids = vec![("broker", servers.broker.pid())];
+    if let Some(etcd) = servers.etcd {
+        targets.push(("etcd", Target::Etcd { port: etcd.port }));
+        pids.push(("etcd", etcd.pid()));
+    }
+    targets.push((
+        "broker",
+        Target::Broker {
+            port: servers.broker.port,
+        },
+    ));
+    let meter = Meter::new(pids, Some(redis)).await?;
+    Ok((targets, meter))
 }
 
-/// CPU time per pair of the broker and of Redis, while each target ran: the
-/// figure least disturbed by other work on a shared machine.
-fn cpu_report(bench: &str, case: &str, on_broker: &Outcome, on_direct: &Outcome) {
-    let per_pair = |outcome: &Outcome, i: usize| {
-        outcome.cpu_s.get(i).copied().unwrap_or(0.0) * 1e6 / outcome.pairs.max(1) as f64
-    };
-    let broker_cpu = per_pair(on_broker, 0);
-    let redis_cpu_broker = per_pair(on_broker, 1);
-    let redis_cpu_direct = per_pair(on_direct, 1);
-    println!(
-        "{bench:<10} {case:<5} CPU per pair: broker {broker_cpu:.1} us + redis {redis_cpu_broker:.1} us; direct: redis {redis_cpu_direct:.1} us"
-    );
+/// Prints what Redis and the broker spend per second with no target running:
+/// a part of every cost per pair that the pairs did not cause, larger per
+/// pair for a target that completes fewer pairs.
+async fn idle(meter: &mut Meter, what: &str) -> Result<(), String> {
+    let before = meter.read().await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut span = Usage::default();
+    span.add_span(&before, &meter.read().await?);
+    let (redis, broker) = (span.redis_cpu_s * 1e6, span.cpu_of("broker") * 1e6);
+    println!("{what}: CPU while idle (µs/s): Redis {redis:.0}, broker {broker:.0}");
     println!(
         "{}",
-        json!({"bench": bench, "case": format!("{case} cpu"),
-               "broker_cpu_us_per_pair": broker_cpu,
-               "redis_cpu_us_per_pair_broker": redis_cpu_broker,
-               "redis_cpu_us_per_pair_direct": redis_cpu_direct})
+        serde_json::json!({"bench": what, "case": "idle",
+                           "redis_cpu_us_per_s": redis, "broker_cpu_us_per_s": broker})
     );
+    Ok(())
+}
+
+fn labels(targets: &[(&'static str, Target)]) -> String {
+    targets
+        .iter()
+        .map(|(label, _)| *label)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs the workload on every target in alternating slices and checks each.
+async fn measure(
+    targets: &[(&'static str, Target)],
+    locks: &[String],
+    settings: &Settings,
+    meter: &mut Meter,
+    what: &str,
+) -> Result<Runs, String> {
+    let list: Vec<&Target> = targets.iter().map(|(_, target)| target).collect();
+    let outcomes = load::compare(&list, locks, settings.duration, settings.slices, meter).await;
+    let mut runs = Vec::with_capacity(targets.len());
+    for (&(label, _), mut outcome) in targets.iter().zip(outcomes) {
+        outcome.check(&format!("{what} on {label}"))?;
+        let summary = Summary::of(&mut outcome.samples);
+        runs.push(Run {
+            label,
+            outcome,
+            summary,
+        });
+    }
+    Ok(Runs(runs))
 }

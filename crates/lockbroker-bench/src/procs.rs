@@ -1,5 +1,6 @@
-//! The processes a benchmark runs against: a `redis-server` and brokers, each
-//! on a free loopback port, killed when dropped.
+//! The processes a benchmark runs against: a `redis-server`, brokers and
+//! (when installed) an etcd, each on a free loopback port, killed when
+//! dropped.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,6 +12,8 @@ pub struct Proc {
     child: Child,
     /// The loopback port it serves.
     pub port: u16,
+    /// A directory of its own, removed after it stops.
+    scratch: Option<PathBuf>,
 }
 
 impl Proc {
@@ -24,6 +27,9 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(dir) = &self.scratch {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
@@ -52,7 +58,11 @@ pub fn redis() -> Result<Proc, String> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start redis-server: {e}"))?;
-    let proc = Proc { child, port };
+    let proc = Proc {
+        child,
+        port,
+        scratch: None,
+    };
     wait_for_port(port)?;
     Ok(proc)
 }
@@ -77,9 +87,101 @@ pub fn broker_with(redis: &Proc, env: &[(&str, &str)]) -> Result<Proc, String> {
         .stdout(Stdio::null())
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-    let proc = Proc { child, port };
+    let proc = Proc {
+        child,
+        port,
+        scratch: None,
+    };
     wait_for_port(port)?;
     Ok(proc)
+}
+
+/// Where etcd keeps its data: tmpfs when there is one, so that its write-ahead
+/// log's fsyncs cost what they would on a fast disk at most (Redis here keeps
+/// nothing on disk at all).
+fn etcd_data_base() -> PathBuf {
+    let shm = PathBuf::from("/dev/shm");
+    if shm.is_dir() {
+        shm
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Why etcd is left out when it is.
+pub const ETCD_MISSING: &str = "no `etcd` binary on PATH (Debian: apt-get install etcd-server)";
+
+/// Starts a one-member etcd on free loopback ports with a fresh data
+/// directory; `Ok(None)` when no `etcd` is on `PATH` ([`ETCD_MISSING`]).
+pub fn etcd() -> Result<Option<Proc>, String> {
+    let Some(binary) = on_path("etcd") else {
+        return Ok(None);
+    };
+    let (port, peer) = (free_port()?, free_port()?);
+    let dir = etcd_data_base().join(format!(
+        "lockbroker-bench-etcd-{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let client_url = format!("http://127.0.0.1:{port}");
+    let peer_url = format!("http://127.0.0.1:{peer}");
+    let child = Command::new(&binary)
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("bench={peer_url}")])
+        .args(["--logger", "zap", "--log-level", "error"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let proc = Proc {
+        child,
+        port,
+        scratch: Some(dir),
+    };
+    wait_for_port(port)?;
+    Ok(Some(proc))
+}
+
+/// `etcd --version`'s first line, for the report.
+pub fn etcd_version() -> String {
+    Command::new("etcd")
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.lines().next().map(str::to_owned))
+        .unwrap_or_else(|| "etcd (version unknown)".to_owned())
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    })
+}
+
+/// The commit checked out where this runs (`-dirty` with uncommitted
+/// changes to tracked files), for the `--json` document; `None` outside git.
+pub fn commit() -> Option<String> {
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    let head = git(&["rev-parse", "HEAD"])?;
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|changes| !changes.is_empty());
+    Some(if dirty { format!("{head}-dirty") } else { head })
 }
 
 /// A binary built next to this one (`target/release/...`).
@@ -126,6 +228,18 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     };
     // Linux reports in USER_HZ, which is 100 on every supported architecture.
     (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// The soft limit on open files of `pid` ("self" for this process), from
+/// `/proc/<pid>/limits`; `None` when unreadable or unlimited.
+pub fn open_files_limit(pid: &str) -> Option<u64> {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.trim_start_matches("Max open files")
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Resident memory of `pid`: `(VmRSS, VmHWM)` in MiB, from `/proc/<pid>/status`.

@@ -6,6 +6,7 @@
 use crate::client::{wait_ready, Target};
 use crate::handoff::{measure, Waiting};
 use crate::load;
+use crate::meter::Meter;
 use crate::procs::{self, Proc};
 use crate::stats::{report, Goal, Summary, Table};
 use crate::Settings;
@@ -36,18 +37,26 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
             Target::Broker { port: broker.port },
             Target::Broker { port: single.port },
         );
-        let mut pids = vec![broker.pid(), single.pid()];
-        pids.extend(servers.iter().map(Proc::pid));
+        let mut meter = Meter::new(
+            vec![
+                ("quorum broker", broker.pid()),
+                ("single broker", single.pid()),
+            ],
+            None,
+        )
+        .await?;
 
         let locks = [format!("bench-{case}-latency")];
-        let (mut on_quorum, mut on_single) = load::compare(
-            (&quorum, &single_target),
+        let [mut on_single, mut on_quorum]: [load::Outcome; 2] = load::compare(
+            &[&single_target, &quorum],
             &locks,
             settings.duration,
             settings.slices,
-            &pids,
+            &mut meter,
         )
-        .await;
+        .await
+        .try_into()
+        .map_err(|_| "two targets, two outcomes")?;
         on_quorum.check(&format!("latency on {case}"))?;
         on_single.check("latency on single mode")?;
         let q = Summary::of(&mut on_quorum.samples);
@@ -62,14 +71,16 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
         );
 
         let locks: Vec<String> = (0..64).map(|i| format!("bench-{case}-c64-{i}")).collect();
-        let (on_quorum, on_single) = load::compare(
-            (&quorum, &single_target),
+        let [on_single, on_quorum]: [load::Outcome; 2] = load::compare(
+            &[&single_target, &quorum],
             &locks,
             settings.duration,
             settings.slices,
-            &pids,
+            &mut meter,
         )
-        .await;
+        .await
+        .try_into()
+        .map_err(|_| "two targets, two outcomes")?;
         on_quorum.check(&format!("throughput on {case}"))?;
         on_single.check("throughput on single mode")?;
         table.add(

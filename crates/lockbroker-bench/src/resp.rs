@@ -1,6 +1,7 @@
-//! A minimal Redis client for the direct baseline: one TCP connection, one
-//! command at a time (no pipelining), RESP2 replies of scalars or one flat
-//! array, which is all the lock scripts return.
+//! A minimal Redis client for the direct baselines: one TCP connection, one
+//! command at a time, or a few in one write where a careful client would
+//! pipeline them (the minimal lock's SET + INCR); RESP2 replies of scalars or
+//! one flat array, which is all the lock scripts return.
 //!
 //! Kept small on purpose: it is the "careful client" the broker is measured
 //! against, so it must not add work a good client would not do.
@@ -55,17 +56,43 @@ impl Connection {
     /// Sends one command and reads its reply; a Redis error reply is `Err`.
     pub async fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
         self.out.clear();
-        push_header(&mut self.out, b'*', args.len());
-        for arg in args {
-            push_header(&mut self.out, b'$', arg.len());
-            self.out.extend_from_slice(arg);
-            self.out.extend_from_slice(b"\r\n");
+        encode(&mut self.out, args);
+        self.send().await?;
+        self.read_reply().await?
+    }
+
+    /// Sends `commands` in one write and reads their replies in order; the
+    /// first Redis error reply is `Err`, after every reply has been read.
+    pub async fn pipeline(&mut self, commands: &[&[&[u8]]]) -> Result<Vec<Reply>, String> {
+        self.out.clear();
+        for args in commands {
+            encode(&mut self.out, args);
         }
+        self.send().await?;
+        let mut replies = Vec::with_capacity(commands.len());
+        let mut first_error = None;
+        for _ in commands {
+            match self.read_reply().await? {
+                Ok(reply) => replies.push(reply),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(replies), Err)
+    }
+
+    async fn send(&mut self) -> Result<(), String> {
         self.stream
             .get_mut()
             .write_all(&self.out)
             .await
-            .map_err(|e| format!("write to redis: {e}"))?;
+            .map_err(|e| format!("write to redis: {e}"))
+    }
+
+    /// One whole reply: the outer `Err` is a broken connection, the inner
+    /// one a Redis error reply (after which the connection is still in step).
+    async fn read_reply(&mut self) -> Result<Result<Reply, String>, String> {
         match self.read_scalar().await? {
             Head::Array(len) => {
                 let mut items = Vec::with_capacity(len);
@@ -73,11 +100,14 @@ impl Connection {
                     match self.read_scalar().await? {
                         Head::Scalar(reply) => items.push(reply),
                         Head::Array(_) => return Err("nested array reply".into()),
+                        // Out of step with the rest of the array: give up.
+                        Head::Error(error) => return Err(error),
                     }
                 }
-                Ok(Reply::Array(items))
+                Ok(Ok(Reply::Array(items)))
             }
-            Head::Scalar(reply) => Ok(reply),
+            Head::Scalar(reply) => Ok(Ok(reply)),
+            Head::Error(error) => Ok(Err(error)),
         }
     }
 
@@ -102,7 +132,7 @@ impl Connection {
         match self.line[0] {
             b':' => Ok(Head::Scalar(Reply::Int(number()?))),
             b'+' => Ok(Head::Scalar(Reply::Text(Some(text())))),
-            b'-' => Err(format!("redis error: {}", text())),
+            b'-' => Ok(Head::Error(format!("redis error: {}", text()))),
             b'*' => Ok(Head::Array(usize::try_from(number()?).unwrap_or(0))),
             b'$' => {
                 let Ok(len) = usize::try_from(number()?) else {
@@ -125,6 +155,17 @@ impl Connection {
 enum Head {
     Scalar(Reply),
     Array(usize),
+    Error(String),
+}
+
+/// Appends `args` as one RESP command.
+fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    push_header(out, b'*', args.len());
+    for arg in args {
+        push_header(out, b'$', arg.len());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 fn push_header(out: &mut Vec<u8>, kind: u8, len: usize) {

@@ -1,6 +1,7 @@
 //! Percentiles over a sample of durations, the output rows, and the closing
 //! table of figures held to their targets.
 
+use std::path::Path;
 use std::time::Duration;
 
 /// Nearest-rank percentiles of a sample, in milliseconds.
@@ -63,12 +64,14 @@ pub fn report(bench: &str, case: &str, summary: &Summary) {
 pub enum Goal {
     /// Shown for context only.
     None,
-    /// broker / direct must not exceed this.
+    /// figure / baseline must not exceed this.
     RatioAtMost(f64),
-    /// broker / direct must reach this.
+    /// figure / baseline must reach this.
     RatioAtLeast(f64),
     /// The broker's figure must stay below this.
     Below(f64),
+    /// The broker's figure must not exceed this.
+    AtMost(f64),
 }
 
 /// One line of the closing table.
@@ -76,13 +79,14 @@ struct Figure {
     name: String,
     unit: &'static str,
     broker: f64,
-    direct: Option<f64>,
+    /// What it is compared with: direct Redis unless the name says.
+    baseline: Option<f64>,
     goal: Goal,
 }
 
 impl Figure {
     fn ratio(&self) -> Option<f64> {
-        self.direct.map(|direct| self.broker / direct)
+        self.baseline.map(|baseline| self.broker / baseline)
     }
 
     /// `None` when the figure has no target.
@@ -92,6 +96,7 @@ impl Figure {
             (Goal::RatioAtMost(limit), Some(ratio)) => Some(ratio <= limit),
             (Goal::RatioAtLeast(limit), Some(ratio)) => Some(ratio >= limit),
             (Goal::Below(limit), _) => Some(self.broker < limit),
+            (Goal::AtMost(limit), _) => Some(self.broker <= limit),
             (_, None) => Some(false),
         }
     }
@@ -99,10 +104,25 @@ impl Figure {
     fn goal_text(&self) -> String {
         match self.goal {
             Goal::None => String::new(),
-            Goal::RatioAtMost(limit) => format!("ratio <= {limit:.1}x"),
+            Goal::RatioAtMost(limit) => format!("ratio <= {limit}x"),
             Goal::RatioAtLeast(limit) => format!("ratio >= {:.0}%", limit * 100.0),
             Goal::Below(limit) => format!("< {limit} {}", self.unit),
+            Goal::AtMost(limit) => format!("<= {limit} {}", self.unit),
         }
+    }
+
+    /// The figure as one entry of the `--json` document.
+    fn entry(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "unit": self.unit,
+            "value": self.broker,
+            "baseline": self.baseline,
+            "ratio": self.ratio(),
+            "goal": self.goal_text(),
+            "met": self.met(),
+            "better": if self.unit.ends_with("/s") { "higher" } else { "lower" },
+        })
     }
 }
 
@@ -118,14 +138,14 @@ impl Table {
         &mut self,
         name: impl Into<String>,
         unit: &'static str,
-        (broker, direct): (f64, Option<f64>),
+        (broker, baseline): (f64, Option<f64>),
         goal: Goal,
     ) {
         let figure = Figure {
             name: name.into(),
             unit,
             broker,
-            direct,
+            baseline,
             goal,
         };
         println!(
@@ -135,7 +155,7 @@ impl Table {
                 "figure": figure.name,
                 "unit": unit,
                 "broker": broker,
-                "direct": direct,
+                "direct": baseline,
                 "ratio": figure.ratio(),
                 "target": figure.goal_text(),
                 "met": figure.met(),
@@ -144,16 +164,31 @@ impl Table {
         self.figures.push(figure);
     }
 
-    /// Prints the human table.
+    /// Writes every figure to `path` as one JSON document (see
+    /// [`crate::compare`] for its shape), with `about` describing the run.
+    pub fn write_json(&self, path: &Path, about: serde_json::Value) -> Result<(), String> {
+        let document = serde_json::json!({
+            "lockbroker_bench": 1,
+            "about": about,
+            "figures": self.figures.iter().map(Figure::entry).collect::<Vec<_>>(),
+        });
+        let text = serde_json::to_string_pretty(&document).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+
+    /// Prints the human table: each figure of the broker (or the target the
+    /// name says), the baseline it is compared with where the name says
+    /// "(vs ...)" or else direct Redis, their ratio, and its goal.
     pub fn print(&self) {
         println!();
         println!(
-            "{:<40} {:>12} {:>12} {:>8}  {:<16} result",
-            "figure", "broker", "direct", "ratio", "target"
+            "{:<56} {:>12} {:>12} {:>8}  {:<16} result",
+            "figure", "value", "baseline", "ratio", "target"
         );
         for figure in &self.figures {
-            let direct = figure
-                .direct
+            let baseline = figure
+                .baseline
                 .map_or_else(|| "-".to_owned(), |d| format!("{d:.3}"));
             let ratio = figure
                 .ratio()
@@ -164,10 +199,10 @@ impl Table {
                 Some(false) => "MISSED",
             };
             println!(
-                "{:<40} {:>12.3} {:>12} {:>8}  {:<16} {}",
+                "{:<56} {:>12.3} {:>12} {:>8}  {:<16} {}",
                 format!("{} ({})", figure.name, figure.unit),
                 figure.broker,
-                direct,
+                baseline,
                 ratio,
                 figure.goal_text(),
                 result
