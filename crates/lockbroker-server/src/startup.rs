@@ -213,7 +213,8 @@ impl Application {
 /// from a ping every few seconds, and `leases_held` recounted from Redis in
 /// bounded pages, correcting for leases that expired instead of being released.
 async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_every: Duration) {
-    let mut ping = tokio::time::interval(Duration::from_secs(5));
+    // Every 250 ms until the store first answers ready, then every 5 s.
+    let mut ping = tokio::time::interval(Duration::from_millis(250));
     let mut reconcile = tokio::time::interval(reconcile_every);
     // The node gauges wait for the first ready answer: before it, the broker
     // has not read its nodes yet, and would report them all down.
@@ -223,7 +224,11 @@ async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_eve
             _ = ping.tick() => {
                 let ready = service.ready().await.is_ok();
                 metrics.redis_up.set(i64::from(ready));
-                nodes_read |= ready;
+                if ready && !nodes_read {
+                    nodes_read = true;
+                    let every = Duration::from_secs(5);
+                    ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                }
                 if let (true, RedisStore::Quorum(quorum)) = (nodes_read, service.store()) {
                     let (up, restarting, majority) = quorum.node_counts();
                     metrics.quorum.set_nodes(&up, restarting, majority);
