@@ -16,6 +16,9 @@ ensure_packages redis-server redis-tools prometheus python3-venv golang-go golan
 command -v npm >/dev/null 2>&1 || ensure_packages npm
 ensure_nextest
 cargo build --workspace --all-targets
+# The client suites start the broker binary built here, wherever the target
+# directory is.
+export LOCKBROKER_BIN="${LOCKBROKER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/lockbroker}"
 set +e
 
 failed=()
