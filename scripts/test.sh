@@ -43,11 +43,10 @@ fi
 suite "rust" cargo nextest run --workspace --no-fail-fast
 # The API suite again with every test broker in quorum mode (the test's Redis
 # and two more, shared by every broker the test starts on it). Left out: tests
-# of one node's own behaviour (its script counts, a TLS Redis, a slow Redis:
-# in quorum mode the two fast nodes are a majority and nobody waits for it).
+# of one node's own behaviour (its script counts, a TLS Redis).
 suite "rust, quorum mode" env LOCKBROKER_TEST_MODE=quorum cargo nextest run -p lockbroker-tests \
   --no-fail-fast -E 'test(/^(leases|waiting|validation|retries|http_errors|security|lifecycle)::/)
-    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|arrives_with_too_little_validity/)'
+    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls/)'
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED suites: ${failed[*]}" >&2

@@ -18,7 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseToken,
     ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
@@ -200,39 +199,14 @@ impl LockStore for QuorumStore {
             .load(Ordering::Relaxed)
             .max(unix_micros().saturating_add(FENCE_LEAD_US));
         let params = &params;
-        let mut pending: FuturesUnordered<_> = (inner.nodes.iter().enumerate())
-            .map(|(at, node)| async move {
-                let Some(epoch) = inner.standing.epoch(at) else {
-                    let unknown = "the node's epoch is not known yet";
-                    return (at, Err(StoreError::Unavailable(unknown.into())));
-                };
-                node.raise_floor(proposal);
-                (at, node.acquire_as_node(params, &epoch).await)
-            })
-            .collect();
-        let mut answers: Vec<Option<Result<AcquireOutcome, StoreError>>> =
-            inner.nodes.iter().map(|_| None).collect();
-        // Answers are taken as they come; once a majority granted with one
-        // fence the grant stands, and the slower nodes are not waited for
-        // (any grant they still make is this lease's, freed by its release
-        // or its TTL). Without that, every answer is needed: to roll back.
-        while let Some((at, answer)) = pending.next().await {
-            answers[at] = Some(answer);
-            if tally::majority_agrees(&answers, inner.majority) {
-                break;
-            }
-        }
-        drop(pending);
-        let answers = answers
-            .into_iter()
-            .map(|answer| {
-                answer.unwrap_or_else(|| {
-                    Err(StoreError::OutcomeUnknown(
-                        "not awaited once a majority granted".into(),
-                    ))
-                })
-            })
-            .collect();
+        let answers = join_all(inner.nodes.iter().enumerate().map(|(at, node)| async move {
+            let epoch = inner.standing.epoch(at).ok_or_else(|| {
+                StoreError::Unavailable("the node's epoch is not known yet".into())
+            })?;
+            node.raise_floor(proposal);
+            node.acquire_as_node(params, &epoch).await
+        }))
+        .await;
         let votes = tally::acquire(answers, inner.majority, params.token);
         let mut outcome = votes.busy_answer();
         if let Some(grant) = votes.granted() {
@@ -313,28 +287,14 @@ impl LockStore for QuorumStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let majority = self.inner.majority;
-        let mut pending: FuturesUnordered<_> = (self.inner.nodes.iter().cloned())
-            .map(|node| {
-                let (name, token) = (name.clone(), token.clone());
-                async move { node.release(&name, &token).await }
-            })
-            .collect();
-        // Released once a majority answered and one of them released; the
-        // other nodes' releases run on in the background.
-        let mut answers = Vec::with_capacity(self.inner.nodes.len());
-        while let Some(answer) = pending.next().await {
-            answers.push(answer);
-            let answered = answers.iter().filter(|a| a.is_ok()).count();
-            let released = (answers.iter()).any(|a| matches!(a, Ok(ReleaseOutcome::Released(_))));
-            if answered >= majority && released {
-                break;
-            }
-        }
-        if !pending.is_empty() {
-            tokio::spawn(pending.for_each(|_| std::future::ready(())));
-        }
-        tally::release(answers, majority)
+        let answers = join_all(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| node.release(name, token)),
+        )
+        .await;
+        tally::release(answers, self.inner.majority)
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {

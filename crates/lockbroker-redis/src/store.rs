@@ -156,23 +156,6 @@ impl RedisLockStore {
         self.inner.connections.pool.next()
     }
 
-    /// The pool connection for the lock whose key comes first: every step
-    /// of one lock goes over one connection, so Redis runs them in the order
-    /// they were sent. A quorum does not wait for its slowest node: a release
-    /// must not overtake, on that node, the acquire it follows.
-    fn client_for(&self, first_key: Option<&String>) -> &Client {
-        let clients = self.inner.connections.pool.clients();
-        match first_key {
-            Some(key) if !clients.is_empty() => {
-                let mut hasher = std::hash::DefaultHasher::new();
-                std::hash::Hash::hash(key, &mut hasher);
-                let at = std::hash::Hasher::finish(&hasher) % clients.len() as u64;
-                &clients[usize::try_from(at).unwrap_or(0)]
-            }
-            _ => self.client(),
-        }
-    }
-
     /// Raises the floor this store's grants exceed to `fence` (a quorum's
     /// highest fence, which this node may not have seen).
     pub fn raise_floor(&self, fence: u64) {
@@ -258,9 +241,8 @@ impl RedisLockStore {
         // fred's command future is about 7 KiB: boxed, it is built once in
         // place, and the futures of callers (a waiting acquire among them)
         // hold a pointer instead of carrying it through every await.
-        let client = self.client_for(keys.first());
         let result: Result<Value, _> =
-            Box::pin(script.evalsha_with_reload(client, keys, args)).await;
+            Box::pin(script.evalsha_with_reload(self.client(), keys, args)).await;
         if let Some(observer) = &inner.observer {
             let elapsed = started.elapsed();
             observer.script_finished(C::SCRIPT.as_str(), elapsed);

@@ -65,24 +65,6 @@ pub struct MajorityGrant {
     pub behind: Vec<(usize, LeaseToken)>,
 }
 
-/// Whether the answers so far (by node; `None` for one not in yet) hold a
-/// majority of grants that issued one fence: then the grant stands whatever
-/// the other nodes answer.
-pub fn majority_agrees(
-    answers: &[Option<Result<AcquireOutcome, StoreError>>],
-    majority: usize,
-) -> bool {
-    let fences = || {
-        answers.iter().filter_map(|answer| match answer {
-            Some(Ok(AcquireOutcome::Granted(lease))) => Some(lease.fence),
-            _ => None,
-        })
-    };
-    fences()
-        .max()
-        .is_some_and(|highest| fences().filter(|fence| *fence == highest).count() >= majority)
-}
-
 /// Sorts the answers to an acquire by node.
 pub fn acquire(
     answers: Vec<Result<AcquireOutcome, StoreError>>,

@@ -77,27 +77,6 @@ fn nodes_that_issued_the_same_fence_need_no_write_back() {
 }
 
 #[test]
-fn a_grant_stands_early_only_when_a_majority_issued_one_fence() {
-    let grant = |fence| Some(Ok(AcquireOutcome::Granted(lease(fence, 1_000))));
-    assert!(majority_agrees(
-        &[grant(40), grant(40), None, None, grant(40)],
-        3
-    ));
-    assert!(!majority_agrees(
-        &[grant(40), grant(40), None, None, None],
-        3
-    ));
-    assert!(
-        !majority_agrees(&[grant(40), grant(40), grant(41), None, None], 3),
-        "one node ahead: the others need the write-back"
-    );
-    assert!(!majority_agrees(
-        &[grant(40), Some(busy(7, 0)), Some(Err(down())), None, None],
-        3
-    ));
-}
-
-#[test]
 fn without_a_majority_the_answer_is_busy_or_unavailable() {
     let token = LeaseToken::generate();
     let answers = vec![
