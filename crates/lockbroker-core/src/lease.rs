@@ -123,6 +123,15 @@ impl LeaseToken {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The wall clock in Unix microseconds (0 for a clock set before 1970).
+pub fn unix_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
+        })
+}
+
 /// `N` bytes from the operating system's CSPRNG as lowercase hex.
 pub fn random_hex<const N: usize>() -> String {
     let mut bytes = [0u8; N];

@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError};
-use crate::lease::{random_hex, Fence, Holder, Lease, LeaseToken, LockStatus, Renewal, Ttl};
+use crate::lease::{
+    random_hex, unix_micros, Fence, Holder, Lease, LeaseToken, LockStatus, Renewal, Ttl,
+};
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
 use crate::policy::{AcquirePlan, AcquireRequest, LockPolicy};
@@ -96,15 +98,6 @@ impl<S: LockStore> Drop for QueueExit<'_, S> {
     }
 }
 
-/// The wall clock in Unix microseconds (0 for a clock set before 1970).
-fn unix_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-        })
-}
-
 /// Runs clean-up work from a `Drop`, if a runtime is there to run it.
 fn spawn_detached(work: impl Future<Output = ()> + Send + 'static) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -167,8 +160,9 @@ impl<S: LockStore> LockService<S> {
             name,
             token: LeaseToken::generate(),
             plan,
+            // Only a fair waiter's place needs the clock.
+            arrived_at_us: fair_id.as_ref().map_or(0, |_| unix_micros()),
             fair_id,
-            arrived_at_us: unix_micros(),
         };
         if attempt.plan.wait.is_zero() {
             return match self.attempt(&attempt, None).await? {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseToken,
     ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
@@ -405,15 +406,6 @@ impl LockStore for QuorumStore {
 /// that it exceeds every node's clock and mark and the nodes agree on it at
 /// once, unless a node's clock runs more than this ahead of the broker's.
 const FENCE_LEAD_US: u64 = 1_000_000;
-
-/// The wall clock in Unix microseconds.
-fn unix_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_micros()).unwrap_or(u64::MAX)
-        })
-}
 
 /// The bits of a listing cursor that hold a node's own `SCAN` cursor.
 const NODE_CURSOR: u64 = (1 << 56) - 1;

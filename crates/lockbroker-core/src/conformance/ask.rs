@@ -65,9 +65,7 @@ impl Ask {
     /// A fair waiter that arrived now.
     pub(super) fn fair(mut self, waiter_id: &str) -> Self {
         self.fair = Some(waiter_id.to_owned());
-        self.arrived_at_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |since| u64::try_from(since.as_micros()).unwrap_or(0));
+        self.arrived_at_us = crate::lease::unix_micros();
         self
     }
 
