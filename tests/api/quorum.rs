@@ -120,6 +120,7 @@ async fn try_acquire(
             principal: &Principal::ANONYMOUS,
             lock_delay: LockDelay::default(),
             fair: None,
+            waits: false,
         })
         .await?;
     Ok(match outcome {
@@ -375,6 +376,7 @@ async fn fair_try(
                 entry_ttl_ms: 10_000,
                 arrived_at_us,
             }),
+            waits: true,
         })
         .await
         .expect("the quorum answers")

@@ -48,6 +48,7 @@ macro_rules! store_conformance {
             fair_waiters_are_served_in_arrival_order,
             a_fair_waiter_that_leaves_passes_the_turn_on,
             releases_are_announced_to_every_broker,
+            a_release_nobody_waits_for_is_not_announced,
             listing_shows_held_and_delayed_locks_page_by_page
         );
     };

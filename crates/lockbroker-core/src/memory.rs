@@ -182,6 +182,11 @@ impl LockStore for MemoryStore {
                     }));
                 }
             }
+            if params.waits && cur.expires_ms > now_ms {
+                if let Some(record) = backend.leases.get_mut(name) {
+                    record.watched = true;
+                }
+            }
             let expires_in_ms = cur.expires_ms.saturating_sub(now_ms);
             return Ok(AcquireOutcome::Busy {
                 holder: Holder {
@@ -227,6 +232,7 @@ impl LockStore for MemoryStore {
                 expires_ms,
                 delay_ms: params.lock_delay.as_millis(),
                 released: false,
+                watched: false,
                 kept_until_ms: expires_ms + params.lock_delay.as_millis(),
             },
         );
@@ -306,14 +312,18 @@ impl LockStore for MemoryStore {
         cur.released = true;
         cur.expires_ms = now_ms;
         cur.kept_until_ms = now_ms + RELEASE_MEMO_MS;
+        let watched = cur.watched;
         let next_fair = backend.queue_head(name, now_ms);
-        backend.announce(
-            &self.broker_id,
-            &Wake::Released {
-                name: name.clone(),
-                next_fair,
-            },
-        );
+        // As in Redis: only a release that somebody waits for is announced.
+        if watched || next_fair.is_some() {
+            backend.announce(
+                &self.broker_id,
+                &Wake::Released {
+                    name: name.clone(),
+                    next_fair,
+                },
+            );
+        }
         Ok(ReleaseOutcome::Released(Release {
             fence,
             held_ms: Some(held_ms),

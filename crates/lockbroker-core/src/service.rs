@@ -165,7 +165,7 @@ impl<S: LockStore> LockService<S> {
             fair_id,
         };
         if attempt.plan.wait.is_zero() {
-            return match self.attempt(&attempt, None).await? {
+            return match self.attempt(&attempt, None, false).await? {
                 Ok(grant) => Ok(grant),
                 Err((holder, _)) => Err(LockError::Busy(holder)),
             };
@@ -185,7 +185,7 @@ impl<S: LockStore> LockService<S> {
             // one that finds the lock free is granted. A lock with waiters of
             // its own here is not tried, so nobody passes them.
             Err(LockError::TooManyWaiters) if !self.waiters.has_line(attempt.name) => {
-                return match self.attempt(attempt, None).await? {
+                return match self.attempt(attempt, None, false).await? {
                     Ok(grant) => Ok(grant),
                     Err(_) => Err(LockError::TooManyWaiters),
                 };
@@ -207,7 +207,10 @@ impl<S: LockStore> LockService<S> {
             woken.as_mut().enable();
             let mut wake_at = deadline;
             if ticket.may_attempt() || Instant::now() >= deadline {
-                match self.attempt(attempt, attempt.fair_id.as_deref()).await? {
+                match self
+                    .attempt(attempt, attempt.fair_id.as_deref(), true)
+                    .await?
+                {
                     Ok(grant) => {
                         // The store took the entry out of its queue with the grant.
                         if let Some(exit) = &mut queue_exit {
@@ -242,11 +245,13 @@ impl<S: LockStore> LockService<S> {
     }
 
     /// One try at the store, in the store's fair queue under `fair_id` if
-    /// given. `Ok(Err(..))` is a busy answer.
+    /// given, by a caller that `waits` for the lock if it is busy.
+    /// `Ok(Err(..))` is a busy answer.
     async fn attempt(
         self: &Arc<Self>,
         attempt: &Attempt<'_>,
         fair_id: Option<&str>,
+        waits: bool,
     ) -> Result<Result<Grant<S>, (Holder, Option<u64>)>, LockError> {
         let plan = &attempt.plan;
         let params = AcquireParams {
@@ -262,6 +267,7 @@ impl<S: LockStore> LockService<S> {
                 entry_ttl_ms: self.policy.fair_entry_ttl_ms,
                 arrived_at_us: attempt.arrived_at_us,
             }),
+            waits,
         };
         // Armed from before the call: if this future is dropped while the
         // script runs, a grant it made is released.

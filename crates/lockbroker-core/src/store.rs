@@ -37,6 +37,11 @@ pub struct AcquireParams<'a> {
     /// Set for a fair waiter: its id in the lock's queue in the store, and
     /// how long that queue entry lives without being refreshed.
     pub fair: Option<FairEntry<'a>>,
+    /// The caller waits for the lock if it is busy. A busy answer then marks
+    /// the holder's lease so that its release is announced to every broker;
+    /// a release nobody waits for is not announced, which spares the store
+    /// a publish and every broker a message per lock cycle.
+    pub waits: bool,
 }
 
 /// A fair waiter's place in a lock's queue in the store.

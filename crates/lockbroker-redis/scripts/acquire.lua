@@ -16,6 +16,9 @@
 --          majorities after a restart without its data, grants nothing; a
 --          readmitted one issues fences above its epoch's floor, and keeps
 --          its highest fence in the epoch hash.
+-- ARGV[16] '1' when the caller waits for the lock if it is busy: a busy
+--          answer then marks the lease (field w), so that its release is
+--          announced to every broker; releases nobody waits for are not.
 --
 -- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
 --         granted (floor_raised 1 when the broker's floor, not Redis's counter
@@ -25,7 +28,8 @@
 --         {-1} from a quorum node not in good standing.
 --
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
--- exp (valid until, ms), delay (lock_delay_ms) and rel ('1' once released).
+-- exp (valid until, ms), delay (lock_delay_ms), rel ('1' once released) and
+-- w ('1' once a caller waits for it to end).
 -- The key lives until exp + delay, so an expired lease keeps the lock
 -- unavailable for its lock-delay; a released one frees it at once.
 
@@ -38,6 +42,7 @@ local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[1
 local now_us, now_ms = clock()
 local arrival_us = tonumber(ARGV[14]) or now_us
 local epoch_id = ARGV[15] or ''
+local waits = ARGV[16] == '1'
 
 local node_max = 0
 if epoch_id ~= '' then
@@ -58,7 +63,7 @@ local function wait_in_line()
   return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
 end
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by', 'w')
 if cur[1] and cur[6] ~= '1' then
   local exp = tonumber(cur[5])
   local available_in = redis.call('PTTL', lease_key)
@@ -70,6 +75,9 @@ if cur[1] and cur[6] ~= '1' then
     local same_retry = rid ~= '' and cur[4] == rid and cur[3] == owner and (cur[7] or '') == principal
     if cur[1] == token or same_retry then
       return {1, cur[1], tonumber(cur[2]), exp - now_ms, exp, cur[3]}
+    end
+    if waits and cur[8] ~= '1' then
+      redis.call('HSET', lease_key, 'w', '1')
     end
     return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in, wait_in_line()}
   end

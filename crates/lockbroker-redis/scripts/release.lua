@@ -1,5 +1,6 @@
 #!lua flags=allow-oom
--- Frees a held lock at once and announces it to every broker.
+-- Frees a held lock at once and announces it to every broker when somebody
+-- waits for it.
 --
 -- Flagged allow-oom: a Redis out of memory under noeviction refuses writes
 -- that grow memory, and a holder must still be able to free its lock rather
@@ -28,7 +29,7 @@ if (ARGV[6] or '') ~= '' then
   queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
 end
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq', 'w')
 if not cur[1] or cur[1] ~= token then
   return {0}
 end
@@ -44,10 +45,14 @@ redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms))
 redis.call('PEXPIRE', lease_key, memo_ms)
 
 -- One message for all brokers: each wakes its first waiter for this lock, and
--- the one holding the head of the fair queue wakes that waiter.
+-- the one holding the head of the fair queue wakes that waiter. A release
+-- that no caller waited for (acquire.lua marks the lease) and no fair waiter
+-- queues for is not announced: an uncontended lock cycle publishes nothing.
 local head
 if redis.call('EXISTS', queue_key) == 1 then
   head = queue_head(queue_key, expiry_key, now_ms)
 end
-announce(channel, broker_id, 'released', name, head)
+if cur[6] == '1' or head then
+  announce(channel, broker_id, 'released', name, head)
+end
 return {1, tonumber(cur[2]), now_ms - tonumber(cur[5])}

@@ -121,6 +121,7 @@ impl DirectClient {
             principal: &Principal::ANONYMOUS,
             lock_delay: LockDelay::default(),
             fair: None,
+            waits: false,
         };
         let call = AcquireCall {
             params: &params,

@@ -30,6 +30,7 @@ pub(super) struct Ask {
     lock_delay: LockDelay,
     fair: Option<String>,
     arrived_at_us: u64,
+    waits: bool,
 }
 
 impl Ask {
@@ -43,6 +44,7 @@ impl Ask {
             lock_delay: LockDelay::default(),
             fair: None,
             arrived_at_us: 0,
+            waits: false,
         }
     }
 
@@ -59,6 +61,12 @@ impl Ask {
 
     pub(super) fn lock_delay(mut self, ms: u64) -> Self {
         self.lock_delay = LockDelay::parse(ms, u64::MAX).expect("valid delay");
+        self
+    }
+
+    /// A caller that waits for the lock when it is busy.
+    pub(super) fn waiting(mut self) -> Self {
+        self.waits = true;
         self
     }
 
@@ -84,6 +92,7 @@ impl Ask {
                     entry_ttl_ms: 5_000,
                     arrived_at_us: self.arrived_at_us,
                 }),
+                waits: self.waits || self.fair.is_some(),
             })
             .await
             .expect("the store answers")

@@ -302,18 +302,62 @@ pub async fn releases_are_announced_to_every_broker<B: Backend>(backend: &B) {
     let lock = name(&run_id(), "announced");
     let ask = Ask::new(10_000);
     granted(ask.on(&store, &lock).await, "grant");
+    busy(Ask::new(10_000).waiting().on(&other, &lock).await, "waiter");
     release(&store, &lock, &ask).await;
-    let heard = tokio::time::timeout(Duration::from_secs(5), async {
+    assert_eq!(
+        next_release_heard(&mut wakes).await,
+        Some(lock),
+        "the other broker hears the release its waiter waits for"
+    );
+}
+
+/// A release that nobody waited for is not announced: a lock cycle without
+/// contention costs no message to any broker.
+pub async fn a_release_nobody_waits_for_is_not_announced<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let mut wakes = other.take_wakes().expect("the store announces");
+    let run = run_id();
+    let (quiet, watched) = (name(&run, "quiet"), name(&run, "watched"));
+    let ask = Ask::new(10_000);
+    granted(ask.on(&store, &quiet).await, "grant");
+    // A caller that does not wait is turned away without marking the lease.
+    busy(
+        Ask::new(10_000).on(&other, &quiet).await,
+        "non-waiting caller",
+    );
+    release(&store, &quiet, &ask).await;
+    // Announcements of one store arrive in the order they were made, so had
+    // the first release been announced, it would be heard before this one.
+    let ask = Ask::new(10_000);
+    granted(ask.on(&store, &watched).await, "grant");
+    busy(
+        Ask::new(10_000).waiting().on(&other, &watched).await,
+        "waiter",
+    );
+    release(&store, &watched, &ask).await;
+    assert_eq!(
+        next_release_heard(&mut wakes).await,
+        Some(watched),
+        "the first release heard is the one a waiter waited for"
+    );
+}
+
+/// The lock of the next release announcement heard, skipping other wakes;
+/// `None` if none arrives within 5 s.
+async fn next_release_heard(
+    wakes: &mut tokio::sync::mpsc::UnboundedReceiver<Wake>,
+) -> Option<crate::name::LockName> {
+    tokio::time::timeout(Duration::from_secs(5), async {
         loop {
             match wakes.recv().await {
-                Some(Wake::Released { name, .. }) if name == lock => return,
+                Some(Wake::Released { name, .. }) => return name,
                 Some(_) => continue,
                 None => panic!("the announcements ended"),
             }
         }
     })
-    .await;
-    assert!(heard.is_ok(), "the other broker hears the release");
+    .await
+    .ok()
 }
 
 /// The listing pages through held locks and locks in their lock-delay under

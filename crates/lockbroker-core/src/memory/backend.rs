@@ -21,6 +21,8 @@ pub(super) struct Record {
     pub(super) expires_ms: u64,
     pub(super) delay_ms: u64,
     pub(super) released: bool,
+    /// A caller waits for this lease to end, so its release is announced.
+    pub(super) watched: bool,
     /// When the record itself is forgotten (the key's TTL in Redis).
     pub(super) kept_until_ms: u64,
 }

@@ -96,6 +96,7 @@ impl ScriptCall for AcquireCall<'_> {
                 _ => String::new(),
             },
             self.epoch.unwrap_or("").to_owned(),
+            if params.waits { "1" } else { "" }.to_owned(),
         ]
     }
 
