@@ -89,7 +89,8 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
         format!("broker peak RSS with {} waiters", settings.waiters),
         "MiB",
         (waiting.1, None),
-        Goal::Below(200.0),
+        // The goal: 100 MiB for 10,000 waiters, 1 GiB for 100,000.
+        Goal::AtMost(settings.waiters as f64 / 100.0),
     );
     drop(broker);
     if let Some(count) = settings.huge_waiters {

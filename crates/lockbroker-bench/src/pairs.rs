@@ -85,7 +85,7 @@ pub async fn latency(
     let p = |label: &str, pick: Pick| runs.get(label).map(|r| pick(&r.summary));
     let broker = |pick: Pick| p("broker", pick).unwrap_or(f64::NAN);
     let rows: [(&str, Pick, Goal); 3] = [
-        ("p50", |s| s.p50_ms, Goal::RatioAtMost(2.0)),
+        ("p50", |s| s.p50_ms, Goal::RatioAtMost(1.5)),
         ("p90", |s| s.p90_ms, Goal::None),
         ("p99", |s| s.p99_ms, Goal::None),
     ];
@@ -159,7 +159,7 @@ pub async fn throughput(
             serde_json::json!({"bench": "throughput", "case": case, "rates": rates})
         );
         let goal = if callers == 64 {
-            Goal::RatioAtLeast(0.5)
+            Goal::RatioAtLeast(0.7)
         } else {
             Goal::None
         };
