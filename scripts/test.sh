@@ -47,6 +47,12 @@ suite "rust" cargo nextest run --workspace --no-fail-fast
 suite "rust, quorum mode" env LOCKBROKER_TEST_MODE=quorum cargo nextest run -p lockbroker-tests \
   --no-fail-fast -E 'test(/^(leases|waiting|validation|retries|http_errors|security|lifecycle)::/)
     - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls/)'
+# The API suite again in sentinel mode: every test broker finds the test's
+# Redis through a Sentinel started for it, and follows it through the outages
+# the fault tests cause. Left out: a TLS Redis (the test Sentinel speaks TCP).
+suite "rust, sentinel mode" env LOCKBROKER_TEST_MODE=sentinel cargo nextest run -p lockbroker-tests \
+  --no-fail-fast -E 'test(/^(leases|waiting|validation|retries|http_errors|security|lifecycle|fences|faults|outage|observability|keys)::/)
+    - test(/reaches_redis_over_tls/)'
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED suites: ${failed[*]}" >&2

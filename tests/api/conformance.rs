@@ -1,17 +1,20 @@
 //! The Redis store passes the store conformance suite, against a real
-//! `redis-server` of its own.
+//! `redis-server` of its own, reached directly and through a Sentinel.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockbroker_core::conformance::Backend;
 use lockbroker_core::LockStore;
-use lockbroker_redis::{RedisLockStore, RedisSettings};
+use lockbroker_redis::{RedisLockStore, RedisSettings, SentinelSettings};
+use lockbroker_tests::sentinel::{Sentinel, SERVICE_NAME};
 use lockbroker_tests::RedisServer;
 
-/// Brokers on one `redis-server`, each a store with its own connections.
+/// Brokers on one `redis-server`, each a store with its own connections,
+/// finding it at its URL or through a Sentinel.
 struct Redis {
     server: RedisServer,
+    sentinel: Option<Sentinel>,
     prefix: String,
     brokers: AtomicU32,
 }
@@ -22,8 +25,17 @@ impl Redis {
     fn start() -> Self {
         Self {
             server: RedisServer::start(),
+            sentinel: None,
             prefix: format!("conf{}", NEXT.fetch_add(1, Ordering::Relaxed)),
             brokers: AtomicU32::new(0),
+        }
+    }
+
+    fn behind_sentinel() -> Self {
+        let redis = Self::start();
+        Self {
+            sentinel: Some(Sentinel::start(redis.server.port(), 1)),
+            ..redis
         }
     }
 }
@@ -37,6 +49,11 @@ impl Backend for Redis {
             key_prefix: self.prefix.clone(),
             command_timeout: Duration::from_millis(500),
             connect_timeout: Duration::from_millis(500),
+            sentinel: self.sentinel.as_ref().map(|sentinel| SentinelSettings {
+                hosts: vec![("127.0.0.1".to_owned(), sentinel.port())],
+                service_name: SERVICE_NAME.to_owned(),
+                auth: Default::default(),
+            }),
             ..RedisSettings::default()
         };
         let store = RedisLockStore::connect(settings).expect("store");
@@ -61,3 +78,9 @@ impl Backend for Redis {
 }
 
 lockbroker_core::store_conformance!(Redis::start());
+
+mod sentinel {
+    use super::Redis;
+
+    lockbroker_core::store_conformance!(Redis::behind_sentinel());
+}

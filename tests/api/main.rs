@@ -16,5 +16,6 @@ mod outage;
 mod quorum;
 mod retries;
 mod security;
+mod sentinel;
 mod validation;
 mod waiting;

@@ -2,13 +2,11 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use lockbroker_api::{
     AcquireBody, ErrorDetail, ErrorResponse, ExtendBody, LeaseResponse, ReleaseBody,
 };
-use lockbroker_server::config::RedisMode;
 use lockbroker_server::{Application, Settings};
 use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
@@ -19,6 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::modes::Peers;
 use crate::redis::RedisServer;
 
 static NEXT_PREFIX: AtomicU32 = AtomicU32::new(0);
@@ -49,40 +48,8 @@ pub struct TestApp {
     pub http: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<std::io::Result<()>>>,
-    /// In quorum mode, the nodes besides the test's own Redis.
-    _more_nodes: Option<Arc<QuorumPeers>>,
-}
-
-/// The two nodes that make a quorum of three with one test Redis.
-struct QuorumPeers([RedisServer; 2]);
-
-/// The peers started for each test Redis (by URL), while a broker uses them:
-/// every broker a test starts on one Redis joins the same quorum, as brokers
-/// sharing a Redis share its locks in single mode.
-static QUORUM_PEERS: Mutex<Vec<(String, Weak<QuorumPeers>)>> = Mutex::new(Vec::new());
-
-impl QuorumPeers {
-    fn of(url: &str) -> Arc<Self> {
-        let mut all = QUORUM_PEERS.lock().unwrap_or_else(PoisonError::into_inner);
-        all.retain(|(_, peers)| peers.strong_count() > 0);
-        let running = all
-            .iter()
-            .filter(|(at, _)| at == url)
-            .find_map(|(_, peers)| peers.upgrade());
-        if let Some(peers) = running {
-            return peers;
-        }
-        let peers = Arc::new(Self([RedisServer::start(), RedisServer::start()]));
-        all.push((url.to_owned(), Arc::downgrade(&peers)));
-        peers
-    }
-}
-
-/// Which backend mode test brokers run in: `LOCKBROKER_TEST_MODE=quorum` runs
-/// every broker the harness starts in quorum mode, over the test's own Redis
-/// and two more started here, so one suite tests both modes.
-fn quorum_from_env() -> bool {
-    std::env::var("LOCKBROKER_TEST_MODE").is_ok_and(|mode| mode == "quorum")
+    /// In quorum or sentinel mode, the servers besides the test's own Redis.
+    _peers: Option<Peers>,
 }
 
 /// A response: status, headers and the JSON body (`Null` if none). The body
@@ -149,17 +116,7 @@ impl TestApp {
     /// A broker with settings the test adjusted.
     pub async fn spawn_with(mut settings: Settings) -> Self {
         lockbroker_server::telemetry::init(&settings.log);
-        let mut more_nodes = None;
-        if quorum_from_env() && settings.redis.mode == RedisMode::Single {
-            let peers = QuorumPeers::of(&settings.redis.url);
-            let redis = &mut settings.redis;
-            redis.nodes = std::iter::once(redis.url.clone())
-                .chain(peers.0.iter().map(RedisServer::url))
-                .collect();
-            more_nodes = Some(peers);
-            redis.mode = RedisMode::Quorum;
-            redis.node_timeout_ms = redis.command_timeout_ms;
-        }
+        let peers = crate::modes::apply_test_mode(&mut settings.redis);
         let prefix = settings.redis.key_prefix.clone();
         let app = Application::build(settings).await.expect("broker starts");
         let base = format!("http://{}", app.local_addr());
@@ -177,7 +134,7 @@ impl TestApp {
             http,
             stop: Some(stop),
             task: Some(task),
-            _more_nodes: more_nodes,
+            _peers: peers,
         };
         app.wait_ready().await;
         app

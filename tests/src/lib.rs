@@ -10,11 +10,15 @@
 //!   code, and its HTTP helpers.
 //! - [`process`]: [`process::BrokerProcess`], the real binary as a child
 //!   process, for its logs and exit.
+//! - [`modes`]: the backend mode `LOCKBROKER_TEST_MODE` puts test brokers
+//!   in, and [`sentinel`]: Sentinels and replicated Redis for sentinel mode.
 
 pub mod app;
+pub mod modes;
 pub mod process;
 pub mod proxy;
 pub mod redis;
+pub mod sentinel;
 
 pub use app::{Reply, TestApp};
 pub use redis::RedisServer;

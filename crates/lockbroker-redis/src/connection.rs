@@ -13,7 +13,9 @@ use fred::rustls::crypto::ring;
 use fred::rustls::pki_types::pem::PemObject;
 use fred::rustls::pki_types::CertificateDer;
 use fred::rustls::{ClientConfig, RootCertStore};
-use fred::types::config::{Config, ReconnectPolicy, TlsConnector, UnresponsiveConfig};
+use fred::types::config::{
+    Config, ReconnectPolicy, Server, ServerConfig, TlsConnector, UnresponsiveConfig,
+};
 use fred::types::Builder;
 use lockbroker_core::StoreError;
 
@@ -43,6 +45,21 @@ pub struct RedisSettings {
     /// Setting it turns TLS on even for a `redis://` URL; without it a
     /// `rediss://` URL trusts the system's roots.
     pub tls_ca_path: Option<PathBuf>,
+    /// Set to find the primary through Redis Sentinel instead of at `url`
+    /// (whose database number, credentials and TLS still apply).
+    pub sentinel: Option<SentinelSettings>,
+}
+
+/// Where the Sentinels are and what they call the primary.
+#[derive(Clone, Debug)]
+pub struct SentinelSettings {
+    /// The Sentinels, as host and port.
+    pub hosts: Vec<(String, u16)>,
+    /// The name the Sentinels monitor the primary under.
+    pub service_name: String,
+    /// Credentials the Sentinels ask for, when they differ from the
+    /// primary's (Sentinel's own `requirepass`).
+    pub auth: RedisAuth,
 }
 
 impl Default for RedisSettings {
@@ -57,6 +74,7 @@ impl Default for RedisSettings {
             release_memo: Duration::from_secs(30),
             auth: RedisAuth::default(),
             tls_ca_path: None,
+            sentinel: None,
         }
     }
 }
@@ -103,6 +121,20 @@ impl Connections {
         }
         if let Some(ca_path) = &settings.tls_ca_path {
             config.tls = Some(tls_connector(ca_path)?.into());
+        }
+        if let Some(sentinel) = &settings.sentinel {
+            // fred asks the Sentinels for the primary on every (re)connect, so
+            // a failover is followed without a restart.
+            config.server = ServerConfig::Sentinel {
+                hosts: sentinel
+                    .hosts
+                    .iter()
+                    .map(|(host, port)| Server::new(host.as_str(), *port))
+                    .collect(),
+                service_name: sentinel.service_name.clone(),
+                username: sentinel.auth.username.clone(),
+                password: sentinel.auth.password.clone(),
+            };
         }
         // Keep trying on the first connection too, instead of giving up.
         config.fail_fast = false;

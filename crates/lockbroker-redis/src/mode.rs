@@ -15,7 +15,7 @@ use crate::store::RedisLockStore;
 /// A lock store over one Redis, or over a quorum of independent ones.
 #[derive(Clone)]
 pub enum RedisStore {
-    /// One Redis (or one Redis Cluster).
+    /// One Redis, at its URL or the primary Sentinel names.
     Single(RedisLockStore),
     /// A majority of N independent Redis primaries.
     Quorum(QuorumStore),

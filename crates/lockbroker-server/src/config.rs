@@ -4,10 +4,12 @@
 //!
 //! - [`schema`]: the typed settings and their defaults.
 //! - [`load`]: the layers, read into the schema.
+//! - `modes`: each backend mode's own settings rules.
 //! - [`validate`]: the rules settings must follow, and their conversions
 //!   (durations, the lock policy, the Redis settings, the key ring).
 
 mod load;
+mod modes;
 mod schema;
 mod validate;
 

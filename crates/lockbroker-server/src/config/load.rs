@@ -263,8 +263,12 @@ fn typed_like(key: &str, default: &toml::Value, text: &str) -> Option<toml::Valu
             {
                 return Some(list);
             }
-            // A plain comma-separated list of words, such as node URLs.
-            if text.contains(['[', '{', '=', '"']) {
+            // A plain comma-separated list of words, such as node URLs or
+            // `host:port` pairs (`[::1]:26379` included); what looks like a
+            // TOML list or table but did not parse is an error, not words.
+            let trimmed = text.trim();
+            let toml_list = trimmed.starts_with('[') && trimmed.ends_with(']');
+            if toml_list || text.contains(['{', '=', '"']) {
                 return None;
             }
             toml::Value::Array(

@@ -100,9 +100,21 @@ pub struct RedisConfig {
     /// trust the system's roots.
     #[serde(with = "empty_is_none")]
     pub tls_ca_path: Option<PathBuf>,
-    /// Where locks live: `single` (the Redis at `url`) or `quorum` (a
+    /// Where locks live: `single` (the Redis at `url`), `sentinel` (the
+    /// primary that `sentinels` name for `service_name`) or `quorum` (a
     /// majority of the independent Redis primaries in `nodes`).
     pub mode: RedisMode,
+    /// Sentinel mode: the Sentinels, `host:port` each
+    /// (`LOCKBROKER_REDIS_SENTINELS`, comma-separated).
+    pub sentinels: Vec<String>,
+    /// Sentinel mode: the name the Sentinels monitor the primary under.
+    pub service_name: String,
+    /// Sentinel mode: the Sentinels' ACL user, when they require one.
+    #[serde(with = "empty_is_none")]
+    pub sentinel_username: Option<String>,
+    /// Sentinel mode: the Sentinels' password (`..._SENTINEL_PASSWORD_FILE`).
+    #[serde(with = "empty_is_none")]
+    pub sentinel_password: Option<String>,
     /// Quorum mode: the nodes, `redis://host:port/db` each; an odd number,
     /// at least 3 (`LOCKBROKER_REDIS_NODES`, comma-separated).
     pub nodes: Vec<String>,
@@ -121,6 +133,9 @@ pub enum RedisMode {
     /// One Redis at `redis.url`.
     #[default]
     Single,
+    /// The primary that the Sentinels in `redis.sentinels` name, followed
+    /// through failovers.
+    Sentinel,
     /// A majority of the independent Redis primaries in `redis.nodes`.
     Quorum,
 }
@@ -259,6 +274,10 @@ impl Default for RedisConfig {
             password: None,
             tls_ca_path: None,
             mode: RedisMode::Single,
+            sentinels: Vec::new(),
+            service_name: "mymaster".to_owned(),
+            sentinel_username: None,
+            sentinel_password: None,
             nodes: Vec::new(),
             node_timeout_ms: 50,
             drift_factor: Drift::default().factor,
@@ -281,6 +300,10 @@ impl std::fmt::Debug for RedisConfig {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("tls_ca_path", &self.tls_ca_path)
             .field("mode", &self.mode)
+            .field("sentinels", &self.sentinels)
+            .field("service_name", &self.service_name)
+            .field("sentinel_username", &self.sentinel_username)
+            .field("sentinel_password", &self.sentinel_password.is_some())
             .field("nodes", &self.nodes.len())
             .field("node_timeout_ms", &self.node_timeout_ms)
             .field("drift_factor", &self.drift_factor)

@@ -325,3 +325,70 @@ fn quorum_mode_takes_an_odd_number_of_distinct_nodes() {
     assert!(single.to_string().contains("redis.mode"), "{single}");
     assert!(Settings::default().quorum_settings().is_none());
 }
+
+#[test]
+fn sentinel_mode_takes_sentinels_and_a_service_name() {
+    let sentinel = |vars: &[(&str, &str)]| {
+        let mut all = vec![("LOCKBROKER_REDIS_MODE", "sentinel")];
+        all.extend_from_slice(vars);
+        Settings::load(None, env(&all))
+    };
+    let settings = sentinel(&[
+        (
+            "LOCKBROKER_REDIS_SENTINELS",
+            "s1:26379, s2:26380,[::1]:26381",
+        ),
+        ("LOCKBROKER_REDIS_SERVICE_NAME", "locks"),
+        ("LOCKBROKER_REDIS_SENTINEL_PASSWORD", "sentinel-s3cret"),
+    ])
+    .expect("three Sentinels, comma-separated");
+    let found = settings.redis_settings().sentinel.expect("sentinel mode");
+    assert_eq!(
+        found.hosts,
+        [
+            ("s1".to_owned(), 26379),
+            ("s2".to_owned(), 26380),
+            ("::1".to_owned(), 26381)
+        ]
+    );
+    assert_eq!(found.service_name, "locks");
+    assert_eq!(found.auth.password.as_deref(), Some("sentinel-s3cret"));
+    assert!(!format!("{settings:?}").contains("s3cret"), "redacted");
+    assert!(settings.quorum_settings().is_none());
+    assert_eq!(
+        sentinel(&[("LOCKBROKER_REDIS_SENTINELS", "s1:26379")])
+            .expect("the service name defaults")
+            .redis
+            .service_name,
+        "mymaster"
+    );
+
+    for (vars, problem) in [
+        (vec![], "at least one Sentinel"),
+        (
+            vec![("LOCKBROKER_REDIS_SENTINELS", "s1:26379,s2")],
+            "Sentinel 2 is not host:port",
+        ),
+        (
+            vec![
+                ("LOCKBROKER_REDIS_SENTINELS", "s1:26379"),
+                ("LOCKBROKER_REDIS_SERVICE_NAME", " "),
+            ],
+            "redis.service_name",
+        ),
+        (
+            vec![
+                ("LOCKBROKER_REDIS_SENTINELS", "s1:26379"),
+                ("LOCKBROKER_REDIS_NODES", "redis://a,redis://b,redis://c"),
+            ],
+            "redis.nodes",
+        ),
+    ] {
+        let err = sentinel(&vars).expect_err(problem).to_string();
+        assert!(err.contains(problem), "{vars:?}: {err}");
+    }
+    let single = Settings::load(None, env(&[("LOCKBROKER_REDIS_SENTINELS", "s1:26379")]))
+        .expect_err("Sentinels without sentinel mode");
+    assert!(single.to_string().contains("redis.mode"), "{single}");
+    assert!(Settings::default().redis_settings().sentinel.is_none());
+}

@@ -10,9 +10,9 @@ use std::time::Duration;
 use lockbroker_core::wait::WaiterLimits;
 use lockbroker_core::LockPolicy;
 use lockbroker_redis::quorum::{Drift, QuorumSettings};
-use lockbroker_redis::{RedisAuth, RedisSettings};
+use lockbroker_redis::{RedisAuth, RedisSettings, SentinelSettings};
 
-use super::schema::{HttpSettings, MetricsSettings, RedisConfig, RedisMode, Settings};
+use super::schema::{HttpSettings, MetricsSettings, RedisMode, Settings};
 use super::ConfigError;
 use crate::auth::{KeyConfigError, KeyRing};
 
@@ -21,7 +21,7 @@ fn millis(ms: u64) -> Duration {
     Duration::from_millis(ms)
 }
 
-fn invalid(message: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         layer: "settings".into(),
         message: message.into(),
@@ -58,7 +58,7 @@ impl Settings {
                 )));
             }
         }
-        check_redis_mode(&self.redis)?;
+        super::modes::check_redis_mode(&self.redis)?;
         if self.metrics.reconcile_interval_ms < 1_000 {
             return Err(invalid(
                 "metrics.reconcile_interval_ms must be at least 1000",
@@ -214,6 +214,18 @@ impl Settings {
                 password: redis.password.clone(),
             },
             tls_ca_path: redis.tls_ca_path.clone(),
+            sentinel: (redis.mode == RedisMode::Sentinel).then(|| SentinelSettings {
+                hosts: redis
+                    .sentinels
+                    .iter()
+                    .filter_map(|at| super::modes::sentinel_address(at))
+                    .collect(),
+                service_name: redis.service_name.clone(),
+                auth: RedisAuth {
+                    username: redis.sentinel_username.clone(),
+                    password: redis.sentinel_password.clone(),
+                },
+            }),
         }
     }
 }
@@ -249,87 +261,6 @@ impl MetricsSettings {
     pub fn reconcile_interval(&self) -> Duration {
         millis(self.reconcile_interval_ms)
     }
-}
-
-/// The mode's own rules: quorum mode needs an odd number (at least 3) of
-/// distinct servers; single mode takes no nodes.
-fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
-    if redis.mode == RedisMode::Single {
-        if !redis.nodes.is_empty() {
-            return Err(invalid(
-                "redis.nodes lists quorum nodes but redis.mode is \"single\": set redis.mode = \"quorum\" to use them",
-            ));
-        }
-        return Ok(());
-    }
-    let count = redis.nodes.len();
-    if count < 3 {
-        return Err(invalid(format!(
-            "redis.nodes: quorum mode needs at least 3 nodes, got {count}"
-        )));
-    }
-    if count % 2 == 0 {
-        return Err(invalid(format!(
-            "redis.nodes: quorum mode needs an odd number of nodes, got {count} (a majority of \
-             {count} survives no more failures than one of {})",
-            count - 1
-        )));
-    }
-    let mut servers: Vec<(String, u16)> = Vec::with_capacity(count);
-    for (at, url) in redis.nodes.iter().enumerate() {
-        let server = node_server(url).ok_or_else(|| {
-            invalid(format!(
-                "redis.nodes: node {} is not a redis:// or rediss:// URL with a host",
-                at + 1
-            ))
-        })?;
-        if let Some(before) = servers.iter().position(|s| *s == server) {
-            return Err(invalid(format!(
-                "redis.nodes: nodes {} and {} are the same server ({}:{}); every node must be \
-                 an independent Redis",
-                before + 1,
-                at + 1,
-                server.0,
-                server.1
-            )));
-        }
-        servers.push(server);
-    }
-    if redis.node_timeout_ms == 0 {
-        return Err(invalid("redis.node_timeout_ms must be at least 1"));
-    }
-    if !(0.0..0.5).contains(&redis.drift_factor) {
-        return Err(invalid(
-            "redis.drift_factor must be at least 0 and below 0.5",
-        ));
-    }
-    Ok(())
-}
-
-/// The server a node URL names: its host (loopback names as one) and port.
-/// The database number and credentials do not make another server.
-fn node_server(url: &str) -> Option<(String, u16)> {
-    let rest = url
-        .strip_prefix("redis://")
-        .or_else(|| url.strip_prefix("rediss://"))?;
-    let authority = rest.split('/').next()?;
-    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
-    let (host, port) = match host_port.rsplit_once(':') {
-        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
-        _ => (host_port, 6379),
-    };
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    if host.is_empty() {
-        return None;
-    }
-    let host = match host.as_str() {
-        "localhost" | "::1" | "127.0.0.1" => "127.0.0.1".to_owned(),
-        _ => host,
-    };
-    Some((host, port))
 }
 
 #[cfg(test)]

@@ -1,0 +1,142 @@
+//! Each backend mode's own settings rules: which settings a mode needs, and
+//! which belong to another mode.
+
+use super::schema::{RedisConfig, RedisMode};
+use super::validate::invalid;
+use super::ConfigError;
+
+/// The mode's own rules: quorum mode needs an odd number (at least 3) of
+/// distinct servers, sentinel mode at least one Sentinel and a service name;
+/// each mode refuses the others' settings, so a half-changed configuration
+/// does not quietly run in the mode it left.
+pub(super) fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
+    if redis.mode != RedisMode::Quorum && !redis.nodes.is_empty() {
+        return Err(invalid(format!(
+            "redis.nodes lists quorum nodes but redis.mode is \"{}\": set redis.mode = \"quorum\" to use them",
+            mode_name(redis.mode)
+        )));
+    }
+    if redis.mode != RedisMode::Sentinel && !redis.sentinels.is_empty() {
+        return Err(invalid(format!(
+            "redis.sentinels lists Sentinels but redis.mode is \"{}\": set redis.mode = \"sentinel\" to use them",
+            mode_name(redis.mode)
+        )));
+    }
+    match redis.mode {
+        RedisMode::Single => Ok(()),
+        RedisMode::Sentinel => check_sentinels(redis),
+        RedisMode::Quorum => check_quorum(redis),
+    }
+}
+
+fn mode_name(mode: RedisMode) -> &'static str {
+    match mode {
+        RedisMode::Single => "single",
+        RedisMode::Sentinel => "sentinel",
+        RedisMode::Quorum => "quorum",
+    }
+}
+
+/// Sentinel mode: at least one Sentinel, each `host:port`, and the name
+/// they monitor the primary under.
+fn check_sentinels(redis: &RedisConfig) -> Result<(), ConfigError> {
+    if redis.sentinels.is_empty() {
+        return Err(invalid(
+            "redis.sentinels: sentinel mode needs at least one Sentinel (host:port)",
+        ));
+    }
+    for (at, address) in redis.sentinels.iter().enumerate() {
+        if sentinel_address(address).is_none() {
+            return Err(invalid(format!(
+                "redis.sentinels: Sentinel {} is not host:port (got {address:?})",
+                at + 1
+            )));
+        }
+    }
+    if redis.service_name.trim().is_empty() {
+        return Err(invalid(
+            "redis.service_name: sentinel mode needs the name the Sentinels monitor the primary under",
+        ));
+    }
+    Ok(())
+}
+
+/// A Sentinel's `host:port` (`[v6]:port` for an IPv6 address).
+pub(super) fn sentinel_address(address: &str) -> Option<(String, u16)> {
+    let (host, port) = address.trim().rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok()?;
+    (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
+}
+
+/// Quorum mode: an odd number, at least 3, of distinct servers.
+fn check_quorum(redis: &RedisConfig) -> Result<(), ConfigError> {
+    let count = redis.nodes.len();
+    if count < 3 {
+        return Err(invalid(format!(
+            "redis.nodes: quorum mode needs at least 3 nodes, got {count}"
+        )));
+    }
+    if count % 2 == 0 {
+        return Err(invalid(format!(
+            "redis.nodes: quorum mode needs an odd number of nodes, got {count} (a majority of \
+             {count} survives no more failures than one of {})",
+            count - 1
+        )));
+    }
+    let mut servers: Vec<(String, u16)> = Vec::with_capacity(count);
+    for (at, url) in redis.nodes.iter().enumerate() {
+        let server = node_server(url).ok_or_else(|| {
+            invalid(format!(
+                "redis.nodes: node {} is not a redis:// or rediss:// URL with a host",
+                at + 1
+            ))
+        })?;
+        if let Some(before) = servers.iter().position(|s| *s == server) {
+            return Err(invalid(format!(
+                "redis.nodes: nodes {} and {} are the same server ({}:{}); every node must be \
+                 an independent Redis",
+                before + 1,
+                at + 1,
+                server.0,
+                server.1
+            )));
+        }
+        servers.push(server);
+    }
+    if redis.node_timeout_ms == 0 {
+        return Err(invalid("redis.node_timeout_ms must be at least 1"));
+    }
+    if !(0.0..0.5).contains(&redis.drift_factor) {
+        return Err(invalid(
+            "redis.drift_factor must be at least 0 and below 0.5",
+        ));
+    }
+    Ok(())
+}
+
+/// The server a node URL names: its host (loopback names as one) and port.
+/// The database number and credentials do not make another server.
+fn node_server(url: &str) -> Option<(String, u16)> {
+    let rest = url
+        .strip_prefix("redis://")
+        .or_else(|| url.strip_prefix("rediss://"))?;
+    let authority = rest.split('/').next()?;
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) if !port.contains(']') => (host, port.parse().ok()?),
+        _ => (host_port, 6379),
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    if host.is_empty() {
+        return None;
+    }
+    let host = match host.as_str() {
+        "localhost" | "::1" | "127.0.0.1" => "127.0.0.1".to_owned(),
+        _ => host,
+    };
+    Some((host, port))
+}
