@@ -160,12 +160,18 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         &renewal(Some("w")),
         &renewal(None),
     );
-    let released = ReleaseResponse {
+    let released = |acknowledged: Option<bool>| ReleaseResponse {
         name: "job".into(),
         released: true,
         fence: 1,
+        acknowledged,
     };
-    check_response("Released", &schemas["Released"], &released, &released);
+    check_response(
+        "Released",
+        &schemas["Released"],
+        &released(Some(false)),
+        &released(None),
+    );
     check_response(
         "LockStatus",
         &schemas["LockStatus"],

@@ -188,3 +188,39 @@ fn wait_for(limit: Duration, what: &str, done: impl Fn() -> bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+impl ReplicatedRedis {
+    /// SIGKILLs the primary; the port it had.
+    pub fn kill_primary(&mut self) -> u16 {
+        let old = self.primary_port().expect("a primary");
+        self.primary().kill();
+        old
+    }
+
+    /// After the primary at `old` was killed: waits until the Sentinels
+    /// promoted a replica, then starts the killed server again (empty) and
+    /// waits until the Sentinels made it a replica in sync, so the group is
+    /// whole for the next failover.
+    pub fn heal(&mut self, old: u16) {
+        wait_for(Duration::from_secs(30), "a replica promoted", || {
+            self.primary_port().is_some_and(|port| port != old)
+        });
+        let killed = self
+            .servers
+            .iter_mut()
+            .find(|server| server.port() == old)
+            .expect("ours");
+        killed.restart();
+        let replicas = self.servers.len() - 1;
+        wait_for(Duration::from_secs(60), "the group whole again", || {
+            self.servers
+                .iter()
+                .filter(|server| {
+                    info_field(&mut server.conn(), "replication", "master_link_status")
+                        .is_some_and(|status| status == "up")
+                })
+                .count()
+                == replicas
+        });
+    }
+}

@@ -55,6 +55,12 @@ pub struct ReleaseResponse {
     pub released: bool,
     /// The released lease's fence.
     pub fence: u64,
+    /// Present when the broker waits for Redis replicas to acknowledge what
+    /// changes a lease (`redis.min_replicas_acked` above 0): whether enough
+    /// of them acknowledged this release. One that was not can be undone by
+    /// a failover, leaving the lock held until the lease's TTL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledged: Option<bool>,
 }
 
 /// A lock's state at one instant (`LockStatus` in the spec). Never a token.

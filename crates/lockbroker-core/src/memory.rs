@@ -303,6 +303,7 @@ impl LockStore for MemoryStore {
             return Ok(ReleaseOutcome::Released(Release {
                 fence,
                 held_ms: None,
+                acknowledged: None,
             }));
         }
         if cur.expires_ms <= now_ms {
@@ -327,6 +328,7 @@ impl LockStore for MemoryStore {
         Ok(ReleaseOutcome::Released(Release {
             fence,
             held_ms: Some(held_ms),
+            acknowledged: None,
         }))
     }
 

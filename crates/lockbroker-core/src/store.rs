@@ -99,6 +99,10 @@ pub struct Release {
     /// How long the lease was held, by the store's clock; `None` when this was
     /// a re-sent release of a lease already released.
     pub held_ms: Option<u64>,
+    /// When the store waits for replicas to acknowledge what changes a lease:
+    /// whether as many as it requires acknowledged this release. `None` for
+    /// a store that does not wait.
+    pub acknowledged: Option<bool>,
 }
 
 /// The result of a release.

@@ -48,6 +48,19 @@ pub struct RedisSettings {
     /// Set to find the primary through Redis Sentinel instead of at `url`
     /// (whose database number, credentials and TLS still apply).
     pub sentinel: Option<SentinelSettings>,
+    /// Set to wait, after every script that changes a lease, for replicas
+    /// to acknowledge it (`WAIT` on the same connection).
+    pub replica_ack: Option<ReplicaAck>,
+}
+
+/// How many replicas must acknowledge a change to a lease, and how long to
+/// wait for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplicaAck {
+    /// Replicas that must acknowledge; at least 1.
+    pub replicas: u32,
+    /// The longest wait for them.
+    pub timeout: Duration,
 }
 
 /// Where the Sentinels are and what they call the primary.
@@ -75,6 +88,7 @@ impl Default for RedisSettings {
             auth: RedisAuth::default(),
             tls_ca_path: None,
             sentinel: None,
+            replica_ack: None,
         }
     }
 }

@@ -27,7 +27,7 @@ pub mod scripts;
 pub mod store;
 pub mod wakes;
 
-pub use connection::{RedisAuth, RedisSettings, SentinelSettings};
+pub use connection::{RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
 pub use keys::KeyLayout;
 pub use mode::RedisStore;
 pub use store::{QuorumEvent, RedisLockStore, StoreObserver};

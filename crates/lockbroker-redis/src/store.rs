@@ -26,6 +26,8 @@ use crate::scripts::calls::{
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
 use crate::wakes::forward_wakes;
 
+mod replicas;
+
 /// A [`LockStore`] over one Redis (or one Redis Cluster, thanks to hash tags).
 ///
 /// Cheap to clone: clones share the pool.
@@ -67,6 +69,11 @@ pub trait StoreObserver: Send + Sync + 'static {
     /// Quorum mode: something happened that an operator counts.
     fn quorum_event(&self, event: QuorumEvent) {
         let _ = event;
+    }
+    /// Fewer replicas than `redis.min_replicas_acked` acknowledged a `step`
+    /// (`acquire`, `extend` or `release`) in time.
+    fn replica_ack_missed(&self, step: &'static str) {
+        let _ = step;
     }
 }
 
@@ -190,7 +197,8 @@ impl RedisLockStore {
             fence_floor: floor.load(Ordering::Relaxed),
             epoch,
         };
-        let acquired = self.call(&call).await?;
+        let client = self.client();
+        let acquired = self.call_on(client, &call).await?;
         let fence = match &acquired.outcome {
             AcquireOutcome::Granted(lease) => lease.fence,
             AcquireOutcome::Busy { holder, .. } => holder.fence,
@@ -200,7 +208,8 @@ impl RedisLockStore {
         if let (true, None, Some(observer)) = (acquired.floor_raised, epoch, &self.inner.observer) {
             observer.fence_floor_raised();
         }
-        Ok(acquired.outcome)
+        self.grant_acknowledged(client, params.name, acquired.outcome)
+            .await
     }
 
     /// Quorum mode: undoes a grant that no majority made: releases `token`
@@ -231,8 +240,18 @@ impl RedisLockStore {
         self.call(call).await
     }
 
-    /// Runs `call`'s script by SHA, reports its latency, and reads its reply.
+    /// Runs `call`'s script by SHA on a connection of the pool.
     async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
+        self.call_on(self.client(), call).await
+    }
+
+    /// Runs `call`'s script by SHA on `client`'s connection, reports its
+    /// latency, and reads its reply.
+    async fn call_on<C: ScriptCall>(
+        &self,
+        client: &Client,
+        call: &C,
+    ) -> Result<C::Output, StoreError> {
         let inner = &self.inner;
         let script = inner.scripts.get(C::SCRIPT);
         let keys = call.keys(&inner.context);
@@ -242,7 +261,7 @@ impl RedisLockStore {
         // place, and the futures of callers (a waiting acquire among them)
         // hold a pointer instead of carrying it through every await.
         let result: Result<Value, _> =
-            Box::pin(script.evalsha_with_reload(self.client(), keys, args)).await;
+            Box::pin(script.evalsha_with_reload(client, keys, args)).await;
         if let Some(observer) = &inner.observer {
             let elapsed = started.elapsed();
             observer.script_finished(C::SCRIPT.as_str(), elapsed);
@@ -266,13 +285,15 @@ impl LockStore for RedisLockStore {
         ttl: Ttl,
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
-        self.call(&ExtendCall {
+        let client = self.client();
+        let call = ExtendCall {
             name,
             token,
             ttl,
             max_hold_ms,
-        })
-        .await
+        };
+        let outcome = self.call_on(client, &call).await?;
+        self.extend_acknowledged(client, outcome).await
     }
 
     async fn release(
@@ -280,12 +301,14 @@ impl LockStore for RedisLockStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.call(&ReleaseCall {
+        let client = self.client();
+        let call = ReleaseCall {
             name,
             token,
             requeue: None,
-        })
-        .await
+        };
+        let outcome = self.call_on(client, &call).await?;
+        Ok(self.release_acknowledged(client, outcome).await)
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {

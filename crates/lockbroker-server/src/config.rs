@@ -4,12 +4,13 @@
 //!
 //! - [`schema`]: the typed settings and their defaults.
 //! - [`load`]: the layers, read into the schema.
-//! - `modes`: each backend mode's own settings rules.
+//! - `redis`: the `[redis]` settings; `modes`: each backend mode's own rules.
 //! - [`validate`]: the rules settings must follow, and their conversions
 //!   (durations, the lock policy, the Redis settings, the key ring).
 
 mod load;
 mod modes;
+mod redis;
 mod schema;
 mod validate;
 

@@ -91,6 +91,7 @@ pub struct Metrics {
     /// Quorum mode's metrics.
     pub quorum: QuorumMetrics,
     fence_floor_raises: IntCounter,
+    replica_acks_missed: IntCounterVec,
     /// Requests by the id of the API key that made them.
     requests_by_key: IntCounterVec,
 }
@@ -137,6 +138,14 @@ impl Metrics {
             "Grants whose fence was raised by this broker's floor above both Redis's counter and clock (Redis lost data and runs behind).",
         )?;
         registry.register(Box::new(fence_floor_raises.clone()))?;
+        let replica_acks_missed = counter(
+            "lockbroker_replica_acks_missed_total",
+            "Acquires, extends and releases that fewer replicas than redis.min_replicas_acked acknowledged in time, by step.",
+            &["step"],
+        )?;
+        for step in ["acquire", "extend", "release"] {
+            replica_acks_missed.with_label_values(&[step]);
+        }
         let metrics = Self {
             acquires: counter(
                 "lockbroker_acquires_total",
@@ -194,6 +203,7 @@ impl Metrics {
             redis_up: gauge("lockbroker_redis_up", "1 while Redis answers this broker, 0 otherwise.")?,
             quorum: QuorumMetrics::register(&registry)?,
             fence_floor_raises,
+            replica_acks_missed,
             requests_by_key: counter(
                 "lockbroker_requests_total",
                 "Requests made with each API key, by key id (never the key), refused ones included.",
@@ -360,6 +370,10 @@ impl lockbroker_redis::StoreObserver for Metrics {
 
     fn fence_floor_raised(&self) {
         Metrics::fence_floor_raised(self);
+    }
+
+    fn replica_ack_missed(&self, step: &'static str) {
+        self.replica_acks_missed.with_label_values(&[step]).inc();
     }
 
     fn node_script_finished(&self, node: usize, elapsed: Duration) {

@@ -239,6 +239,7 @@ impl ScriptCall for ReleaseCall<'_> {
             1 => ReleaseOutcome::Released(Release {
                 fence: Fence::new(reply.uint()?),
                 held_ms: u64::try_from(reply.int()?).ok(),
+                acknowledged: None,
             }),
             _ => ReleaseOutcome::Lost,
         })

@@ -22,11 +22,34 @@ pub(super) fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
             mode_name(redis.mode)
         )));
     }
+    check_replica_ack(redis)?;
     match redis.mode {
         RedisMode::Single => Ok(()),
         RedisMode::Sentinel => check_sentinels(redis),
         RedisMode::Quorum => check_quorum(redis),
     }
+}
+
+/// Replica acknowledgement: for the primary-and-replicas modes only, and
+/// bounded by the command timeout (the `WAIT` is a command like any other).
+fn check_replica_ack(redis: &RedisConfig) -> Result<(), ConfigError> {
+    if redis.min_replicas_acked == 0 {
+        return Ok(());
+    }
+    if redis.mode == RedisMode::Quorum {
+        return Err(invalid(
+            "redis.min_replicas_acked: quorum mode does not wait for replicas; its nodes are \
+             independent primaries and a majority of them is what keeps a lease",
+        ));
+    }
+    if redis.replica_ack_timeout_ms == 0 || redis.replica_ack_timeout_ms >= redis.command_timeout_ms
+    {
+        return Err(invalid(format!(
+            "redis.replica_ack_timeout_ms must be between 1 and redis.command_timeout_ms ({}), got {}",
+            redis.command_timeout_ms, redis.replica_ack_timeout_ms
+        )));
+    }
+    Ok(())
 }
 
 fn mode_name(mode: RedisMode) -> &'static str {

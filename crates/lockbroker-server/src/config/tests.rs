@@ -392,3 +392,32 @@ fn sentinel_mode_takes_sentinels_and_a_service_name() {
     assert!(single.to_string().contains("redis.mode"), "{single}");
     assert!(Settings::default().redis_settings().sentinel.is_none());
 }
+
+#[test]
+fn replica_acknowledgement_is_for_primaries_with_replicas_within_the_command_timeout() {
+    let load = |vars: &[(&str, &str)]| Settings::load(None, env(vars));
+    let settings = load(&[("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "1")]).expect("single mode");
+    let ack = settings.redis_settings().replica_ack.expect("waits");
+    assert_eq!((ack.replicas, ack.timeout.as_millis()), (1, 100));
+    assert!(Settings::default().redis_settings().replica_ack.is_none());
+
+    let quorum = load(&[
+        ("LOCKBROKER_REDIS_MODE", "quorum"),
+        ("LOCKBROKER_REDIS_NODES", "redis://a,redis://b,redis://c"),
+        ("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "1"),
+    ])
+    .expect_err("quorum mode does not wait for replicas");
+    assert!(
+        quorum.to_string().contains("redis.min_replicas_acked"),
+        "{quorum}"
+    );
+    let slow = load(&[
+        ("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "1"),
+        ("LOCKBROKER_REDIS_REPLICA_ACK_TIMEOUT_MS", "1000"),
+    ])
+    .expect_err("as long as the command timeout");
+    assert!(
+        slow.to_string().contains("redis.replica_ack_timeout_ms"),
+        "{slow}"
+    );
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lockbroker_core::wait::WaiterLimits;
 use lockbroker_core::LockPolicy;
 use lockbroker_redis::quorum::{Drift, QuorumSettings};
-use lockbroker_redis::{RedisAuth, RedisSettings, SentinelSettings};
+use lockbroker_redis::{RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
 
 use super::schema::{HttpSettings, MetricsSettings, RedisMode, Settings};
 use super::ConfigError;
@@ -225,6 +225,10 @@ impl Settings {
                     username: redis.sentinel_username.clone(),
                     password: redis.sentinel_password.clone(),
                 },
+            }),
+            replica_ack: (redis.min_replicas_acked > 0).then(|| ReplicaAck {
+                replicas: redis.min_replicas_acked,
+                timeout: millis(redis.replica_ack_timeout_ms),
             }),
         }
     }

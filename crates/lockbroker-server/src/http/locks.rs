@@ -79,6 +79,7 @@ pub async fn release(
         name: name.to_string(),
         released: true,
         fence: release.fence.get(),
+        acknowledged: release.acknowledged,
     }))
 }
 

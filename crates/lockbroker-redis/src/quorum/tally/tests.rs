@@ -150,6 +150,7 @@ fn extends_and_releases_need_a_majority() {
         Ok(ReleaseOutcome::Released(Release {
             fence: Fence::new(5),
             held_ms: held,
+            acknowledged: None,
         }))
     };
     let partly = vec![released(None), released(Some(40)), Ok(ReleaseOutcome::Lost)];
