@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # CI-sized reliability runs beyond the test suite (which holds the fault
 # tests): the history checker on one and on two brokers, then in quorum mode
-# (five nodes, two brokers, a minority paused and restarted empty), then the
-# lost-update lab on one Redis and in quorum mode, where claim-first must
-# lose nothing and no fencing must lose something.
+# (five nodes, two brokers, a minority paused and restarted empty) and in
+# sentinel mode (two brokers, the primary killed again and again), then the
+# lost-update lab on one Redis, in quorum mode and in sentinel mode, where
+# claim-first must lose nothing and no fencing must lose something.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/check.sh --seconds 15 --clients 16 --locks 3
 scripts/check.sh --seconds 10 --clients 16 --locks 2 --brokers 2
 scripts/check.sh --seconds 12 --nodes 5 --brokers 2 --chaos
+scripts/check.sh --seconds 20 --sentinel --brokers 2 --chaos
 scripts/lab.sh --sections 400 --rates 0.05 --check
 scripts/lab.sh --sections 200 --rates 0.05 --check --nodes 3
+scripts/lab.sh --sections 200 --rates 0.05 --check --sentinel

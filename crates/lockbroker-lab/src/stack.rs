@@ -1,5 +1,7 @@
 //! [`Stack`]: a throwaway `redis-server` and brokers on free loopback ports,
 //! for a run that was not pointed at a broker. Everything stops on drop.
+//! Single mode runs one Redis, quorum mode several, and sentinel mode a
+//! primary, two replicas and three Sentinels (`stack/sentinel.rs`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,6 +11,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::{now_us, BrokerClient};
 use crate::history::{Backend, Drift};
+
+mod sentinel;
+
+use sentinel::{Sentinel, SERVICE_NAME};
 
 /// `redis-server`s without persistence (one, or a quorum's nodes) and
 /// `brokers` broker processes on them.
@@ -21,6 +27,10 @@ pub struct Stack {
     pub redis_url: String,
     /// Local µs at which a node was killed by [`Stack::restart_node_empty`].
     restarts: Vec<i64>,
+    /// Sentinel mode: the Sentinels watching the nodes.
+    sentinels: Vec<Sentinel>,
+    /// Sentinel mode: local µs at which [`Stack::fail_over`] killed the primary.
+    failovers: Vec<i64>,
 }
 
 /// One `redis-server` of the stack.
@@ -28,11 +38,18 @@ struct Node {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    /// Arguments beyond the port and persistence, e.g. `--replicaof`.
+    extra_args: Vec<String>,
 }
 
 impl Node {
     /// Starts a `redis-server` on a free port, keeping nothing on disk.
     async fn start() -> Result<Self, String> {
+        Self::start_with(Vec::new()).await
+    }
+
+    /// Like [`Node::start`], with more `redis-server` arguments.
+    async fn start_with(extra_args: Vec<String>) -> Result<Self, String> {
         let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("lockbroker-lab-{}-{port}", std::process::id()));
@@ -42,6 +59,7 @@ impl Node {
             child: None,
             port,
             dir,
+            extra_args,
         };
         node.spawn().await?;
         Ok(node)
@@ -53,6 +71,7 @@ impl Node {
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -109,14 +128,14 @@ pub fn broker_binary(explicit: Option<&str>) -> PathBuf {
     }
 }
 
-fn free_port() -> Result<u16, String> {
+pub(crate) fn free_port() -> Result<u16, String> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| format!("cannot find a free port: {e}"))
 }
 
-fn redis_answers(port: u16) -> bool {
+pub(crate) fn redis_answers(port: u16) -> bool {
     let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -152,29 +171,73 @@ impl Stack {
             urls: Vec::new(),
             redis_url: String::new(),
             restarts: Vec::new(),
+            sentinels: Vec::new(),
+            failovers: Vec::new(),
         };
         for _ in 0..nodes {
             stack.nodes.push(Node::start().await?);
         }
         stack.redis_url = stack.nodes[0].url();
         let node_urls: Vec<String> = stack.nodes.iter().map(Node::url).collect();
+        let mut mode = Vec::new();
+        if nodes > 1 {
+            mode = vec![
+                ("LOCKBROKER_REDIS_MODE", "quorum".to_owned()),
+                ("LOCKBROKER_REDIS_NODES", node_urls.join(",")),
+                // Set, not inherited: the checker reads answers by them.
+                ("LOCKBROKER_REDIS_DRIFT_FACTOR", DRIFT.factor.to_string()),
+                ("LOCKBROKER_REDIS_DRIFT_MS", DRIFT.ms.to_string()),
+                // Room for a loaded machine: a slower node is a refusal.
+                ("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "200".to_owned()),
+            ];
+        }
+        stack.start_brokers(brokers, broker_bin, &mode).await?;
+        Ok(stack)
+    }
+
+    /// Sentinel mode: a primary, two replicas of it and three Sentinels
+    /// (quorum 2) watching them, and `brokers` brokers that find the primary
+    /// through the Sentinels.
+    pub async fn start_sentinel(brokers: usize, broker_bin: &PathBuf) -> Result<Self, String> {
+        let mut stack = Self::start_with(1, 0, broker_bin).await?;
+        let primary = stack.nodes[0].port.to_string();
+        for _ in 0..2 {
+            let replica_of = vec!["--replicaof".into(), "127.0.0.1".into(), primary.clone()];
+            stack.nodes.push(Node::start_with(replica_of).await?);
+        }
+        for _ in 0..3 {
+            stack
+                .sentinels
+                .push(Sentinel::start(stack.nodes[0].port, 2)?);
+        }
+        sentinel::wait_until_watching(&stack.sentinels, 2).await?;
+        let addresses: Vec<String> = stack.sentinels.iter().map(Sentinel::address).collect();
+        let mode = [
+            ("LOCKBROKER_REDIS_MODE", "sentinel".to_owned()),
+            ("LOCKBROKER_REDIS_SENTINELS", addresses.join(",")),
+            ("LOCKBROKER_REDIS_SERVICE_NAME", SERVICE_NAME.to_owned()),
+        ];
+        stack.start_brokers(brokers, broker_bin, &mode).await?;
+        Ok(stack)
+    }
+
+    /// Starts `brokers` brokers on the stack's Redis with the mode settings
+    /// `mode`, and waits until each is ready.
+    async fn start_brokers(
+        &mut self,
+        brokers: usize,
+        broker_bin: &PathBuf,
+        mode: &[(&str, String)],
+    ) -> Result<(), String> {
+        let stack = self;
         for _ in 0..brokers {
             let port = free_port()?;
             let mut command = Command::new(broker_bin);
             command
                 .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
                 .env("LOCKBROKER_REDIS_URL", &stack.redis_url)
-                .env("LOCKBROKER_LOG_LEVEL", "error");
-            if nodes > 1 {
-                command
-                    .env("LOCKBROKER_REDIS_MODE", "quorum")
-                    .env("LOCKBROKER_REDIS_NODES", node_urls.join(","))
-                    // Set, not inherited: the checker reads answers by them.
-                    .env("LOCKBROKER_REDIS_DRIFT_FACTOR", DRIFT.factor.to_string())
-                    .env("LOCKBROKER_REDIS_DRIFT_MS", DRIFT.ms.to_string())
-                    // Room for a loaded machine: a slower node is a refusal.
-                    .env("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "200");
-            }
+                .env("LOCKBROKER_LOG_LEVEL", "error")
+                .envs(mode.iter().map(|(name, value)| (name, value)));
             let child = command
                 .stdout(Stdio::null())
                 .spawn()
@@ -192,13 +255,17 @@ impl Stack {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
-        Ok(stack)
+        Ok(())
     }
 
     /// The store the brokers run on, as the history checker must read their
     /// answers: quorum mode over several nodes, with every restart so far.
     pub fn backend(&self) -> Backend {
-        if self.nodes.len() > 1 {
+        if self.is_sentinel() {
+            Backend::Sentinel {
+                failovers: Some(self.failovers.clone()),
+            }
+        } else if self.nodes.len() > 1 {
             Backend::Quorum {
                 drift: DRIFT,
                 restarts: Some(self.restarts.clone()),
@@ -206,6 +273,30 @@ impl Stack {
         } else {
             Backend::Single
         }
+    }
+
+    /// Whether the brokers find their primary through Sentinels.
+    pub fn is_sentinel(&self) -> bool {
+        !self.sentinels.is_empty()
+    }
+
+    /// Sentinel mode: kills the primary, waits until every Sentinel names
+    /// the replica they promoted, and starts the old primary again empty, to
+    /// be made a replica of the new one; returns once a replica is in sync
+    /// with the new primary, ready for the next failover.
+    pub async fn fail_over(&mut self) -> Result<(), String> {
+        let old = sentinel::primary_port(&self.sentinels).ok_or("no Sentinel names a primary")?;
+        let at = self
+            .nodes
+            .iter()
+            .position(|node| node.port == old)
+            .ok_or("the primary is not one of the stack's nodes")?;
+        self.failovers.push(now_us());
+        self.nodes[at].stop();
+        sentinel::wait_for_promotion(&self.sentinels, old).await?;
+        self.nodes[at].spawn().await?;
+        let ports: Vec<u16> = self.nodes.iter().map(|node| node.port).collect();
+        sentinel::wait_until_replicas_in_sync(&ports, 1).await
     }
 
     /// How many Redis servers the stack runs.

@@ -20,8 +20,12 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --url URL          a broker to load (repeat, or comma-separate, for several)
   --brokers N        brokers to start when no --url is given (default 1)
   --nodes N          Redis servers to start: 1, or an odd N >= 3 for quorum mode
+  --sentinel         start a primary, two replicas and three Sentinels, and the
+                     brokers in sentinel mode; with --url: the brokers run in
+                     sentinel mode (a failover may happen at any time)
   --chaos            in quorum mode, keep pausing (SIGSTOP) and restarting empty
-                     a minority of the nodes while the load runs
+                     a minority of the nodes while the load runs; in sentinel
+                     mode, keep killing the primary (a failover every few s)
   --quorum           with --url: the brokers run in quorum mode (their nodes may
                      restart at any time); check by quorum mode's rules
   --drift-factor F   with --quorum: the brokers' redis.drift_factor (default 0.01)
@@ -35,7 +39,10 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --seed N           seed for the clients' choices (default: the time)";
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1), &["help", "chaos", "quorum"]) {
+    let args = match Args::parse(
+        std::env::args().skip(1),
+        &["help", "chaos", "quorum", "sentinel"],
+    ) {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
     };
@@ -49,6 +56,7 @@ fn main() -> ExitCode {
         "nodes",
         "chaos",
         "quorum",
+        "sentinel",
         "drift-factor",
         "drift-ms",
         "broker-bin",
@@ -111,12 +119,19 @@ async fn run(args: &Args) -> Result<bool, String> {
             drift,
             restarts: None,
         }
+    } else if args.flag("sentinel") {
+        Backend::Sentinel { failovers: None }
     } else {
         Backend::Single
     };
     let stack = if urls.is_empty() {
         let bin = broker_binary(args.raw("broker-bin"));
-        let stack = Stack::start_with(args.get("nodes", 1)?, args.get("brokers", 1)?, &bin).await?;
+        let brokers = args.get("brokers", 1)?;
+        let stack = if args.flag("sentinel") {
+            Stack::start_sentinel(brokers, &bin).await?
+        } else {
+            Stack::start_with(args.get("nodes", 1)?, brokers, &bin).await?
+        };
         println!(
             "started {} redis-server(s) and {} broker(s)",
             stack.node_count(),
@@ -130,6 +145,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     };
     // The stack lives until the end of the run: in the chaos task, or here.
     let (chaos, mut stack) = match stack {
+        Some(stack) if args.flag("chaos") && stack.is_sentinel() => {
+            (Some(tokio::spawn(failovers(stack, plan.duration))), None)
+        }
         Some(stack) if args.flag("chaos") && stack.node_count() >= 3 => {
             (Some(tokio::spawn(chaos(stack, plan.duration))), None)
         }
@@ -149,6 +167,12 @@ async fn run(args: &Args) -> Result<bool, String> {
             "rules: quorum mode, drift allowance {}% of the TTL + {} ms",
             drift.factor * 100.0,
             drift.ms
+        );
+    }
+    if let Backend::Sentinel { .. } = &backend {
+        println!(
+            "rules: sentinel mode: exclusivity and acknowledged releases do not span a \
+             failover; fences grow across it"
         );
     }
     let (history, stats) = load::run(&urls, &plan).await;
@@ -200,4 +224,21 @@ async fn chaos(mut stack: Stack, duration: Duration) -> Result<(String, Stack), 
     let faults =
         format!("{pauses} pauses and {restarts} restarts without data, of nodes 1 to {minority}");
     Ok((faults, stack))
+}
+
+/// For `duration`, fails the primary over again and again: kills it, waits
+/// for the Sentinels to promote a replica, and brings it back as a replica.
+/// Hands the stack back, which knows when each failover began.
+async fn failovers(mut stack: Stack, duration: Duration) -> Result<(String, Stack), String> {
+    let until = tokio::time::Instant::now() + duration;
+    let mut count = 0;
+    while tokio::time::Instant::now() + Duration::from_secs(5) < until {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        stack.fail_over().await?;
+        count += 1;
+    }
+    Ok((
+        format!("{count} failovers (primary killed with SIGKILL)"),
+        stack,
+    ))
 }

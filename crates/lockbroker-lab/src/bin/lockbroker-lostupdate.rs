@@ -20,6 +20,8 @@ Without --url, starts its own redis-server and broker on free loopback ports.
   --url URL          the broker to use
   --nodes N          Redis servers to start: 1, or an odd N >= 3 for a broker in
                      quorum mode over them (default 1)
+  --sentinel         start a primary, two replicas and three Sentinels, and the
+                     broker in sentinel mode
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
   --pg CONN          PostgreSQL (default: host=127.0.0.1 port=5432 user=postgres dbname=test)
   --sections N       critical sections per run, split over the workers (default 10000)
@@ -37,7 +39,7 @@ Without --url, starts its own redis-server and broker on free loopback ports.
 const DEFAULT_PG: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1), &["help", "check"]) {
+    let args = match Args::parse(std::env::args().skip(1), &["help", "check", "sentinel"]) {
         Ok(args) => args,
         Err(e) => return fail(&e, 2),
     };
@@ -122,6 +124,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
     let known = [
         "url",
         "nodes",
+        "sentinel",
         "broker-bin",
         "pg",
         "sections",
@@ -155,8 +158,14 @@ async fn lab(args: &Args) -> Result<bool, String> {
         );
     }
     let nodes: usize = args.get("nodes", 1)?;
-    if args.raw("url").is_some() && args.raw("nodes").is_some() {
-        return Err("--nodes starts a broker of its own; it cannot go with --url".into());
+    let sentinel = args.flag("sentinel");
+    if args.raw("url").is_some() && (args.raw("nodes").is_some() || sentinel) {
+        return Err(
+            "--nodes and --sentinel start a broker of their own; they cannot go with --url".into(),
+        );
+    }
+    if sentinel && args.raw("nodes").is_some() {
+        return Err("--sentinel starts its own Redis servers; it cannot go with --nodes".into());
     }
     let db = lostupdate::connect(&settings.pg).await?;
     let _stack = match args.raw("url") {
@@ -166,12 +175,17 @@ async fn lab(args: &Args) -> Result<bool, String> {
         }
         None => {
             let bin = broker_binary(args.raw("broker-bin"));
-            let stack = Stack::start_with(nodes, 1, &bin).await?;
+            let stack = if sentinel {
+                Stack::start_sentinel(1, &bin).await?
+            } else {
+                Stack::start_with(nodes, 1, &bin).await?
+            };
             settings.url.clone_from(&stack.urls[0]);
             Some(stack)
         }
     };
     let store = match nodes {
+        _ if sentinel => "a primary found through Sentinel".to_owned(),
         1 => "one Redis".to_owned(),
         n => format!("quorum mode over {n} Redis nodes"),
     };

@@ -145,8 +145,8 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     match report.stats.lost_after_restart {
         0 => {}
         n => report.notes.push(format!(
-            "{n} step{} found the lease lost early after node restarts (extend or release \
-             lease_lost, or status not held): allowed in quorum mode",
+            "{n} step{} found the lease lost early after node restarts or failovers (extend or \
+             release lease_lost, or status not held): allowed in quorum and sentinel mode",
             if n == 1 { "" } else { "s" }
         )),
     }
@@ -174,7 +174,11 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
         }
         for b in list.iter() {
             if let Some(a) = latest_end {
-                if b.start.upper <= a.end_lower {
+                if b.start.upper <= a.end_lower
+                    && backend.failed_over_between(a.grant.send_us, b.grant.recv_us)
+                {
+                    report.stats.undone_by_failover += 1;
+                } else if b.start.upper <= a.end_lower {
                     v.push(format!(
                         "lock {lock}: fence {} was granted {} while fence {} was valid until at least {:.0} ms",
                         b.fence, b.start, a.fence, a.end_lower
@@ -227,7 +231,10 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     for e in &events {
         if let (Op::Acquire, Outcome::Busy { fence: Some(fence) }) = (e.op, &e.timed.outcome) {
             if let Some(holder) = by_fence.get(&(e.lock.as_str(), *fence)) {
-                if holder.released_ack.is_some_and(|r| r < e.timed.send_us) {
+                let released = holder.released_ack.filter(|r| *r < e.timed.send_us);
+                if released.is_some_and(|r| backend.failed_over_between(r, e.timed.recv_us)) {
+                    report.stats.undone_by_failover += 1;
+                } else if released.is_some() {
                     v.push(format!(
                         "lock {}: an acquire sent after fence {fence} was released was told that lease holds the lock",
                         e.lock
@@ -235,6 +242,18 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
                 }
             }
         }
+    }
+    if report.stats.undone_by_failover > 0 {
+        report.notes.push(format!(
+            "{} step{} broke exclusivity or an acknowledged release across a failover: what \
+             sentinel mode cannot promise (docs/sentinel.md)",
+            report.stats.undone_by_failover,
+            if report.stats.undone_by_failover == 1 {
+                ""
+            } else {
+                "s"
+            }
+        ));
     }
     report
 }

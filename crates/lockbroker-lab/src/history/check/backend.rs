@@ -1,6 +1,8 @@
 //! [`Backend`]: the store the brokers ran on, and what that lets the checker
-//! read from an answer. Single mode keeps a lease on one Redis; quorum mode
-//! on a majority of nodes, with expiries moved earlier by a drift allowance.
+//! read from an answer. Single mode keeps a lease on one Redis; sentinel mode
+//! on whichever Redis is the primary, which a failover can replace with a
+//! replica that missed the latest writes; quorum mode on a majority of
+//! nodes, with expiries moved earlier by a drift allowance.
 
 /// Redlock's drift allowance, as the brokers are configured
 /// (`redis.drift_factor`, `redis.drift_ms`).
@@ -47,6 +49,16 @@ pub enum Backend {
         /// start): then any node may have restarted at any time.
         restarts: Option<Vec<i64>>,
     },
+    /// Sentinel mode: one primary at a time. A failover may lose the leases,
+    /// extends and releases the old primary acknowledged last, so the rules
+    /// of exclusivity and of acknowledged steps do not span one; fences must
+    /// still grow across it.
+    Sentinel {
+        /// Local µs at which the primary was killed, or `None` when nobody
+        /// knows (a run against brokers the checker did not start): then a
+        /// failover may have happened at any time.
+        failovers: Option<Vec<i64>>,
+    },
 }
 
 impl Backend {
@@ -70,21 +82,36 @@ impl Backend {
     /// inside the request's window, like single mode's instant.
     pub(super) fn node_instant(&self, ttl_ms: u64, expires_at_ms: u64) -> f64 {
         let allowance = match self {
-            Self::Single => 0,
+            Self::Single | Self::Sentinel { .. } => 0,
             Self::Quorum { drift, .. } => drift.allowance(ttl_ms),
         };
         (expires_at_ms + allowance) as f64 - ttl_ms as f64
     }
 
-    /// Whether a node may have restarted empty between the local instants
-    /// `from_us` and `to_us`.
+    /// Whether a node may have restarted empty, or the primary failed over,
+    /// between the local instants `from_us` and `to_us`: a lease may then
+    /// be lost before its expiry.
     pub(super) fn restarted_between(&self, from_us: i64, to_us: i64) -> bool {
         match self {
             Self::Single => false,
-            Self::Quorum { restarts: None, .. } => true,
-            Self::Quorum {
-                restarts: Some(at), ..
-            } => at.iter().any(|t| (from_us..=to_us).contains(t)),
+            Self::Quorum { restarts, .. } => happened_between(restarts.as_deref(), from_us, to_us),
+            Self::Sentinel { failovers } => happened_between(failovers.as_deref(), from_us, to_us),
         }
     }
+
+    /// Whether the primary may have failed over between the local instants
+    /// `from_us` and `to_us` (sentinel mode): what the old primary
+    /// acknowledged, a grant or a release, may then be undone.
+    pub(super) fn failed_over_between(&self, from_us: i64, to_us: i64) -> bool {
+        match self {
+            Self::Sentinel { failovers } => happened_between(failovers.as_deref(), from_us, to_us),
+            Self::Single | Self::Quorum { .. } => false,
+        }
+    }
+}
+
+/// Whether any of `instants` lies in `from_us..=to_us`; when they are
+/// unknown (`None`), any instant may.
+fn happened_between(instants: Option<&[i64]>, from_us: i64, to_us: i64) -> bool {
+    instants.is_none_or(|at| at.iter().any(|t| (from_us..=to_us).contains(t)))
 }

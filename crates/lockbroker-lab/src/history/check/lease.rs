@@ -138,6 +138,11 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
         let t = &e.timed;
         let (send, recv) = (ms(t.send_us), ms(t.recv_us));
         let released_before = lease.released_ack.is_some_and(|r| r < t.send_us);
+        // Sentinel mode: a failover since the release may have undone it.
+        let release_undone = released_before
+            && lease
+                .released_ack
+                .is_some_and(|r| cx.backend.failed_over_between(r, t.recv_us));
         let valid_at_recv = release_sent.is_none() && recv + hi < certain_end - 1.0;
         match (e.op, &t.outcome) {
             (
@@ -153,7 +158,9 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                     cx.violations
                         .push(format!("{name}: extend answered fence {fence}"));
                 }
-                if released_before {
+                if release_undone {
+                    cx.stats.undone_by_failover += 1;
+                } else if released_before {
                     cx.violations.push(format!(
                         "{name}: extended after its release was acknowledged"
                     ));
@@ -209,7 +216,9 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
             }
             (Op::Status, Outcome::Status { held, fence }) => {
                 let shows_lease = *held && *fence == Some(lease.fence);
-                if released_before {
+                if release_undone && shows_lease {
+                    cx.stats.undone_by_failover += 1;
+                } else if released_before {
                     if shows_lease {
                         cx.violations.push(format!(
                             "{name}: shown as held after its release was acknowledged"

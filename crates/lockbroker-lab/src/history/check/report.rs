@@ -21,8 +21,14 @@ pub struct Stats {
     pub extend_probes: u64,
     /// Quorum mode: extends and releases answered `lease_lost`, and status
     /// reads that did not show the lease, before its expiry, after a node
-    /// restarted empty (a lease left on a minority is lost: allowed).
+    /// restarted empty (a lease left on a minority is lost: allowed); in
+    /// sentinel mode, the same after a failover.
     pub lost_after_restart: u64,
+    /// Sentinel mode: steps that broke exclusivity or an acknowledged
+    /// release across a failover (a second grant while a lease the old
+    /// primary granted was valid, a released lease back after it): what
+    /// sentinel mode cannot promise, counted instead of reported.
+    pub undone_by_failover: u64,
 }
 
 /// What [`check`](super::check) found.

@@ -229,3 +229,58 @@ fn quorum_nodes_may_hold_a_lease_past_its_promised_expiry() {
     ];
     assert!(!check_against(&late, &quorum(&[])).ok());
 }
+
+fn sentinel(failovers: &[i64]) -> Backend {
+    Backend::Sentinel {
+        failovers: Some(failovers.to_vec()),
+    }
+}
+
+#[test]
+fn in_sentinel_mode_a_second_grant_is_allowed_only_across_a_failover() {
+    let events = [grant(0, 1_000, 10, 100), grant(1, 1_050, 11, 100)];
+    let report = check_against(&events, &sentinel(&[]));
+    assert_eq!(report.violations.len(), 1, "no failover: {report}");
+
+    let report = check_against(&events, &sentinel(&[1_020_000]));
+    assert!(
+        report.ok(),
+        "the failover may have lost the first lease: {report}"
+    );
+    assert_eq!(report.stats.undone_by_failover, 1);
+    assert!(
+        report.notes.iter().any(|n| n.contains("failover")),
+        "{report}"
+    );
+}
+
+#[test]
+fn in_sentinel_mode_fences_must_grow_across_a_failover() {
+    let events = [grant(0, 1_000, 10, 100), grant(1, 1_200, 9, 100)];
+    let report = check_against(&events, &sentinel(&[1_100_000]));
+    assert!(
+        report.violations.iter().any(|v| v.contains("before fence")),
+        "{report}"
+    );
+}
+
+#[test]
+fn in_sentinel_mode_a_release_may_be_undone_only_by_a_failover() {
+    let events = [
+        grant(0, 1_000, 10, 100),
+        event(Op::Release, 0, 1_020, Outcome::Released { fence: 10 }),
+        event(
+            Op::Status,
+            0,
+            1_040,
+            Outcome::Status {
+                held: true,
+                fence: Some(10),
+            },
+        ),
+    ];
+    assert!(!check_against(&events, &sentinel(&[])).ok());
+    let report = check_against(&events, &sentinel(&[1_030_000]));
+    assert!(report.ok(), "{report}");
+    assert_eq!(report.stats.undone_by_failover, 1);
+}
