@@ -227,14 +227,27 @@ func (c *Client) Extend(ctx context.Context, name, token string, ttl time.Durati
 // Release gives the lock back at once and returns the lease's fence. A token
 // that no longer holds the lease gets ErrLeaseLost (a *LeaseLost).
 func (c *Client) Release(ctx context.Context, name, token string) (int64, error) {
-	var answer struct {
-		Fence int64 `json:"fence"`
-	}
-	body := map[string]any{"token": token}
-	if err := c.call(ctx, http.MethodPost, lockPath(name, "release"), body, 0, &answer); err != nil {
+	answer, err := c.release(ctx, name, token)
+	if err != nil {
 		return 0, err
 	}
 	return answer.Fence, nil
+}
+
+// releaseAnswer is the JSON of a release. Acknowledged is nil unless the
+// broker waits for Redis replicas (redis.min_replicas_acked above 0).
+type releaseAnswer struct {
+	Fence        int64 `json:"fence"`
+	Acknowledged *bool `json:"acknowledged"`
+}
+
+func (c *Client) release(ctx context.Context, name, token string) (*releaseAnswer, error) {
+	var answer releaseAnswer
+	body := map[string]any{"token": token}
+	if err := c.call(ctx, http.MethodPost, lockPath(name, "release"), body, 0, &answer); err != nil {
+		return nil, err
+	}
+	return &answer, nil
 }
 
 // Status reads the lock's state (holder, last fence, expiry).

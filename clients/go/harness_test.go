@@ -72,6 +72,18 @@ func ownRedis(t *testing.T) *lockbrokertest.Redis {
 	return r
 }
 
+// ownReplica starts a replica of primary for one test, once its link is up;
+// stopped (resumed first, if paused) when the test ends.
+func ownReplica(t *testing.T, primary *lockbrokertest.Redis) *lockbrokertest.Redis {
+	t.Helper()
+	r, err := lockbrokertest.StartReplica(primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	return r
+}
+
 // newClient is a client of the shared broker.
 func newClient(t *testing.T) *lockbroker.Client {
 	t.Helper()

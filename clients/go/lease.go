@@ -35,6 +35,7 @@ type Lease struct {
 	timer       *time.Timer
 	err         error         // nil while held; *LeaseLost or ErrReleased after
 	ended       chan struct{} // closed when err is set
+	acked       *bool         // the release's "acknowledged", once released
 
 	renewing   bool
 	stopRenew  chan struct{}
@@ -99,6 +100,22 @@ func (l *Lease) Remaining() time.Duration {
 	return 0
 }
 
+// ReleaseAcknowledged says, once Release succeeded, whether as many Redis
+// replicas as the broker waits for (LOCKBROKER_REDIS_MIN_REPLICAS_ACKED above
+// 0) acknowledged the release in time. false means the lock is free on the
+// Redis primary, but a failover could bring the lease back until its TTL. It
+// is nil before a successful release, and when the broker waits for no
+// replicas.
+func (l *Lease) ReleaseAcknowledged() *bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.acked == nil {
+		return nil
+	}
+	acked := *l.acked
+	return &acked
+}
+
 // ExpiresAtMs is the broker's expiry, in Unix milliseconds of its clock.
 func (l *Lease) ExpiresAtMs() int64 {
 	l.mu.Lock()
@@ -134,6 +151,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 
 // Release gives the lock back, after stopping the renewer and waiting for an
 // extend in flight (so no extend follows the release), and cancels Context.
+// ReleaseAcknowledged then says whether Redis replicas acknowledged it.
 //
 // It returns an error matching ErrLeaseLost when the lease was lost while held:
 // another holder may have run, so treat the work as possibly duplicated. It
@@ -160,12 +178,15 @@ func (l *Lease) release(ctx context.Context) error {
 	if lost != nil && lost.Reason == "lease_lost" {
 		return lost // the broker already said it is gone: nothing to release
 	}
-	_, err := l.client.Release(ctx, l.Name, l.token)
+	answer, err := l.client.release(ctx, l.Name, l.token)
 	var brokerLost *LeaseLost
 	switch {
 	case err == nil:
 		// The broker still had the lease: even a lease this client had given
 		// up on by its (conservative) clock was never held by anyone else.
+		l.mu.Lock()
+		l.acked = answer.Acknowledged
+		l.mu.Unlock()
 		l.finish(ErrReleased)
 		return nil
 	case errors.As(err, &brokerLost):

@@ -4,6 +4,7 @@ package lockbroker_test
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -337,6 +338,65 @@ func TestNoRenewalIsSentAfterRelease(t *testing.T) {
 	if count < 2 || after != 0 {
 		t.Fatalf("%d extends in all, %d after the release", count, after)
 	}
+}
+
+func TestReleaseAcknowledgedIsNilWithoutReplicaAcknowledgement(t *testing.T) {
+	lease, err := newClient(t).Lock(bg, lockName(t), lockbroker.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked := lease.ReleaseAcknowledged(); acked != nil {
+		t.Fatalf("before the release: %v", *acked)
+	}
+	if err := lease.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if acked := lease.ReleaseAcknowledged(); acked != nil {
+		t.Fatalf("a broker without replica acknowledgement answered acknowledged %v", *acked)
+	}
+}
+
+func TestReleaseAcknowledgedSaysWhetherAReplicaAcknowledged(t *testing.T) {
+	primary := ownRedis(t)
+	replica := ownReplica(t, primary)
+	broker := ownBroker(t, primary, map[string]string{"LOCKBROKER_REDIS_MIN_REPLICAS_ACKED": "1"})
+	client := clientOf(t, broker.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second})
+	name := lockName(t)
+	first, err := client.Lock(bg, name, lockbroker.LockOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(bg); err != nil {
+		t.Fatal(err)
+	}
+	if acked := first.ReleaseAcknowledged(); acked == nil || !*acked {
+		t.Fatalf("with the replica up: acknowledged %v, want true", describeAcked(acked))
+	}
+	second, err := client.Acquire(bg, name+"-2", lockbroker.AcquireOptions{TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		replica.Pause()
+		defer replica.Resume()
+		err = second.Release(bg)
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acked := second.ReleaseAcknowledged(); acked == nil || *acked {
+		t.Fatalf("with the replica paused: acknowledged %v, want false", describeAcked(acked))
+	}
+	if status, err := client.Status(bg, second.Name); err != nil || status.Held {
+		t.Fatalf("the lock should be free on the primary: %+v, %v", status, err)
+	}
+}
+
+func describeAcked(acked *bool) string {
+	if acked == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*acked)
 }
 
 func TestLockOptionsAreChecked(t *testing.T) {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lockbroker_server::config::RedisMode;
 use lockbroker_server::Settings;
 use lockbroker_tests::app::test_settings;
-use lockbroker_tests::sentinel::{info_field, ReplicatedRedis, SERVICE_NAME};
+use lockbroker_tests::sentinel::{ReplicatedRedis, SERVICE_NAME};
 use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::StatusCode;
 use tokio::sync::Mutex;
@@ -204,6 +204,10 @@ async fn a_broker_whose_sentinels_name_no_such_service_is_not_ready() {
 /// the replica's acknowledgement of every change to a lease.
 async fn acknowledged_broker() -> (RedisServer, RedisServer, TestApp) {
     let primary = RedisServer::start();
+    // Redis waits 5 s before a first diskless sync, for more replicas to join.
+    primary
+        .conn()
+        .cmd(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
     let port = primary.port().to_string();
     let replica = RedisServer::start_with(&[
         "--save",
@@ -215,12 +219,18 @@ async fn acknowledged_broker() -> (RedisServer, RedisServer, TestApp) {
         &port,
     ]);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while info_field(&mut replica.conn(), "replication", "master_link_status").as_deref()
-        != Some("up")
-    {
-        assert!(Instant::now() < deadline, "the replica never synced");
+    // The link shows up a moment before the primary counts the replica in
+    // WAIT: wait until a write of its own is acknowledged.
+    let mut conn = primary.conn();
+    loop {
+        conn.cmd(&["SET", "replica-probe", "1"]);
+        if conn.cmd(&["WAIT", "1", "100"]).as_int() == Some(1) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never acknowledged");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    conn.cmd(&["DEL", "replica-probe"]);
     let mut settings = test_settings(&primary);
     settings.redis.min_replicas_acked = 1;
     settings.redis.replica_ack_timeout_ms = 100;
@@ -288,35 +298,55 @@ async fn without_replica_acknowledgement_a_release_does_not_mention_it() {
 }
 
 /// The failover figures of docs/sentinel.md, not part of the suite (it takes
-/// minutes): over 20 failovers each with `min_replicas_acked` 0 and 1, how
+/// minutes): over 20 failovers for each `min_replicas_acked` of 0 and 1, how
 /// many acknowledged leases the promoted replica did not have, and how long
-/// the brokers answered 503. Run with
+/// the broker answered 503. Each setting runs twice: with the replicas in
+/// step (a kill right after the last grant), and with them lagging (paused
+/// for the grants before the kill, as a slow link or a busy replica would
+/// leave them). Run with
 /// `cargo nextest run -p lockbroker-tests --run-ignored only --no-capture -E 'test(failover_figures)'`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a measurement of minutes; prints the failover figures"]
 async fn failover_figures() {
     const FAILOVERS: usize = 20;
     const LOCKS: usize = 20;
-    for acked in [0, 1] {
+    for (acked, lagging) in [(0, false), (1, false), (0, true), (1, true)] {
         let mut group = ReplicatedRedis::start(2);
         let mut settings = sentinel_settings(&group);
         settings.redis.min_replicas_acked = acked;
         settings.redis.replica_ack_timeout_ms = 100;
         let app = TestApp::spawn_with(settings).await;
-        let (mut lost, mut granted, mut outages) = (0, 0, Vec::new());
+        let (mut lost, mut granted, mut refused, mut outages) = (0, 0, 0, Vec::new());
         for round in 0..FAILOVERS {
+            let primary = group.primary_port().expect("a primary");
+            let replicas: Vec<&RedisServer> = group
+                .servers
+                .iter()
+                .filter(|server| server.port() != primary)
+                .collect();
+            if lagging {
+                replicas.iter().for_each(|replica| replica.pause());
+            }
             // Grants right up to the kill: the last ones are the ones a
             // failover can lose.
             let mut leases = Vec::new();
             for lock in 0..LOCKS {
                 let name = format!("f{round}-{lock}");
                 let reply = app.acquire(&name, 60_000).await;
-                if reply.status == StatusCode::OK {
-                    leases.push((name, reply.fence()));
+                match reply.status {
+                    StatusCode::OK => leases.push((name, reply.fence())),
+                    _ => refused += 1,
                 }
             }
             granted += leases.len();
             let old = group.kill_primary();
+            if lagging {
+                group.servers.iter().for_each(|server| {
+                    if server.port() != old {
+                        server.resume();
+                    }
+                });
+            }
             let killed_at = Instant::now();
             let healing = tokio::task::spawn_blocking(move || {
                 group.heal(old);
@@ -336,10 +366,12 @@ async fn failover_figures() {
         }
         outages.sort();
         println!(
-            "min_replicas_acked = {acked}: {lost} of {granted} acknowledged leases lost over \
-             {FAILOVERS} failovers; kill to serving again: median {:?}, max {:?}",
-            outages[outages.len() / 2],
-            outages[outages.len() - 1]
+            "min_replicas_acked = {acked}, replicas {}: {lost} of {granted} acknowledged leases \
+             lost over {FAILOVERS} failovers ({refused} acquires refused with 503); kill to \
+             serving again: median {:.2} s, max {:.2} s",
+            if lagging { "lagging" } else { "in step" },
+            outages[outages.len() / 2].as_secs_f64(),
+            outages[outages.len() - 1].as_secs_f64()
         );
     }
 }

@@ -109,6 +109,10 @@ impl ReplicatedRedis {
     /// Sentinels that know them all.
     pub fn start(replicas: usize) -> Self {
         let primary = RedisServer::start();
+        // Redis waits 5 s before a first diskless sync, for more replicas.
+        primary
+            .conn()
+            .cmd(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
         let mut servers = vec![primary];
         for _ in 0..replicas {
             let port = servers[0].port().to_string();

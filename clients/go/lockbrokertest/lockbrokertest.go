@@ -18,6 +18,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -134,7 +135,28 @@ type Redis struct {
 func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.Port) }
 
 // StartRedis starts a redis-server on a free port and waits until it answers.
-func StartRedis() (*Redis, error) {
+func StartRedis() (*Redis, error) { return startRedis() }
+
+// StartReplica starts a redis-server replicating primary and waits until its
+// link to the primary is up (INFO replication: master_link_status:up) and it
+// acknowledges the primary's writes (WAIT on the primary counts it).
+func StartReplica(primary *Redis) (*Redis, error) {
+	// The primary would otherwise wait 5 s for more replicas before a sync.
+	if _, err := primary.inline("CONFIG SET repl-diskless-sync-delay 0"); err != nil {
+		return nil, err
+	}
+	r, err := startRedis("--replicaof", "127.0.0.1", fmt.Sprint(primary.Port))
+	if err != nil {
+		return nil, err
+	}
+	if !waitUntil(10*time.Second, func() bool { return r.linkUp() && primary.replicasAcknowledge() }) {
+		r.Stop()
+		return nil, fmt.Errorf("the replica on port %d did not sync with port %d", r.Port, primary.Port)
+	}
+	return r, nil
+}
+
+func startRedis(extra ...string) (*Redis, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -143,8 +165,9 @@ func StartRedis() (*Redis, error) {
 	if err != nil {
 		return nil, err
 	}
-	proc, err := start(exec.Command("redis-server", "--port", fmt.Sprint(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir))
+	args := append([]string{"--port", fmt.Sprint(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir}, extra...)
+	proc, err := start(exec.Command("redis-server", args...))
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("starting redis-server (apt-get install redis-server): %w", err)
@@ -171,7 +194,73 @@ func (r *Redis) pings() bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// Stop ends the server; calling it again does nothing.
+// linkUp says whether a replica's link to its primary is up.
+func (r *Redis) linkUp() bool {
+	info, err := r.inline("INFO replication")
+	return err == nil && strings.Contains(info, "master_link_status:up")
+}
+
+// replicasAcknowledge says whether a write on the primary is acknowledged by
+// a replica within 100 ms (WAIT): for up to a second after a replica's link
+// is up, the primary may not count it yet.
+func (r *Redis) replicasAcknowledge() bool {
+	acked, err := r.inline("SET lockbrokertest:probe 1", "DEL lockbrokertest:probe", "WAIT 1 100")
+	return err == nil && acked != "0"
+}
+
+// inline sends inline commands on one connection and returns the answer to
+// the last: a simple or bulk string, or an integer as text.
+func (r *Redis) inline(commands ...string) (string, error) {
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.Port), time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte(strings.Join(commands, "\r\n") + "\r\n")); err != nil {
+		return "", err
+	}
+	reader := bufio.NewReader(conn)
+	var answer string
+	for _, command := range commands {
+		if answer, err = readAnswer(reader, command); err != nil {
+			return "", err
+		}
+	}
+	return answer, nil
+}
+
+func readAnswer(reader *bufio.Reader, command string) (string, error) {
+	line, err := reader.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "+"), strings.HasPrefix(line, ":"):
+		return line[1:], nil
+	case strings.HasPrefix(line, "$"):
+		var size int
+		if _, err := fmt.Sscan(line[1:], &size); err != nil || size < 0 {
+			return "", fmt.Errorf("redis answered %q to %s", line, command)
+		}
+		body := make([]byte, size+2)
+		_, err := io.ReadFull(reader, body)
+		return string(body[:size]), err
+	default:
+		return "", fmt.Errorf("redis answered %q to %s", line, command)
+	}
+}
+
+// Pause stops the server with SIGSTOP: its port stays open, nothing answers,
+// and a paused replica acknowledges no writes.
+func (r *Redis) Pause() { _ = r.proc.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server.
+func (r *Redis) Resume() { _ = r.proc.cmd.Process.Signal(syscall.SIGCONT) }
+
+// Stop ends the server (resuming it first if paused); calling it again does
+// nothing.
 func (r *Redis) Stop() {
 	r.proc.stop(5 * time.Second)
 	os.RemoveAll(r.dir)

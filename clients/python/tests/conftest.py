@@ -19,7 +19,7 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, TypeVar
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, TypeVar
 
 import pytest
 
@@ -55,15 +55,18 @@ def stop_process(process: Optional[subprocess.Popen], grace: float) -> None:
 
 
 class RedisServer:
-    """A ``redis-server`` that keeps nothing on disk, plus a tiny RESP client."""
+    """A ``redis-server`` that keeps nothing on disk, plus a tiny RESP client; a
+    replica of ``replica_of`` when given."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, replica_of: Optional["RedisServer"] = None) -> None:
         if shutil.which("redis-server") is None:
             pytest.fail("redis-server is not installed (apt-get install redis-server)")
         self.port = free_port()
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
+        self.replica_of = replica_of
         self.process: Optional[subprocess.Popen] = None
+        self.paused = False
         self.start()
 
     @property
@@ -71,16 +74,47 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        replica: List[str] = []
+        if self.replica_of is not None:
+            # The primary would otherwise wait 5 s for more replicas before a sync.
+            self.replica_of.command("CONFIG", "SET", "repl-diskless-sync-delay", "0")
+            replica = ["--replicaof", "127.0.0.1", str(self.replica_of.port)]
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.dir)],
+             "--save", "", "--appendonly", "no", "--dir", str(self.dir), *replica],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         wait_until(self._pings, 10, f"redis-server did not answer on {self.port}")
+        if self.replica_of is not None:
+            wait_until(self._synced, 10, f"the replica on {self.port} did not sync")
+
+    def pause(self) -> None:
+        """SIGSTOP: the port stays open but nothing answers (nor acknowledges)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def stop(self) -> None:
+        if self.paused:
+            self.resume()
         stop_process(self.process, 5)
         self.process = None
+
+    def _synced(self) -> bool:
+        """Whether this replica's link is up and the primary counts it: for up to a
+        second after the link is up, a ``WAIT`` on the primary may not."""
+        assert self.replica_of is not None
+        if "master_link_status:up" not in self.command("INFO", "replication"):
+            return False
+        probe = "lockbroker-pytest:probe"
+        *_, acked = self.replica_of.pipeline(
+            ("SET", probe, "1"), ("DEL", probe), ("WAIT", "1", "100"))
+        return acked == 1
 
     def _pings(self) -> bool:
         try:
@@ -90,10 +124,18 @@ class RedisServer:
 
     def command(self, *args: str):
         """Sends one command; returns a str, int, list or None."""
+        return self.pipeline(args)[0]
+
+    def pipeline(self, *commands: Sequence[str]) -> list:
+        """Sends commands on one connection; returns their replies."""
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
-            wire = f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
+            wire = "".join(
+                f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)
+                for args in commands
+            )
             sock.sendall(wire.encode())
-            return _read_reply(sock.makefile("rb"))
+            stream = sock.makefile("rb")
+            return [_read_reply(stream) for _ in commands]
 
 
 def _read_reply(stream):
@@ -265,8 +307,9 @@ def make_broker(broker_bin: Path, redis: RedisServer, workdir: Path):
 
 @pytest.fixture
 def make_redis(workdir: Path):
-    """Starts Redis servers of the test's own; stops them after."""
-    yield from stopped_after(lambda: RedisServer(workdir))
+    """Starts Redis servers of the test's own (``replica_of=`` another for a
+    replica, once in sync); stops them after."""
+    yield from stopped_after(lambda replica_of=None: RedisServer(workdir, replica_of))
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ def test_async_lock_holds_and_releases(broker, name):
             assert status.held and status.owner == "async-job"
             assert isinstance(lease.lost, asyncio.Event) and not lease.lost.is_set()
         assert not (await client.status(name)).held
+        assert lease.released and lease.release_acknowledged is None
 
     run(scenario())
 

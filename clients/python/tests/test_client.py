@@ -250,6 +250,34 @@ def test_release_after_expiry_raises_lease_lost(client, name):
     assert lease.lost.is_set()
 
 
+def test_release_acknowledged_is_none_without_replica_acknowledgement(client, name):
+    with client.lock(name, ttl=5) as lease:
+        assert lease.release_acknowledged is None
+    assert lease.released and lease.release_acknowledged is None
+    single = client.acquire(name, ttl=5)
+    assert single.release() == single.fence and single.release_acknowledged is None
+
+
+def test_release_acknowledged_says_whether_a_replica_acknowledged(
+    make_redis, make_broker, name
+):
+    primary = make_redis()
+    replica = make_redis(replica_of=primary)  # started once its link is up
+    broker = make_broker({"LOCKBROKER_REDIS_MIN_REPLICAS_ACKED": "1"}, redis_server=primary)
+    client = Client(broker.url, timeout=5)
+    with client.lock(name, ttl=5) as lease:
+        pass
+    assert lease.released and lease.release_acknowledged is True
+    held = client.acquire(name + "-2", ttl=30)
+    replica.pause()
+    try:
+        assert held.release() == held.fence
+    finally:
+        replica.resume()
+    assert held.released and held.release_acknowledged is False
+    assert not client.status(held.name).held  # free on the primary all the same
+
+
 def test_lock_delay_keeps_an_expired_lock_unavailable(client, name):
     client.acquire(name, ttl=0.2, lock_delay=1.0)
     time.sleep(0.4)  # expired, not released: the lock-delay applies

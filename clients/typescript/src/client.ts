@@ -7,7 +7,7 @@
 
 import { BrokerUnavailable, LockBrokerError, LockBusy, errorFromResponse } from "./errors.js";
 import { now } from "./clock.js";
-import { Lease, type LeaseAnswer } from "./lease.js";
+import { Lease, type LeaseAnswer, type ReleaseAnswer } from "./lease.js";
 
 /** The broker a client from the environment talks to when `LOCKBROKER_URL` is unset. */
 export const DEFAULT_URL = "http://127.0.0.1:7700";
@@ -162,7 +162,7 @@ export class Client {
 
   /** Gives the lock back at once; resolves to the lease's fence. Throws {@link LeaseLost} if `token` no longer holds it. */
   async release(name: string, token: string): Promise<number> {
-    const answer = await this._call<{ fence: number }>("POST", lockPath(name, "release"), { token });
+    const answer = await this._release(name, token);
     return answer.fence;
   }
 
@@ -215,6 +215,11 @@ export class Client {
       if (maxHoldMs !== undefined) lease._startRenewing(maxHoldMs);
       return lease;
     }
+  }
+
+  /** @internal A release, with the whole answer (the lease reads `acknowledged`). */
+  async _release(name: string, token: string): Promise<ReleaseAnswer> {
+    return this._call<ReleaseAnswer>("POST", lockPath(name, "release"), { token });
   }
 
   /** @internal An extend, as the lease and its renewer send it. */

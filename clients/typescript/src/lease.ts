@@ -18,6 +18,17 @@ export interface LeaseAnswer {
   owner?: string | null;
 }
 
+/**
+ * @internal The JSON of a release. `acknowledged` is present only when the
+ * broker waits for Redis replicas (`redis.min_replicas_acked` above 0).
+ */
+export interface ReleaseAnswer {
+  name: string;
+  released: boolean;
+  fence: number;
+  acknowledged?: boolean;
+}
+
 /** Longest pause between renewal retries while the broker cannot be reached. */
 const RETRY_PAUSE_MS = 1000;
 
@@ -48,6 +59,7 @@ export class Lease {
   #armed = false;
   #lost: LeaseLost | undefined;
   #released = false;
+  #releaseAcknowledged: boolean | undefined;
   // The renewer.
   #renewing: Promise<void> | undefined;
   #stopped = false;
@@ -97,6 +109,17 @@ export class Lease {
     return this.#released;
   }
 
+  /**
+   * After a successful release, whether as many Redis replicas as the broker
+   * waits for (`LOCKBROKER_REDIS_MIN_REPLICAS_ACKED` above 0) acknowledged it in
+   * time. `false` means the lock is free on the Redis primary, but a failover
+   * could bring the lease back until its TTL. `undefined` before the release,
+   * and when the broker waits for no replicas.
+   */
+  get releaseAcknowledged(): boolean | undefined {
+    return this.#releaseAcknowledged;
+  }
+
   /** The broker's expiry, in Unix milliseconds of its clock. */
   get expiresAtMs(): number {
     return this.#expiresAtMs;
@@ -134,7 +157,8 @@ export class Lease {
    * may have run, so treat the work as possibly duplicated. Throws
    * {@link BrokerUnavailable} when the broker could not be told; the lease then
    * expires on its own, and no one else held the lock meanwhile. Calling it
-   * again settles as the first call did.
+   * again settles as the first call did. {@link Lease.releaseAcknowledged} then
+   * says whether Redis replicas acknowledged the release.
    */
   release(): Promise<void> {
     this.#release ??= this.#releaseOnce();
@@ -147,8 +171,9 @@ export class Lease {
     await this.#renewing;
     try {
       if (this.#lost?.reason === "lease_lost") throw this.#lost; // nothing left to release
+      let answer: ReleaseAnswer;
       try {
-        await this.#client.release(this.name, this.#token);
+        answer = await this.#client._release(this.name, this.#token);
       } catch (error) {
         if (error instanceof LeaseLost) {
           this.#markLost(error);
@@ -158,6 +183,7 @@ export class Lease {
       }
       // The broker still had the lease: even one this client had given up on by
       // its (conservative) clock was never held by anyone else.
+      if (typeof answer.acknowledged === "boolean") this.#releaseAcknowledged = answer.acknowledged;
       this.#released = true;
     } finally {
       this.#end(new LockBrokerError("the lease was released", { code: "released" }));

@@ -52,7 +52,7 @@ async function stopProcess(child: ChildProcess | undefined, graceMs: number): Pr
   clearTimeout(timer);
 }
 
-/** A redis-server that keeps nothing on disk. */
+/** A redis-server that keeps nothing on disk; a replica of `replicaOf` when given. */
 export class RedisServer {
   port = 0;
   child: ChildProcess | undefined;
@@ -61,20 +61,93 @@ export class RedisServer {
     return `redis://127.0.0.1:${this.port}/0`;
   }
 
-  static async start(): Promise<RedisServer> {
+  static async start(replicaOf?: RedisServer): Promise<RedisServer> {
     const server = new RedisServer();
     server.port = await freePort();
     const dir = mkdtempSync(join(workdir, "redis-"));
-    server.child = spawn(
-      "redis-server",
-      ["--port", String(server.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir],
-      { stdio: "ignore" },
-    );
+    const args = ["--port", String(server.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir];
+    if (replicaOf) {
+      // The primary would otherwise wait 5 s for more replicas before a sync.
+      await replicaOf.command("CONFIG SET repl-diskless-sync-delay 0");
+      args.push("--replicaof", "127.0.0.1", String(replicaOf.port));
+    }
+    server.child = spawn("redis-server", args, { stdio: "ignore" });
     if (!(await waitUntil(() => server.pings(), 10_000))) {
       await server.stop();
       throw new Error(`redis-server did not answer on port ${server.port}`);
     }
+    if (replicaOf && !(await waitUntil(() => server.synced(replicaOf), 10_000))) {
+      await server.stop();
+      throw new Error(`the replica on port ${server.port} did not sync with port ${replicaOf.port}`);
+    }
     return server;
+  }
+
+  /**
+   * Whether this replica's link to `primary` is up and the primary counts it:
+   * for up to a second after the link is up, a WAIT on the primary may not.
+   */
+  async synced(primary: RedisServer): Promise<boolean> {
+    try {
+      if (!(await this.command("INFO replication")).includes("master_link_status:up")) return false;
+      const acked = await primary.command("SET lockbroker-ts:probe 1", "DEL lockbroker-ts:probe", "WAIT 1 100");
+      return acked === "1";
+    } catch {
+      return false;
+    }
+  }
+
+  /**
+   * Sends inline commands on one connection; resolves to the answer to the
+   * last: a simple or bulk string, or an integer as text.
+   */
+  command(...lines: string[]): Promise<string> {
+    return new Promise((done, fail) => {
+      const socket = connect(this.port, "127.0.0.1");
+      let data = Buffer.alloc(0);
+      const answers: string[] = [];
+      const finish = (error: Error | undefined): void => {
+        socket.destroy();
+        if (error) fail(error);
+        else done(answers[answers.length - 1] ?? "");
+      };
+      socket.setTimeout(1000);
+      socket.once("connect", () => socket.write(lines.map((line) => `${line}\r\n`).join("")));
+      socket.on("data", (chunk: Buffer) => {
+        data = Buffer.concat([data, chunk]);
+        for (;;) {
+          const end = data.indexOf("\r\n");
+          if (end < 0) return;
+          const head = data.subarray(0, end).toString();
+          let rest = end + 2;
+          if (head.startsWith("+") || head.startsWith(":")) {
+            answers.push(head.slice(1));
+          } else if (head === "$-1") {
+            answers.push("");
+          } else if (head.startsWith("$")) {
+            const size = Number(head.slice(1));
+            if (data.length < rest + size + 2) return;
+            answers.push(data.subarray(rest, rest + size).toString());
+            rest += size + 2;
+          } else {
+            return finish(new Error(`redis answered ${head} to ${lines[answers.length]}`));
+          }
+          data = data.subarray(rest);
+          if (answers.length === lines.length) return finish(undefined);
+        }
+      });
+      socket.once("error", (error) => finish(error));
+      socket.once("timeout", () => finish(new Error(`redis did not answer ${lines.join("; ")}`)));
+    });
+  }
+
+  /** SIGSTOP: the port stays open but nothing answers (a paused replica acknowledges nothing). */
+  pause(): void {
+    this.child?.kill("SIGSTOP");
+  }
+
+  resume(): void {
+    this.child?.kill("SIGCONT");
   }
 
   pings(): Promise<boolean> {
@@ -95,6 +168,7 @@ export class RedisServer {
   }
 
   async stop(): Promise<void> {
+    this.resume();
     await stopProcess(this.child, 5000);
   }
 }
@@ -176,8 +250,8 @@ export class Broker {
 export class Servers {
   #started: Array<RedisServer | Broker> = [];
 
-  async redis(): Promise<RedisServer> {
-    const server = await RedisServer.start();
+  async redis(replicaOf?: RedisServer): Promise<RedisServer> {
+    const server = await RedisServer.start(replicaOf);
     this.#started.push(server);
     return server;
   }

@@ -48,6 +48,34 @@ test("lock holds the lock until released", async () => {
   await assert.rejects(lease.extend(), /released/);
 });
 
+test("releaseAcknowledged is undefined without replica acknowledgement", async () => {
+  const lease = await client.lock(lockName("unacknowledged"), { ttlMs: 5000 });
+  assert.equal(lease.releaseAcknowledged, undefined);
+  await lease.release();
+  assert.equal(lease.released, true);
+  assert.equal(lease.releaseAcknowledged, undefined);
+});
+
+test("releaseAcknowledged says whether a replica acknowledged the release", async () => {
+  const primary = await servers.redis();
+  const replica = await servers.redis(primary); // started once its link is up
+  const acking = await servers.broker(primary, { LOCKBROKER_REDIS_MIN_REPLICAS_ACKED: "1" });
+  const own = new Client(acking.url, { timeoutMs: 5000 });
+  const first = await own.lock(lockName("acknowledged"), { ttlMs: 5000 });
+  await first.release();
+  assert.equal(first.releaseAcknowledged, true);
+  const second = await own.acquire(lockName("unacknowledged"), { ttlMs: 30_000 });
+  replica.pause();
+  try {
+    await second.release();
+  } finally {
+    replica.resume();
+  }
+  assert.equal(second.released, true);
+  assert.equal(second.releaseAcknowledged, false);
+  assert.equal((await own.status(second.name)).held, false); // free on the primary all the same
+});
+
 test("await using releases the lease at the end of the block", async () => {
   const name = lockName("using");
   let signal: AbortSignal;

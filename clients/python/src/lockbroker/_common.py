@@ -186,6 +186,13 @@ def released_fence(data: Dict[str, Any]) -> int:
     return int(data["fence"])
 
 
+def released_acknowledged(data: Dict[str, Any]) -> Optional[bool]:
+    """Whether enough Redis replicas acknowledged a release: ``None`` when the
+    answer has no ``acknowledged`` (the broker does not wait for replicas)."""
+    acknowledged = data.get("acknowledged")
+    return None if acknowledged is None else bool(acknowledged)
+
+
 # -- options -----------------------------------------------------------------------
 
 
@@ -396,6 +403,11 @@ class LeaseBase:
         #: and a ``lease_lost`` answer to an extend in flight is no loss.
         self.releasing = False
         self.released = False
+        #: After a successful release, whether as many Redis replicas as the broker
+        #: requires acknowledged it: ``False`` means a failover could bring the
+        #: lease back until its TTL. ``None`` before the release, and after it when
+        #: the broker does not wait for replicas (``redis.min_replicas_acked`` 0).
+        self.release_acknowledged: Optional[bool] = None
         #: Why ``lost`` was set: ``"lease_lost"`` when the broker said so,
         #: ``"expired"`` when the deadline passed without a renewal,
         #: ``"renewer_failed"`` when the renewer itself broke down.

@@ -27,6 +27,7 @@ from ._common import (
     Renewals,
     extend_request,
     release_request,
+    released_acknowledged,
     released_fence,
     seconds,
     status_request,
@@ -95,7 +96,7 @@ class AsyncClient(ClientBase):
 
     async def release(self, name: str, token: str) -> int:
         """Gives the lock back at once; returns the lease's fence."""
-        return released_fence(await self._transport.request(*release_request(name, token)))
+        return released_fence(await self._release(name, token))
 
     async def status(self, name: str) -> LockStatus:
         """The lock's current state."""
@@ -105,6 +106,9 @@ class AsyncClient(ClientBase):
         self, name: str, token: str, ttl: float, timeout: Optional[float] = None
     ) -> Dict[str, Any]:
         return await self._transport.request(*extend_request(name, token, ttl), timeout=timeout)
+
+    async def _release(self, name: str, token: str) -> Dict[str, Any]:
+        return await self._transport.request(*release_request(name, token))
 
     def lock(
         self,
@@ -148,12 +152,14 @@ class AsyncLease(LeaseBase):
         return self
 
     async def release(self) -> int:
-        """Gives the lock back; returns the fence."""
+        """Gives the lock back; returns the fence, and sets
+        ``release_acknowledged`` (see :meth:`lockbroker.Lease.release`)."""
         self.releasing = True
         with self._tracking():
-            fence = await self._client.release(self.name, self.token)
+            answer = await self._client._release(self.name, self.token)
+        self.release_acknowledged = released_acknowledged(answer)
         self.released = True
-        return fence
+        return released_fence(answer)
 
     async def _resync(self) -> None:
         sent = time.monotonic()

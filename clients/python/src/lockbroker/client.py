@@ -27,6 +27,7 @@ from ._common import (
     Renewals,
     extend_request,
     release_request,
+    released_acknowledged,
     released_fence,
     seconds,
     status_request,
@@ -120,7 +121,7 @@ class Client(ClientBase):
     def release(self, name: str, token: str) -> int:
         """Gives the lock back at once; returns the lease's fence. Raises
         :class:`LeaseLost` if ``token`` no longer holds it."""
-        return released_fence(self._transport.request(*release_request(name, token)))
+        return released_fence(self._release(name, token))
 
     def status(self, name: str) -> LockStatus:
         """The lock's current state (holder, last fence, expiry)."""
@@ -130,6 +131,9 @@ class Client(ClientBase):
         self, name: str, token: str, ttl: float, timeout: Optional[float] = None
     ) -> Dict[str, Any]:
         return self._transport.request(*extend_request(name, token, ttl), timeout=timeout)
+
+    def _release(self, name: str, token: str) -> Dict[str, Any]:
+        return self._transport.request(*release_request(name, token))
 
     # -- the managed lease -------------------------------------------------------------
 
@@ -193,12 +197,15 @@ class Lease(LeaseBase):
 
     def release(self) -> int:
         """Gives the lock back; returns the fence. Raises :class:`LeaseLost` when the
-        lease had already expired or been taken."""
+        lease had already expired or been taken. Sets ``release_acknowledged``:
+        whether the Redis replicas the broker waits for acknowledged the release
+        (``None`` when it waits for none)."""
         self.releasing = True
         with self._tracking():
-            fence = self._client.release(self.name, self.token)
+            answer = self._client._release(self.name, self.token)
+        self.release_acknowledged = released_acknowledged(answer)
         self.released = True
-        return fence
+        return released_fence(answer)
 
     def _resync(self) -> None:
         """Restarts the local deadline from a fresh send time after a long wait (the
