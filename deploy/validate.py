@@ -5,9 +5,13 @@ Dockerfile is multi-stage, runs as a non-root user and health-checks /healthz; t
 compose file runs Redis with an append-only file, the broker and Prometheus; the
 quorum compose file runs an odd number of independent Redis nodes that never
 come back with partial data, and brokers that list exactly those nodes; the
-Kubernetes objects probe /readyz and /healthz, select each other's pods and lock
-down their containers; the broker settings in the ConfigMap name only keys that
-config/lockbroker.toml documents. Prints one line per check; exits 1 on any failure.
+sentinel compose file runs one primary that every other Redis replicates, an
+odd number of Sentinels that monitor it under one name with a majority quorum,
+and brokers that list exactly those Sentinels and that name; the Kubernetes
+objects probe /readyz and /healthz, select each other's pods and lock down their
+containers; the broker settings in the ConfigMap, and the LOCKBROKER_* variables
+every broker is given, name only settings that config/lockbroker.toml documents.
+Prints one line per check; exits 1 on any failure.
 """
 
 from __future__ import annotations
@@ -63,6 +67,52 @@ def check_yaml_parses() -> None:
             check(f"{rel} parses", False, str(error).replace("\n", " "))
             continue
         check(f"{rel} parses", docs, "no documents")
+
+
+# -- broker environment ----------------------------------------------------------------
+
+def environment(service: Dict[str, Any]) -> Dict[str, str]:
+    """A compose service's environment as a mapping, from either of compose's
+    spellings (a mapping, or a list of NAME=VALUE)."""
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(str(item).partition("=")[::2] for item in env)
+    return {str(k): "" if v is None else str(v) for k, v in env.items()}
+
+
+def documented_variables() -> set:
+    """The LOCKBROKER_* variables config/lockbroker.toml documents: one per key
+    (LOCKBROKER_<TABLE>_<KEY>, LOCKBROKER_<KEY> for top-level keys) and every
+    variable its comments name (LOCKBROKER_AUTH_KEYS_FILE, ...)."""
+    import tomllib
+
+    text = (REPO / "config" / "lockbroker.toml").read_text()
+    names = set(re.findall(r"\bLOCKBROKER_[A-Z0-9_]*[A-Z0-9]\b", text))
+
+    def walk(table: Dict[str, Any], prefix: str) -> None:
+        for key, value in table.items():
+            name = f"{prefix}_{key.upper()}"
+            if isinstance(value, dict):
+                walk(value, name)
+            else:
+                names.add(name)
+
+    walk(tomllib.loads(text), "LOCKBROKER")
+    return names
+
+
+def check_broker_env(env: Dict[str, str], where: str) -> None:
+    """The broker refuses to start on a LOCKBROKER_* variable that is no
+    setting, so a typo here is a broker that never comes up."""
+    try:
+        known = documented_variables()
+    except ModuleNotFoundError:  # Python < 3.11
+        print(f"skipped: {where} variables (tomllib needs Python 3.11)")
+        return
+    unknown = [name for name in env if name.startswith("LOCKBROKER_")
+               and name not in known and name.removesuffix("_FILE") not in known]
+    check(f"{where}: LOCKBROKER_* variables name documented settings", not unknown,
+          str(unknown))
 
 
 # -- Dockerfile ------------------------------------------------------------------------
@@ -142,9 +192,10 @@ def check_compose() -> None:
     dockerfile = (DEPLOY / build.get("context", ".") / build.get("dockerfile", "Dockerfile"))
     check("compose: the broker builds from deploy/Dockerfile", dockerfile.resolve().is_file(),
           str(dockerfile))
-    env = services["lockbroker"].get("environment", {})
+    env = environment(services["lockbroker"])
     check("compose: the broker reaches Redis by service name",
           str(env.get("LOCKBROKER_REDIS_URL", "")).startswith("redis://redis:"))
+    check_broker_env(env, "compose: the broker")
     mounts = [str(v).split(":")[0] for v in services["prometheus"].get("volumes", [])]
     check("compose: Prometheus mounts deploy/prometheus",
           any((DEPLOY / m).resolve() == DEPLOY / "prometheus" for m in mounts if m.startswith(".")))
@@ -213,6 +264,7 @@ def check_quorum_compose() -> None:
         timeout = str(env.get("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "50"))
         check(f"quorum compose: {name} node timeout is a whole number of ms",
               timeout.isdigit() and int(timeout) > 0, timeout)
+        check_broker_env(environment(broker), f"quorum compose: {name}")
         node_lists.append(urls)
         build = broker.get("build", {})
         dockerfile = (DEPLOY / "quorum" / build.get("context", ".")
@@ -231,6 +283,155 @@ def check_quorum_compose() -> None:
     host_ports = [p.split(":")[1] for p in published]
     check("quorum compose: each broker on a port of its own",
           len(host_ports) == len(set(host_ports)) == len(brokers), str(published))
+
+
+# -- docker compose, sentinel mode -----------------------------------------------------
+
+def command_text(service: Dict[str, Any]) -> str:
+    """A service's command as one string; an empty argument shows as ""."""
+    command = service.get("command", [])
+    if isinstance(command, str):
+        return command
+    return " ".join('""' if part == "" else str(part) for part in command)
+
+
+def redis_flag(command: str, flag: str) -> List[str]:
+    """The words after ``--flag`` on a redis-server command line, up to the
+    next flag; [] when absent."""
+    match = re.search(rf"(?:^|\s)--{re.escape(flag)}((?:\s+(?!--)\S+)*)", command)
+    return match.group(1).split() if match else []
+
+
+def check_sentinel_compose() -> None:
+    compose = load_all(DEPLOY / "sentinel" / "docker-compose.yml")[0]
+    services: Dict[str, Any] = compose.get("services", {})
+    commands = {name: command_text(s) for name, s in services.items()}
+    redis = {name for name, s in services.items() if str(s.get("image", "")).startswith("redis:")}
+    sentinels = sorted(n for n in redis
+                       if re.search(r"(?:^|\s)--sentinel\b|redis-sentinel", commands[n]))
+    servers = sorted(redis - set(sentinels))
+    brokers = sorted(name for name, s in services.items()
+                     if "LOCKBROKER_REDIS_MODE" in environment(s))
+
+    # The Redis servers: one primary, the others its replicas.
+    primaries = [n for n in servers
+                 if not redis_flag(commands[n], "replicaof") and not redis_flag(commands[n], "slaveof")]
+    check("sentinel compose: exactly one primary (a Redis server replicating nothing)",
+          len(primaries) == 1, str(primaries))
+    primary = primaries[0] if len(primaries) == 1 else None
+    primary_port = int((redis_flag(commands.get(primary, ""), "port") or ["6379"])[0])
+    replicas = [n for n in servers if n != primary]
+    check("sentinel compose: at least one replica", replicas, str(servers))
+    data_volumes = []
+    for name in servers:
+        command = commands[name]
+        if primary and name != primary:
+            source = redis_flag(command, "replicaof") or redis_flag(command, "slaveof")
+            check(f"sentinel compose: {name} replicates {primary}:{primary_port}",
+                  source == [str(primary), str(primary_port)], str(source))
+        check(f"sentinel compose: {name} keeps all of its data or none",
+              redis_persistence_is_all_or_nothing(command), command)
+        # Any server can be promoted, so each has the primary's guard: a primary
+        # with no replica in sync refuses writes, which bounds how long a
+        # partitioned old primary keeps granting. A promoted primary has one
+        # replica fewer than there are servers less itself.
+        to_write = redis_flag(command, "min-replicas-to-write")
+        check(f"sentinel compose: {name} sets min-replicas-to-write (1 to {len(servers) - 2})"
+              " and min-replicas-max-lag",
+              to_write and to_write[0].isdigit() and 1 <= int(to_write[0]) <= len(servers) - 2
+              and redis_flag(command, "min-replicas-max-lag"), command)
+        # Sentinel learns replicas by the address they announce, and hands the
+        # brokers that: the service name resolves in the compose network.
+        check(f"sentinel compose: {name} announces its service name",
+              redis_flag(command, "replica-announce-ip") == [name], command)
+        check(f"sentinel compose: {name} has a health check",
+              services[name].get("healthcheck", {}).get("test"))
+        data_volumes += [str(v).split(":")[0] for v in services[name].get("volumes", [])
+                         if str(v).endswith(":/data")]
+    check("sentinel compose: every Redis server keeps its data in a volume of its own",
+          len(data_volumes) == len(servers) == len(set(data_volumes)), str(data_volumes))
+
+    # The Sentinels: a majority of an odd number must agree on the one primary.
+    check("sentinel compose: an odd number of Sentinels, at least 3",
+          len(sentinels) >= 3 and len(sentinels) % 2 == 1, str(sentinels))
+    monitored, sentinel_ports = set(), {}
+    for name in sentinels:
+        text = commands[name]
+        monitors = re.findall(r"sentinel\s+monitor\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)", text)
+        check(f"sentinel compose: {name} monitors one primary", len(monitors) == 1, str(monitors))
+        if not monitors:
+            continue
+        service, host, port, quorum = monitors[0]
+        monitored.add(service)
+        check(f"sentinel compose: {name} monitors {primary}:{primary_port}",
+              (host, int(port)) == (primary, primary_port), f"{host}:{port}")
+        check(f"sentinel compose: {name} quorum is a majority of the Sentinels",
+              len(sentinels) // 2 < int(quorum) <= len(sentinels),
+              f"quorum {quorum} of {len(sentinels)}")
+        for option in ("resolve-hostnames", "announce-hostnames"):
+            check(f"sentinel compose: {name} has {option} yes (servers go by name)",
+                  re.search(rf"sentinel\s+{option}\s+yes\b", text))
+        announce = re.search(r"sentinel\s+announce-ip\s+(\S+)", text)
+        env = environment(services[name])
+        announced = re.sub(r"^\$\$?\{?(\w+)\}?$", lambda m: env.get(m.group(1), m.group(0)),
+                           announce.group(1)) if announce else None
+        check(f"sentinel compose: {name} announces its service name", announced == name,
+              str(announced))
+        port = re.search(r"^\s*port\s+(\d+)", text, re.MULTILINE)
+        sentinel_ports[name] = int(port.group(1)) if port else 26379
+        check(f"sentinel compose: {name} has a health check",
+              services[name].get("healthcheck", {}).get("test"))
+    check("sentinel compose: every Sentinel monitors the primary under the same name",
+          len(monitored) == 1, str(sorted(monitored)))
+
+    # The brokers: every Sentinel once, only Sentinels, and their service name.
+    check("sentinel compose: two brokers or more", len(brokers) >= 2, str(brokers))
+    broker_views = []
+    for name in brokers:
+        broker = services[name]
+        env = environment(broker)
+        check(f"sentinel compose: {name} runs in sentinel mode",
+              env.get("LOCKBROKER_REDIS_MODE") == "sentinel", str(env.get("LOCKBROKER_REDIS_MODE")))
+        listed = [a.strip() for a in env.get("LOCKBROKER_REDIS_SENTINELS", "").split(",") if a.strip()]
+        addresses = [tuple(a.rsplit(":", 1)) for a in listed]
+        expected = sorted((n, str(p)) for n, p in sentinel_ports.items())
+        check(f"sentinel compose: {name} lists every Sentinel once, and only Sentinels",
+              sorted(addresses) == expected and len(set(addresses)) == len(addresses), str(listed))
+        service = env.get("LOCKBROKER_REDIS_SERVICE_NAME", "mymaster")
+        check(f"sentinel compose: {name} asks for the name the Sentinels monitor",
+              monitored == {service}, f"{service} vs {sorted(monitored)}")
+        check(f"sentinel compose: {name} has no redis.url (its host would not be used)",
+              "LOCKBROKER_REDIS_URL" not in env)
+        acked = env.get("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "0")
+        ack_ms = env.get("LOCKBROKER_REDIS_REPLICA_ACK_TIMEOUT_MS", "100")
+        command_ms = env.get("LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS", "1000")
+        numbers = all(v.isdigit() for v in (acked, ack_ms, command_ms))
+        check(f"sentinel compose: {name} replica ack timeout is below the command timeout",
+              numbers and 0 < int(ack_ms) < int(command_ms), f"{ack_ms} ms vs {command_ms} ms")
+        check(f"sentinel compose: {name} waits for no more replicas than a promoted primary has",
+              numbers and int(acked) <= len(servers) - 2, f"{acked} of {len(servers) - 2}")
+        check_broker_env(env, f"sentinel compose: {name}")
+        broker_views.append((sorted(listed), service))
+        build = broker.get("build", {})
+        dockerfile = (DEPLOY / "sentinel" / build.get("context", ".")
+                      / build.get("dockerfile", "Dockerfile"))
+        check(f"sentinel compose: {name} builds from deploy/Dockerfile",
+              dockerfile.resolve() == DEPLOY / "Dockerfile", str(dockerfile))
+        waits_for = broker.get("depends_on", {})
+        check(f"sentinel compose: {name} starts once every Redis server and Sentinel is healthy",
+              isinstance(waits_for, dict) and all(
+                  waits_for.get(n, {}).get("condition") == "service_healthy"
+                  for n in servers + sentinels))
+    check("sentinel compose: every broker lists the same Sentinels and service name",
+          broker_views and all(view == broker_views[0] for view in broker_views))
+
+    published = [str(p) for s in services.values() for p in s.get("ports", [])]
+    check("sentinel compose: ports published on 127.0.0.1 only",
+          published and all(p.startswith("127.0.0.1:") for p in published), str(published))
+    host_ports = [p.split(":")[1] for p in published]
+    check("sentinel compose: each broker on a port of its own, and nothing else published",
+          len(host_ports) == len(set(host_ports)) == len(brokers)
+          and all(services[b].get("ports") for b in brokers), str(published))
 
 
 # -- Kubernetes ------------------------------------------------------------------------
@@ -300,6 +501,8 @@ def check_k8s() -> None:
     check_broker_settings(objects["ConfigMap"]["data"]["lockbroker.toml"], "k8s ConfigMap")
 
     env = {e["name"]: e for e in container.get("env", [])}
+    check_broker_env({name: str(e.get("value", "")) for name, e in env.items()},
+                     "k8s Deployment")
     keys_file = env.get("LOCKBROKER_AUTH_KEYS_FILE", {}).get("value", "")
     mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
     check("k8s: API keys come from a mounted file (a broker off loopback needs them)",
@@ -357,6 +560,7 @@ def main() -> int:
     section("Dockerfile", check_dockerfile)
     section("docker compose and Prometheus", check_compose)
     section("docker compose, quorum mode", check_quorum_compose)
+    section("docker compose, sentinel mode", check_sentinel_compose)
     section("Kubernetes", check_k8s)
     section("systemd", check_systemd_unit)
     print(f"deploy checks: {passes} passed, {len(failures)} failed")
