@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use lockbroker_core::conformance::Backend;
 use lockbroker_core::LockStore;
 use lockbroker_redis::{RedisLockStore, RedisSettings, SentinelSettings};
-use lockbroker_tests::sentinel::{Sentinel, SERVICE_NAME};
+use lockbroker_tests::sentinel::{start_sentinel, Sentinel, SERVICE_NAME};
 use lockbroker_tests::RedisServer;
 
 /// Brokers on one `redis-server`, each a store with its own connections,
@@ -34,7 +34,7 @@ impl Redis {
     fn behind_sentinel() -> Self {
         let redis = Self::start();
         Self {
-            sentinel: Some(Sentinel::start(redis.server.port(), 1)),
+            sentinel: Some(start_sentinel(redis.server.port(), 1)),
             ..redis
         }
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use lockbroker_server::config::{RedisConfig, RedisMode};
 
 use crate::redis::RedisServer;
-use crate::sentinel::{Sentinel, SERVICE_NAME};
+use crate::sentinel::{start_sentinel, Sentinel, SERVICE_NAME};
 
 /// What a broker in a test mode needs running besides the test's Redis; it
 /// stays up while any broker of the test uses it.
@@ -87,5 +87,5 @@ fn sentinel_of(url: &str) -> Arc<Sentinel> {
         .rsplit_once(':')
         .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
         .expect("a test Redis URL has a port");
-    shared(&SENTINELS, url, || Sentinel::start(port, 1))
+    shared(&SENTINELS, url, || start_sentinel(port, 1))
 }

@@ -54,7 +54,25 @@ def stop_process(process: Optional[subprocess.Popen], grace: float) -> None:
             process.wait()
 
 
-class RedisServer:
+class Paused:
+    """A child process a test may freeze (SIGSTOP) and thaw (SIGCONT): its port
+    stays open but nothing answers, nor acknowledges, while it is frozen."""
+
+    process: Optional[subprocess.Popen] = None
+    paused = False
+
+    def pause(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+        self.paused = False
+
+
+class RedisServer(Paused):
     """A ``redis-server`` that keeps nothing on disk, plus a tiny RESP client; a
     replica of ``replica_of`` when given."""
 
@@ -87,17 +105,6 @@ class RedisServer:
         wait_until(self._pings, 10, f"redis-server did not answer on {self.port}")
         if self.replica_of is not None:
             wait_until(self._synced, 10, f"the replica on {self.port} did not sync")
-
-    def pause(self) -> None:
-        """SIGSTOP: the port stays open but nothing answers (nor acknowledges)."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-        self.paused = False
 
     def stop(self) -> None:
         if self.paused:
@@ -167,7 +174,7 @@ class TlsFiles(NamedTuple):
     ca: Path
 
 
-class Broker:
+class Broker(Paused):
     """A ``lockbroker`` process on a free port, pointed at ``redis``; serving HTTPS
     with ``tls`` (its certificate and key), trusted through ``tls.ca``."""
 
@@ -223,17 +230,6 @@ class Broker:
                 return response.status == 200
         except OSError:
             return False
-
-    def pause(self) -> None:
-        """SIGSTOP: the port stays open but nothing answers."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-        self.paused = True
-
-    def resume(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-        self.paused = False
 
     def stop(self) -> None:
         if self.process is None:

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::client::{now_us, BrokerClient};
 use crate::history::{Backend, Drift};
 
-mod sentinel;
+pub mod sentinel;
 
 use sentinel::{Sentinel, SERVICE_NAME};
 

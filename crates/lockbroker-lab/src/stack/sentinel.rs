@@ -1,6 +1,7 @@
 //! Sentinel mode's extra processes: Sentinels on free loopback ports, and
 //! the few Redis questions a failover needs answered (who is primary, are
-//! the replicas in sync), over a plain RESP connection.
+//! the replicas in sync), over a plain RESP connection. The lab's stacks and
+//! the test harness both start their Sentinels here.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -54,13 +55,18 @@ impl Sentinel {
         Ok(Self { port, dir, child })
     }
 
+    /// The port the Sentinel listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `127.0.0.1:<port>`, as `LOCKBROKER_REDIS_SENTINELS` takes it.
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    /// The port of the primary this Sentinel names now.
-    fn primary_port(&self) -> Option<u16> {
+    /// The port of the primary this Sentinel names now, if it answers.
+    pub fn primary_port(&self) -> Option<u16> {
         let reply = command(
             self.port,
             &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE_NAME],
@@ -74,8 +80,9 @@ impl Sentinel {
         }
     }
 
-    /// A field of `SENTINEL MASTER <service>`, as a number.
-    fn master_field(&self, name: &str) -> Option<usize> {
+    /// A field of `SENTINEL MASTER <service>`, as a number
+    /// (`num-slaves`, `num-other-sentinels`, ...).
+    pub fn master_field(&self, name: &str) -> Option<usize> {
         let Some(Reply::Array(fields)) = command(self.port, &["SENTINEL", "MASTER", SERVICE_NAME])
         else {
             return None;
