@@ -238,13 +238,7 @@ async fn with_replica_acknowledgement_a_grant_the_replica_missed_is_undone_and_f
     assert_eq!(unacknowledged.status, StatusCode::OK);
     assert_eq!(unacknowledged.body["acknowledged"], false);
     replica.resume();
-    let scrape = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("scrape");
-    let metrics = scrape.text().await.expect("metrics text");
+    let metrics = app.metrics().await;
     for step in ["acquire", "extend", "release"] {
         let series = format!("lockbroker_replica_acks_missed_total{{step=\"{step}\"}} 1");
         assert!(metrics.contains(&series), "{series} in:\n{metrics}");

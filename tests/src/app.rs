@@ -242,6 +242,18 @@ impl TestApp {
         self.get(&format!("/v1/locks/{name}")).await
     }
 
+    /// The `/metrics` text; panics unless the scrape answers 200.
+    pub async fn metrics(&self) -> String {
+        let scrape = self
+            .http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("scrape");
+        assert_eq!(scrape.status(), StatusCode::OK);
+        scrape.text().await.expect("metrics text")
+    }
+
     /// Sends `request` as raw bytes on a new connection (for requests no HTTP
     /// client sends) and returns what the broker answered before closing the
     /// connection or before `limit`; `None` if it was still open then.

@@ -75,12 +75,7 @@ impl ReplicatedRedis {
         wait_for(
             Duration::from_secs(30),
             "the Sentinels to know every replica",
-            || {
-                sentinels.iter().all(|sentinel| {
-                    sentinel.master_field("num-slaves") == Some(replicas)
-                        && sentinel.master_field("num-other-sentinels") == Some(2)
-                })
-            },
+            || lockbroker_lab::stack::sentinel::watching(&sentinels, replicas),
         );
         Self { servers, sentinels }
     }

@@ -96,23 +96,11 @@ async fn every_series_the_rules_and_panels_read_exists_from_the_start_in_quorum_
     series_exist_from_the_start(Mode::Quorum).await;
 }
 
-/// The broker's `/metrics` text.
-async fn scrape(app: &TestApp) -> String {
-    let scrape = app
-        .http
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("scrape");
-    assert_eq!(scrape.status(), StatusCode::OK);
-    scrape.text().await.expect("text")
-}
-
 /// A broker in `mode` exports, before any request, every series a rule or
 /// panel reads, each counter at 0.
 async fn series_exist_from_the_start(mode: Mode) {
     let Broker { app, _redis } = spawn(mode).await;
-    let mut text = scrape(&app).await;
+    let mut text = app.metrics().await;
     // Quorum mode: the node gauges are set by a background check that runs
     // at the broker's start and every 5 seconds; the per-node series appear
     // at the first. Once that has run, they must all be there.
@@ -120,7 +108,7 @@ async fn series_exist_from_the_start(mode: Mode) {
     while mode == Mode::Quorum && !text.lines().any(|l| l == "lockbroker_quorum_majority 2") {
         assert!(Instant::now() < deadline, "no node check:\n{text}");
         tokio::time::sleep(Duration::from_millis(20)).await;
-        text = scrape(&app).await;
+        text = app.metrics().await;
     }
     let has = |series: &str| text.lines().any(|line| line == series);
 

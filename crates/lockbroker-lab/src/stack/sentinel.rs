@@ -107,20 +107,22 @@ pub fn primary_port(sentinels: &[Sentinel]) -> Option<u16> {
     sentinels.iter().find_map(Sentinel::primary_port)
 }
 
-/// Waits until every Sentinel knows `replicas` replicas and the other
+/// Whether every Sentinel knows `replicas` replicas and the other
 /// Sentinels: before that, a failover could not pick a replica.
-pub async fn wait_until_watching(sentinels: &[Sentinel], replicas: usize) -> Result<(), String> {
+pub fn watching(sentinels: &[Sentinel], replicas: usize) -> bool {
     let others = sentinels.len() - 1;
-    wait_for(
-        Duration::from_secs(30),
-        "the Sentinels to know every replica",
-        || {
-            sentinels.iter().all(|sentinel| {
-                sentinel.master_field("num-slaves") == Some(replicas)
-                    && sentinel.master_field("num-other-sentinels") == Some(others)
-            })
-        },
-    )
+    sentinels.iter().all(|sentinel| {
+        sentinel.master_field("num-slaves") == Some(replicas)
+            && sentinel.master_field("num-other-sentinels") == Some(others)
+    })
+}
+
+/// Waits until [`watching`].
+pub async fn wait_until_watching(sentinels: &[Sentinel], replicas: usize) -> Result<(), String> {
+    let what = "the Sentinels to know every replica";
+    wait_for(Duration::from_secs(30), what, || {
+        watching(sentinels, replicas)
+    })
     .await
 }
 
