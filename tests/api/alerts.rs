@@ -19,6 +19,7 @@ use lockbroker_server::Settings;
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::proxy::Proxy;
 use lockbroker_tests::redis::free_port;
+use lockbroker_tests::sentinel::start_replica;
 use lockbroker_tests::{broker_binary, RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
@@ -297,6 +298,37 @@ async fn a_fence_floor_raise_after_flushall_fires_fence_floor_raised() {
     report(
         alert,
         "firing, an acquire after FLUSHALL with fences ahead of the clock",
+        seconds,
+    );
+}
+
+#[tokio::test]
+async fn a_replica_that_stops_acknowledging_fires_replica_acks_missed_for_that_step() {
+    let primary = RedisServer::start();
+    let replica = start_replica(&primary);
+    let mut settings = test_settings(&primary);
+    settings.redis.min_replicas_acked = 1;
+    let app = TestApp::spawn_with(settings).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+
+    replica.pause();
+    let caused = Instant::now();
+    let refused = app.acquire("job", 5_000).await;
+    replica.resume();
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.body
+    );
+
+    let alert = "LockbrokerReplicaAcksMissed";
+    let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, caused).await;
+    assert_eq!(alerts.len(), 1, "only the acquire step: {alerts:?}");
+    assert_eq!(alerts[0]["labels"]["step"], "acquire");
+    report(
+        alert,
+        "firing, an acquire while the one replica was paused",
         seconds,
     );
 }
