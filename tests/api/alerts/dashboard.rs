@@ -136,6 +136,7 @@ async fn series_exist_from_the_start(mode: Mode) {
     );
     for series in [
         "lockbroker_fence_floor_raises_total 0",
+        r#"lockbroker_replica_acks_missed_total{step="acquire"} 0"#,
         r#"lockbroker_http_request_duration_seconds_count{method="POST",route="/v1/locks/{name}/acquire",status="200"} 0"#,
         "lockbroker_max_waiters 10000",
     ] {
