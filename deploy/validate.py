@@ -221,6 +221,32 @@ def redis_persistence_is_all_or_nothing(command: str) -> bool:
     return '--save ""' in command
 
 
+def check_broker_service(layout: str, name: str, broker: Dict[str, Any],
+                         dependencies: List[str], which: str) -> None:
+    """A broker of the compose file in deploy/<layout>/: built from
+    deploy/Dockerfile, and started once every one of `dependencies` is healthy."""
+    build = broker.get("build", {})
+    dockerfile = (DEPLOY / layout / build.get("context", ".")
+                  / build.get("dockerfile", "Dockerfile"))
+    check(f"{layout} compose: {name} builds from deploy/Dockerfile",
+          dockerfile.resolve() == DEPLOY / "Dockerfile", str(dockerfile))
+    waits_for = broker.get("depends_on", {})
+    check(f"{layout} compose: {name} starts once {which} is healthy",
+          isinstance(waits_for, dict) and all(
+              waits_for.get(n, {}).get("condition") == "service_healthy" for n in dependencies))
+
+
+def check_published_ports(layout: str, services: Dict[str, Any], brokers: List[str]) -> None:
+    """Only the brokers publish ports, one each, on loopback."""
+    published = [str(p) for s in services.values() for p in s.get("ports", [])]
+    check(f"{layout} compose: ports published on 127.0.0.1 only",
+          published and all(p.startswith("127.0.0.1:") for p in published), str(published))
+    host_ports = [p.split(":")[1] for p in published]
+    check(f"{layout} compose: each broker on a port of its own, and nothing else published",
+          len(host_ports) == len(set(host_ports)) == len(brokers)
+          and all(services[b].get("ports") for b in brokers), str(published))
+
+
 def check_quorum_compose() -> None:
     compose = load_all(DEPLOY / "quorum" / "docker-compose.yml")[0]
     services: Dict[str, Any] = compose.get("services", {})
@@ -266,23 +292,11 @@ def check_quorum_compose() -> None:
               timeout.isdigit() and int(timeout) > 0, timeout)
         check_broker_env(environment(broker), f"quorum compose: {name}")
         node_lists.append(urls)
-        build = broker.get("build", {})
-        dockerfile = (DEPLOY / "quorum" / build.get("context", ".")
-                      / build.get("dockerfile", "Dockerfile"))
-        check(f"quorum compose: {name} builds from deploy/Dockerfile",
-              dockerfile.resolve() == DEPLOY / "Dockerfile", str(dockerfile))
-        waits_for = broker.get("depends_on", {})
-        check(f"quorum compose: {name} starts once every node is healthy",
-              all(waits_for.get(n, {}).get("condition") == "service_healthy" for n in nodes))
+        check_broker_service("quorum", name, broker, nodes, "every node")
     check("quorum compose: every broker lists the same nodes in the same order",
           node_lists and all(urls == node_lists[0] for urls in node_lists))
 
-    published = [str(p) for s in services.values() for p in s.get("ports", [])]
-    check("quorum compose: ports published on 127.0.0.1 only",
-          published and all(p.startswith("127.0.0.1:") for p in published), str(published))
-    host_ports = [p.split(":")[1] for p in published]
-    check("quorum compose: each broker on a port of its own",
-          len(host_ports) == len(set(host_ports)) == len(brokers), str(published))
+    check_published_ports("quorum", services, brokers)
 
 
 # -- docker compose, sentinel mode -----------------------------------------------------
@@ -412,26 +426,12 @@ def check_sentinel_compose() -> None:
               numbers and int(acked) <= len(servers) - 2, f"{acked} of {len(servers) - 2}")
         check_broker_env(env, f"sentinel compose: {name}")
         broker_views.append((sorted(listed), service))
-        build = broker.get("build", {})
-        dockerfile = (DEPLOY / "sentinel" / build.get("context", ".")
-                      / build.get("dockerfile", "Dockerfile"))
-        check(f"sentinel compose: {name} builds from deploy/Dockerfile",
-              dockerfile.resolve() == DEPLOY / "Dockerfile", str(dockerfile))
-        waits_for = broker.get("depends_on", {})
-        check(f"sentinel compose: {name} starts once every Redis server and Sentinel is healthy",
-              isinstance(waits_for, dict) and all(
-                  waits_for.get(n, {}).get("condition") == "service_healthy"
-                  for n in servers + sentinels))
+        check_broker_service("sentinel", name, broker, servers + sentinels,
+                             "every Redis server and Sentinel")
     check("sentinel compose: every broker lists the same Sentinels and service name",
           broker_views and all(view == broker_views[0] for view in broker_views))
 
-    published = [str(p) for s in services.values() for p in s.get("ports", [])]
-    check("sentinel compose: ports published on 127.0.0.1 only",
-          published and all(p.startswith("127.0.0.1:") for p in published), str(published))
-    host_ports = [p.split(":")[1] for p in published]
-    check("sentinel compose: each broker on a port of its own, and nothing else published",
-          len(host_ports) == len(set(host_ports)) == len(brokers)
-          and all(services[b].get("ports") for b in brokers), str(published))
+    check_published_ports("sentinel", services, brokers)
 
 
 # -- Kubernetes ------------------------------------------------------------------------

@@ -208,8 +208,13 @@ impl RedisLockStore {
         if let (true, None, Some(observer)) = (acquired.floor_raised, epoch, &self.inner.observer) {
             observer.fence_floor_raised();
         }
-        self.grant_acknowledged(client, params.name, acquired.outcome)
-            .await
+        if self.inner.settings.replica_ack.is_none() {
+            return Ok(acquired.outcome);
+        }
+        // Boxed: the wait for replicas holds fred command futures of several
+        // KiB, and a waiting acquire carries this future's size for its whole
+        // wait (docs/performance.md, memory).
+        Box::pin(self.grant_acknowledged(client, params.name, acquired.outcome)).await
     }
 
     /// Quorum mode: undoes a grant that no majority made: releases `token`

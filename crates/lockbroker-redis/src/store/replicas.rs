@@ -30,19 +30,27 @@ async fn replicas_acknowledging(client: &Client, ack: ReplicaAck) -> Result<u32,
     Ok(u32::try_from(acked).unwrap_or(0))
 }
 
-/// Whether enough replicas acknowledged, and how many did, for messages.
-fn tally(acked: &Result<u32, StoreError>, ack: ReplicaAck) -> (bool, String) {
-    match acked {
-        Ok(count) => (*count >= ack.replicas, count.to_string()),
-        Err(_) => (false, "an unknown number".to_owned()),
-    }
-}
-
 impl RedisLockStore {
-    fn ack_missed(&self, step: &'static str) {
+    /// After a `step` (`acquire`, `extend`, `release`) that changed a lease
+    /// on `client`'s connection, waits for the replicas. `None` when no
+    /// acknowledgement is required or enough replicas gave it; otherwise the
+    /// miss is counted and described, e.g. "reached 0 of the 1 replicas
+    /// required within 100 ms".
+    async fn shortfall(&self, client: &Client, step: &'static str) -> Option<String> {
+        let ack = self.inner.settings.replica_ack?;
+        let count = match replicas_acknowledging(client, ack).await {
+            Ok(count) if count >= ack.replicas => return None,
+            Ok(count) => count.to_string(),
+            Err(_) => "an unknown number".to_owned(),
+        };
         if let Some(observer) = &self.inner.observer {
             observer.replica_ack_missed(step);
         }
+        Some(format!(
+            "reached {count} of the {} replicas required within {} ms",
+            ack.replicas,
+            ack.timeout.as_millis()
+        ))
     }
 
     /// A grant stands only once enough replicas have it; otherwise it is
@@ -53,16 +61,12 @@ impl RedisLockStore {
         name: &LockName,
         outcome: AcquireOutcome,
     ) -> Result<AcquireOutcome, StoreError> {
-        let (Some(ack), AcquireOutcome::Granted(lease)) =
-            (self.inner.settings.replica_ack, &outcome)
-        else {
+        let AcquireOutcome::Granted(lease) = &outcome else {
             return Ok(outcome);
         };
-        let (enough, count) = tally(&replicas_acknowledging(client, ack).await, ack);
-        if enough {
+        let Some(shortfall) = self.shortfall(client, "acquire").await else {
             return Ok(outcome);
-        }
-        self.ack_missed("acquire");
+        };
         let release = ReleaseCall {
             name,
             token: &lease.token,
@@ -73,9 +77,7 @@ impl RedisLockStore {
             Err(_) => "left to expire at its TTL",
         };
         Err(StoreError::Unavailable(format!(
-            "the grant reached {count} of the {} replicas required within {} ms and was {undone}",
-            ack.replicas,
-            ack.timeout.as_millis()
+            "the grant {shortfall} and was {undone}"
         )))
     }
 
@@ -86,42 +88,34 @@ impl RedisLockStore {
         client: &Client,
         outcome: ExtendOutcome,
     ) -> Result<ExtendOutcome, StoreError> {
-        let (Some(ack), ExtendOutcome::Extended(_)) = (self.inner.settings.replica_ack, &outcome)
-        else {
-            return Ok(outcome);
-        };
-        let (enough, count) = tally(&replicas_acknowledging(client, ack).await, ack);
-        if enough {
+        if !matches!(outcome, ExtendOutcome::Extended(_)) {
             return Ok(outcome);
         }
-        self.ack_missed("extend");
-        Err(StoreError::Unavailable(format!(
-            "the extend reached {count} of the {} replicas required within {} ms: count only on \
-             the lease's earlier expiry",
-            ack.replicas,
-            ack.timeout.as_millis()
-        )))
+        match self.shortfall(client, "extend").await {
+            None => Ok(outcome),
+            Some(shortfall) => Err(StoreError::Unavailable(format!(
+                "the extend {shortfall}: count only on the lease's earlier expiry"
+            ))),
+        }
     }
 
-    /// A release is done on the primary either way; the answer says whether
-    /// enough replicas have it.
+    /// A release is done on the primary either way; with acknowledgement
+    /// required, the answer says whether enough replicas have it.
     pub(super) async fn release_acknowledged(
         &self,
         client: &Client,
         outcome: ReleaseOutcome,
     ) -> ReleaseOutcome {
-        let (Some(ack), ReleaseOutcome::Released(release)) =
-            (self.inner.settings.replica_ack, &outcome)
-        else {
+        let ReleaseOutcome::Released(release) = outcome else {
             return outcome;
         };
-        let (enough, _) = tally(&replicas_acknowledging(client, ack).await, ack);
-        if !enough {
-            self.ack_missed("release");
+        if self.inner.settings.replica_ack.is_none() {
+            return outcome;
         }
+        let missed = self.shortfall(client, "release").await.is_some();
         ReleaseOutcome::Released(Release {
-            acknowledged: Some(enough),
-            ..*release
+            acknowledged: Some(!missed),
+            ..release
         })
     }
 }

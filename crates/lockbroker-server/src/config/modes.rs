@@ -13,13 +13,13 @@ pub(super) fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
     if redis.mode != RedisMode::Quorum && !redis.nodes.is_empty() {
         return Err(invalid(format!(
             "redis.nodes lists quorum nodes but redis.mode is \"{}\": set redis.mode = \"quorum\" to use them",
-            mode_name(redis.mode)
+            redis.mode.as_str()
         )));
     }
     if redis.mode != RedisMode::Sentinel && !redis.sentinels.is_empty() {
         return Err(invalid(format!(
             "redis.sentinels lists Sentinels but redis.mode is \"{}\": set redis.mode = \"sentinel\" to use them",
-            mode_name(redis.mode)
+            redis.mode.as_str()
         )));
     }
     check_replica_ack(redis)?;
@@ -50,14 +50,6 @@ fn check_replica_ack(redis: &RedisConfig) -> Result<(), ConfigError> {
         )));
     }
     Ok(())
-}
-
-fn mode_name(mode: RedisMode) -> &'static str {
-    match mode {
-        RedisMode::Single => "single",
-        RedisMode::Sentinel => "sentinel",
-        RedisMode::Quorum => "quorum",
-    }
 }
 
 /// Sentinel mode: at least one Sentinel, each `host:port`, and the name

@@ -85,6 +85,17 @@ pub enum RedisMode {
     Quorum,
 }
 
+impl RedisMode {
+    /// The mode as `redis.mode` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Single => "single",
+            Self::Sentinel => "sentinel",
+            Self::Quorum => "quorum",
+        }
+    }
+}
+
 /// The Redis crate's defaults, so the two never disagree.
 impl Default for RedisConfig {
     fn default() -> Self {
