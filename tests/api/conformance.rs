@@ -1,20 +1,23 @@
 //! The Redis store passes the store conformance suite, against a real
-//! `redis-server` of its own, reached directly and through a Sentinel.
+//! `redis-server` of its own, reached directly and through a Sentinel, and
+//! against a Redis Cluster of three primaries.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockbroker_core::conformance::Backend;
 use lockbroker_core::LockStore;
-use lockbroker_redis::{RedisLockStore, RedisSettings, SentinelSettings};
+use lockbroker_redis::{ClusterSettings, RedisLockStore, RedisSettings, SentinelSettings};
+use lockbroker_tests::cluster::RedisCluster;
 use lockbroker_tests::sentinel::{start_sentinel, Sentinel, SERVICE_NAME};
 use lockbroker_tests::RedisServer;
 
 /// Brokers on one `redis-server`, each a store with its own connections,
-/// finding it at its URL or through a Sentinel.
+/// finding it at its URL or through a Sentinel; or brokers on a cluster.
 struct Redis {
     server: RedisServer,
     sentinel: Option<Sentinel>,
+    cluster: Option<RedisCluster>,
     prefix: String,
     brokers: AtomicU32,
 }
@@ -26,6 +29,7 @@ impl Redis {
         Self {
             server: RedisServer::start(),
             sentinel: None,
+            cluster: None,
             prefix: format!("conf{}", NEXT.fetch_add(1, Ordering::Relaxed)),
             brokers: AtomicU32::new(0),
         }
@@ -36,6 +40,15 @@ impl Redis {
         Self {
             sentinel: Some(start_sentinel(redis.server.port(), 1)),
             ..redis
+        }
+    }
+
+    fn cluster() -> Self {
+        let cluster = RedisCluster::start(3, 0);
+        Self {
+            server: RedisServer::start_cluster_node(),
+            cluster: Some(cluster),
+            ..Self::start()
         }
     }
 }
@@ -54,9 +67,17 @@ impl Backend for Redis {
                 service_name: SERVICE_NAME.to_owned(),
                 auth: Default::default(),
             }),
+            cluster: self.cluster.as_ref().map(|cluster| ClusterSettings {
+                seeds: vec![("127.0.0.1".to_owned(), cluster.ports()[0])],
+            }),
             ..RedisSettings::default()
         };
         let store = RedisLockStore::connect(settings).expect("store");
+        if self.cluster.is_some() {
+            // Subscribed lock by lock, as waiters watch them.
+            wait_until_ready(&store).await;
+            return store;
+        }
         let brokers = i64::from(self.brokers.fetch_add(1, Ordering::Relaxed) + 1);
         // Ready, and subscribed to the wake channel, before the case begins.
         let channel = format!("{}:wake", self.prefix);
@@ -73,7 +94,26 @@ impl Backend for Redis {
     }
 
     async fn lose_data(&self) {
-        self.server.conn().cmd(&["FLUSHALL"]);
+        match &self.cluster {
+            Some(cluster) => {
+                for port in cluster.primaries() {
+                    lockbroker_tests::redis::Conn::open(port)
+                        .expect("connect")
+                        .cmd(&["FLUSHALL"]);
+                }
+            }
+            None => {
+                self.server.conn().cmd(&["FLUSHALL"]);
+            }
+        }
+    }
+}
+
+async fn wait_until_ready(store: &RedisLockStore) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while store.ping().await.is_err() {
+        assert!(Instant::now() < deadline, "the store never became ready");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -83,4 +123,10 @@ mod sentinel {
     use super::Redis;
 
     lockbroker_core::store_conformance!(Redis::behind_sentinel());
+}
+
+mod cluster {
+    use super::Redis;
+
+    lockbroker_core::store_conformance!(Redis::cluster());
 }

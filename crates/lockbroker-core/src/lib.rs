@@ -44,5 +44,6 @@ pub use service::{Grant, LockService};
 pub use store::ForceReleaseOutcome;
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
+    Watch,
 };
 pub use wait::{Wake, WakeStream};

@@ -18,6 +18,7 @@ use crate::policy::{AcquirePlan, AcquireRequest, LockPolicy};
 use crate::store::ForceReleaseOutcome;
 use crate::store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
+    Watch,
 };
 use crate::wait::{WaitMode, Waiters, Wake};
 
@@ -192,6 +193,9 @@ impl<S: LockStore> LockService<S> {
             }
             Err(error) => return Err(error),
         };
+        // Before the first attempt: a release between a busy answer and the
+        // watch would go unheard.
+        let _watch = Watch::start(&self.store, attempt.name).await;
         let mut queue_exit = attempt.fair_id.as_deref().map(|waiter_id| QueueExit {
             service: self,
             name: attempt.name,

@@ -191,6 +191,23 @@ pub trait LockStore: Send + Sync + 'static {
         waiter_id: &str,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
+    /// Makes sure announcements of `name` reach this broker's stream
+    /// ([`LockStore::take_wakes`]) from the moment this returns, for as long
+    /// as any watch of it lasts: the service calls it before a waiter's first
+    /// attempt and pairs it with one [`LockStore::unwatch`] (through
+    /// [`Watch`]). A store whose one subscription carries every lock's
+    /// announcements has nothing to do; one that subscribes per lock (a
+    /// Redis Cluster's sharded channels) subscribes here.
+    fn watch(&self, name: &LockName) -> impl Future<Output = ()> + Send {
+        let _ = name;
+        async {}
+    }
+
+    /// Ends one [`LockStore::watch`] of `name`.
+    fn unwatch(&self, name: &LockName) {
+        let _ = name;
+    }
+
     /// The stream of release announcements from every broker sharing this
     /// store, taken once by the service that owns the store. `None` for a
     /// store that cannot announce releases (waiters then wake on expiry only).
@@ -201,4 +218,24 @@ pub trait LockStore: Send + Sync + 'static {
     /// reconnect). The service keeps releasing such an orphaned token for this
     /// long, or until the lease's TTL, whichever is shorter.
     fn orphan_window(&self) -> Duration;
+}
+
+/// One waiter's watch on a lock's announcements, ended when dropped.
+pub struct Watch<'a, S: LockStore> {
+    store: &'a S,
+    name: &'a LockName,
+}
+
+impl<'a, S: LockStore> Watch<'a, S> {
+    /// Watches `name` on `store` until the returned value is dropped.
+    pub async fn start(store: &'a S, name: &'a LockName) -> Self {
+        store.watch(name).await;
+        Self { store, name }
+    }
+}
+
+impl<S: LockStore> Drop for Watch<'_, S> {
+    fn drop(&mut self) {
+        self.store.unwatch(self.name);
+    }
 }

@@ -11,8 +11,14 @@ end
 -- Tells every broker that a lock freed (kind 'released') or that a fair
 -- waiter is now first in line (kind 'turn'), as one Pub/Sub message:
 -- '<broker id> <kind> <lock name> <fair waiter id, or ->'. wakes.rs reads it.
+-- A channel with a hash tag is the lock's own in a Redis Cluster (key
+-- prefixes cannot hold braces): it is published on the lock's shard only.
 local function announce(channel, broker_id, kind, name, waiter)
-  redis.call('PUBLISH', channel, broker_id .. ' ' .. kind .. ' ' .. name .. ' ' .. (waiter or '-'))
+  local command = 'PUBLISH'
+  if string.find(channel, '{', 1, true) then
+    command = 'SPUBLISH'
+  end
+  redis.call(command, channel, broker_id .. ' ' .. kind .. ' ' .. name .. ' ' .. (waiter or '-'))
 end
 
 -- Quorum mode: raises a node's lease horizon (the latest instant, ms, that

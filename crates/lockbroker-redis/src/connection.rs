@@ -14,7 +14,8 @@ use fred::rustls::pki_types::pem::PemObject;
 use fred::rustls::pki_types::CertificateDer;
 use fred::rustls::{ClientConfig, RootCertStore};
 use fred::types::config::{
-    Config, ReconnectPolicy, Server, ServerConfig, TlsConnector, UnresponsiveConfig,
+    ClusterDiscoveryPolicy, Config, ReconnectPolicy, Server, ServerConfig, TlsConnector,
+    UnresponsiveConfig,
 };
 use fred::types::Builder;
 use lockbroker_core::StoreError;
@@ -48,6 +49,9 @@ pub struct RedisSettings {
     /// Set to find the primary through Redis Sentinel instead of at `url`
     /// (whose database number, credentials and TLS still apply).
     pub sentinel: Option<SentinelSettings>,
+    /// Set to use a Redis Cluster found through these seed nodes instead of
+    /// the one server at `url` (whose credentials and TLS still apply).
+    pub cluster: Option<ClusterSettings>,
     /// Set to wait, after every script that changes a lease, for replicas
     /// to acknowledge it (`WAIT` on the same connection).
     pub replica_ack: Option<ReplicaAck>,
@@ -61,6 +65,15 @@ pub struct ReplicaAck {
     pub replicas: u32,
     /// The longest wait for them.
     pub timeout: Duration,
+}
+
+/// The seed nodes of a Redis Cluster: the broker learns every primary and
+/// the slots it serves from any one of them, and follows the cluster as it
+/// changes (redirects, resharding, failovers).
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    /// Seed nodes, as host and port.
+    pub seeds: Vec<(String, u16)>,
 }
 
 /// Where the Sentinels are and what they call the primary.
@@ -88,6 +101,7 @@ impl Default for RedisSettings {
             auth: RedisAuth::default(),
             tls_ca_path: None,
             sentinel: None,
+            cluster: None,
             replica_ack: None,
         }
     }
@@ -148,6 +162,16 @@ impl Connections {
                 service_name: sentinel.service_name.clone(),
                 username: sentinel.auth.username.clone(),
                 password: sentinel.auth.password.clone(),
+            };
+        }
+        if let Some(cluster) = &settings.cluster {
+            config.server = ServerConfig::Clustered {
+                hosts: cluster
+                    .seeds
+                    .iter()
+                    .map(|(host, port)| Server::new(host.as_str(), *port))
+                    .collect(),
+                policy: ClusterDiscoveryPolicy::default(),
             };
         }
         // Keep trying on the first connection too, instead of giving up.

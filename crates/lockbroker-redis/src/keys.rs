@@ -89,6 +89,15 @@ impl KeyLayout {
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.prefix)
     }
+
+    /// Cluster mode: the sharded Pub/Sub channel of one lock's
+    /// announcements, `{prefix}:{<name>}:wake`. Its hash tag puts it in the
+    /// lock's slot, where a script may publish to it (`SPUBLISH`) and only
+    /// the shard serving the lock carries the message; brokers subscribe to
+    /// it while they have waiters for the lock.
+    pub fn lock_wake_channel(&self, name: &LockName) -> String {
+        format!("{}:{{{}}}:wake", self.prefix, name)
+    }
 }
 
 #[cfg(test)]
@@ -115,5 +124,9 @@ mod tests {
         let name = LockName::parse("billing:42").expect("valid");
         assert_eq!(keys.lease(&name), "lockbroker:{billing:42}:lease");
         assert_eq!(keys.fence(&name), "lockbroker:{billing:42}:fence");
+        assert_eq!(
+            keys.lock_wake_channel(&name),
+            "lockbroker:{billing:42}:wake"
+        );
     }
 }

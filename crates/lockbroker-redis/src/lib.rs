@@ -11,6 +11,8 @@
 //!   [`scripts::calls`], one typed definition of each script's keys,
 //!   arguments and reply.
 //! - [`wakes`]: release announcements between brokers, read in one place.
+//! - [`cluster`]: what cluster mode asks the cluster (its primaries, their
+//!   versions).
 //! - [`store`]: [`RedisLockStore`], the [`lockbroker_core::LockStore`] for Redis.
 //! - [`quorum`]: [`quorum::QuorumStore`], the store over a majority of
 //!   independent Redis primaries (Redlock, with a fence a majority keeps).
@@ -19,6 +21,7 @@
 //! An acquire reads `store.rs` (`acquire`) -> `scripts/calls.rs`
 //! (`AcquireCall`) -> `scripts/acquire.lua`.
 
+pub mod cluster;
 pub mod connection;
 pub mod keys;
 pub mod mode;
@@ -27,7 +30,7 @@ pub mod scripts;
 pub mod store;
 pub mod wakes;
 
-pub use connection::{RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
+pub use connection::{ClusterSettings, RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
 pub use keys::KeyLayout;
 pub use mode::RedisStore;
 pub use store::{QuorumEvent, RedisLockStore, StoreObserver};

@@ -15,7 +15,8 @@ use crate::store::RedisLockStore;
 /// A lock store over one Redis, or over a quorum of independent ones.
 #[derive(Clone)]
 pub enum RedisStore {
-    /// One Redis, at its URL or the primary Sentinel names.
+    /// One Redis, at its URL or the primary Sentinel names, or a Redis
+    /// Cluster.
     Single(RedisLockStore),
     /// A majority of N independent Redis primaries.
     Quorum(QuorumStore),
@@ -35,6 +36,15 @@ impl RedisStore {
     /// Closes every connection.
     pub async fn disconnect(&self) {
         each!(self, store => store.disconnect().await)
+    }
+
+    /// Why the servers cannot be used by this mode, when they answer that
+    /// they cannot (see [`RedisLockStore::unsupported_server`]).
+    pub async fn unsupported_server(&self) -> Option<String> {
+        match self {
+            RedisStore::Single(store) => store.unsupported_server().await,
+            RedisStore::Quorum(_) => None,
+        }
     }
 }
 
@@ -79,6 +89,14 @@ impl LockStore for RedisStore {
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
         each!(self, store => store.leave_queue(name, waiter_id).await)
+    }
+
+    async fn watch(&self, name: &LockName) {
+        each!(self, store => store.watch(name).await)
+    }
+
+    fn unwatch(&self, name: &LockName) {
+        each!(self, store => store.unwatch(name))
     }
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {

@@ -160,10 +160,24 @@ pub struct ScriptContext {
     pub broker_id: String,
     /// The Pub/Sub channel of announcements.
     pub wake_channel: String,
+    /// Cluster mode: each lock announces on a sharded channel of its own
+    /// ([`KeyLayout::lock_wake_channel`]) instead of `wake_channel`.
+    pub wakes_per_lock: bool,
     /// One node of a quorum: scripts that set an expiry also raise the
     /// node's lease horizon, and fair queues are ordered by the broker's
     /// arrival times so that every node's copy agrees.
     pub quorum_node: bool,
+}
+
+impl ScriptContext {
+    /// Where `name`'s releases are announced.
+    pub fn wake_channel_of(&self, name: &lockbroker_core::LockName) -> String {
+        if self.wakes_per_lock {
+            self.keys.lock_wake_channel(name)
+        } else {
+            self.wake_channel.clone()
+        }
+    }
 }
 
 /// One call of one script: its keys and arguments in the order the Lua reads

@@ -1,22 +1,23 @@
 //! [`RedisLockStore`]: the [`LockStore`] for Redis. Each step is one script
 //! call through its typed definition in [`crate::scripts::calls`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, KeysInterface};
+use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, ForceReleaseOutcome, LeaseToken,
-    ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
-    StoreError, Ttl, Wake, WakeStream,
+    ListRequest, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl, Wake,
+    WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
 
+use crate::cluster::{self, Versions};
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
@@ -24,11 +25,16 @@ use crate::scripts::calls::{
     LeaveQueueCall, ProbeCall, ReadmitCall, ReleaseCall, StatusCall,
 };
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
-use crate::wakes::forward_wakes;
+use crate::wakes::{forward_wakes, Subscription};
+use watches::Watches;
 
+mod listing;
 mod replicas;
+pub(crate) mod watches;
 
-/// A [`LockStore`] over one Redis (or one Redis Cluster, thanks to hash tags).
+/// A [`LockStore`] over one Redis, the primary Sentinel names, or a Redis
+/// Cluster (every lock's keys share a hash tag, so each script runs on the
+/// one shard serving the lock).
 ///
 /// Cheap to clone: clones share the pool.
 #[derive(Clone)]
@@ -51,6 +57,10 @@ struct Inner {
     observer: Option<Arc<dyn StoreObserver>>,
     /// Quorum mode: this node's place in the node list.
     node_index: Option<usize>,
+    /// Cluster mode: the lock channels this broker subscribes to.
+    watches: Option<Watches>,
+    /// Cluster mode: every primary was seen to run a Redis new enough.
+    versions_checked: AtomicBool,
 }
 
 /// Receives what the store measures, for metrics. Called on the request path:
@@ -88,9 +98,6 @@ pub enum QuorumEvent {
     GrantRolledBack,
 }
 
-/// The most `SCAN` calls one page of a listing makes.
-const MAX_SCAN_ROUNDS: usize = 8;
-
 impl RedisLockStore {
     /// Builds the clients and starts connecting in the background.
     pub fn connect(settings: RedisSettings) -> Result<Self, StoreError> {
@@ -123,8 +130,17 @@ impl RedisLockStore {
     ) -> Result<Self, StoreError> {
         let connections = Connections::open(&settings)?;
         let keys = KeyLayout::new(settings.key_prefix.clone());
+        let clustered = settings.cluster.is_some();
+        let watches = clustered.then(|| {
+            Watches::new(
+                connections.subscriber.clone(),
+                keys.clone(),
+                settings.command_timeout,
+            )
+        });
         let context = ScriptContext {
             wake_channel: keys.wake_channel(),
+            wakes_per_lock: clustered,
             keys,
             fence_idle_ms: millis(settings.fence_idle),
             release_memo_ms: millis(settings.release_memo),
@@ -133,9 +149,14 @@ impl RedisLockStore {
         };
         let (wake_tx, wake_rx) = unbounded_channel();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let subscription = if clustered {
+                Subscription::PerLock
+            } else {
+                Subscription::Shared(context.wake_channel.clone())
+            };
             runtime.spawn(forward_wakes(
                 connections.subscriber.clone(),
-                context.wake_channel.clone(),
+                subscription,
                 context.broker_id.clone(),
                 wake_tx,
             ));
@@ -150,6 +171,8 @@ impl RedisLockStore {
                 wakes: WakeStream::new(wake_rx),
                 observer,
                 node_index,
+                watches,
+                versions_checked: AtomicBool::new(false),
             }),
         })
     }
@@ -157,6 +180,20 @@ impl RedisLockStore {
     /// Closes every connection.
     pub async fn disconnect(&self) {
         self.inner.connections.close().await;
+    }
+
+    /// Cluster mode: why this cluster cannot be used (a primary runs Redis
+    /// older than [`cluster::MIN_VERSION`]), if it answers within the
+    /// connect and command timeouts. `None` when it can, when it does not
+    /// answer in time (readiness keeps asking), and outside cluster mode.
+    pub async fn unsupported_server(&self) -> Option<String> {
+        self.inner.settings.cluster.as_ref()?;
+        let settings = &self.inner.settings;
+        let limit = settings.connect_timeout + settings.command_timeout;
+        match tokio::time::timeout(limit, cluster::check_versions(self.client())).await {
+            Ok(Ok(Versions::TooOld(why))) => Some(why),
+            _ => None,
+        }
     }
 
     fn client(&self) -> &Client {
@@ -262,11 +299,22 @@ impl RedisLockStore {
         let keys = call.keys(&inner.context);
         let args = call.args(&inner.context);
         let started = Instant::now();
-        // fred's command future is about 7 KiB: boxed, it is built once in
-        // place, and the futures of callers (a waiting acquire among them)
-        // hold a pointer instead of carrying it through every await.
-        let result: Result<Value, _> =
-            Box::pin(script.evalsha_with_reload(client, keys, args)).await;
+        let mut result: Result<Value, _>;
+        loop {
+            // fred's command future is about 7 KiB: boxed, it is built once
+            // in place, and the futures of callers (a waiting acquire among
+            // them) hold a pointer instead of carrying it through every await.
+            result = Box::pin(script.evalsha_with_reload(client, keys.clone(), args.clone())).await;
+            // Cluster mode: while a resharding moves the lock's slot, a
+            // script whose keys are split between the two nodes runs on
+            // neither (`TRYAGAIN`); it is sent again until the move ends,
+            // within the command timeout.
+            let moving = matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN"));
+            if !moving || started.elapsed() >= inner.settings.command_timeout {
+                break;
+            }
+            tokio::time::sleep(TRYAGAIN_PAUSE).await;
+        }
         if let Some(observer) = &inner.observer {
             let elapsed = started.elapsed();
             observer.script_finished(C::SCRIPT.as_str(), elapsed);
@@ -298,7 +346,7 @@ impl LockStore for RedisLockStore {
             max_hold_ms,
         };
         let outcome = self.call_on(client, &call).await?;
-        self.extend_acknowledged(client, outcome).await
+        self.extend_acknowledged(client, name, outcome).await
     }
 
     async fn release(
@@ -313,7 +361,7 @@ impl LockStore for RedisLockStore {
             requeue: None,
         };
         let outcome = self.call_on(client, &call).await?;
-        Ok(self.release_acknowledged(client, outcome).await)
+        Ok(self.release_acknowledged(client, name, outcome).await)
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
@@ -323,6 +371,27 @@ impl LockStore for RedisLockStore {
     async fn ping(&self) -> Result<(), StoreError> {
         let client = self.client();
         let _: Value = client.ping(None).await.map_err(store_error)?;
+        // Each client of the pool routes by its own copy of the slot map,
+        // and refuses commands until it has one.
+        let pool = &self.inner.connections.pool;
+        if self.inner.settings.cluster.is_some()
+            && pool
+                .clients()
+                .iter()
+                .any(|c| c.num_primary_cluster_nodes() == 0)
+        {
+            return Err(StoreError::Unavailable(
+                "not connected to the Redis Cluster yet".into(),
+            ));
+        }
+        if self.inner.settings.cluster.is_some()
+            && !self.inner.versions_checked.load(Ordering::Relaxed)
+        {
+            if let Versions::TooOld(why) = cluster::check_versions(client).await? {
+                return Err(StoreError::Unavailable(why));
+            }
+            self.inner.versions_checked.store(true, Ordering::Relaxed);
+        }
         self.inner
             .scripts
             .ensure_loaded(client)
@@ -334,53 +403,7 @@ impl LockStore for RedisLockStore {
     }
 
     async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
-        let keys = &self.inner.context.keys;
-        let client = self.client();
-        let pattern = keys.lease_pattern(&request.prefix);
-        let limit = request.limit.get();
-        let count = u32::try_from(limit).unwrap_or(u32::MAX);
-        let mut cursor = request.cursor.get();
-        let mut names = Vec::new();
-        // SCAN, never KEYS: each round visits about `limit` keys. A few rounds
-        // fill a page when matches are sparse, and no more, so a keyspace full
-        // of other keys cannot make one request slow.
-        for _ in 0..MAX_SCAN_ROUNDS {
-            let reply: Value = client
-                .scan_page(cursor.to_string(), pattern.as_str(), Some(count), None)
-                .await
-                .map_err(store_error)?;
-            let (next, found) = scan_reply(reply)?;
-            names.extend(found.iter().filter_map(|key| keys.lock_of_lease_key(key)));
-            cursor = next;
-            if cursor == 0 || names.len() >= limit {
-                break;
-            }
-        }
-        names.sort();
-        names.dedup();
-        // Each lock is read by the status script, one key set per call, so the
-        // listing also works where a lock's keys live on their own Cluster slot.
-        let mut reads = tokio::task::JoinSet::new();
-        for name in names {
-            let store = self.clone();
-            reads.spawn(async move {
-                let status = store.status(&name).await;
-                (name, status)
-            });
-        }
-        let mut locks = Vec::new();
-        while let Some(read) = reads.join_next().await {
-            let (name, status) = read.map_err(|e| StoreError::Protocol(e.to_string()))?;
-            let status = status?;
-            if status.held || status.available_in_ms > 0 {
-                locks.push(LockEntry { name, status });
-            }
-        }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(LockPage {
-            locks,
-            next_cursor: (cursor != 0).then_some(ListCursor::new(cursor)),
-        })
+        self.list_page(request).await
     }
 
     async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
@@ -389,6 +412,18 @@ impl LockStore for RedisLockStore {
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
         self.call(&LeaveQueueCall { name, waiter_id }).await
+    }
+
+    async fn watch(&self, name: &LockName) {
+        if let Some(watches) = &self.inner.watches {
+            watches.watch(name).await;
+        }
+    }
+
+    fn unwatch(&self, name: &LockName) {
+        if let Some(watches) = &self.inner.watches {
+            watches.unwatch(name);
+        }
     }
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
@@ -400,29 +435,9 @@ impl LockStore for RedisLockStore {
     }
 }
 
-/// Reads a `SCAN` reply: the next cursor and the keys of this round.
-fn scan_reply(reply: Value) -> Result<(u64, Vec<String>), StoreError> {
-    let malformed = || StoreError::Protocol("malformed SCAN reply".into());
-    let Value::Array(mut parts) = reply else {
-        return Err(malformed());
-    };
-    if parts.len() != 2 {
-        return Err(malformed());
-    }
-    let keys = parts.pop().ok_or_else(malformed)?;
-    let cursor = parts
-        .pop()
-        .and_then(|c| c.as_string())
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(malformed)?;
-    let Value::Array(keys) = keys else {
-        return Err(malformed());
-    };
-    Ok((
-        cursor,
-        keys.into_iter().filter_map(Value::into_string).collect(),
-    ))
-}
+/// How long a script that met a slot on the move waits before it is sent
+/// again.
+const TRYAGAIN_PAUSE: Duration = Duration::from_millis(10);
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)

@@ -1,32 +1,60 @@
 //! Release announcements between brokers: one Pub/Sub subscription per
-//! process, and the one reader of the message the scripts' `announce`
+//! process (in cluster mode, one sharded channel per lock a waiter here
+//! watches), and the one reader of the message the scripts' `announce`
 //! (`scripts/prelude.lua`) writes.
 
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
-use fred::interfaces::{EventInterface, PubsubInterface};
+use fred::interfaces::{ClusterInterface, EventInterface, PubsubInterface};
 use lockbroker_core::{LockName, Wake};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::time::sleep;
+use tokio::time::{interval, sleep, MissedTickBehavior};
 
-/// Keeps this process subscribed to the wake channel (once; fred subscribes
-/// again after every reconnect) and turns announcements into [`Wake`]s.
+/// What this process subscribes to.
+pub enum Subscription {
+    /// One channel that carries every lock's announcements.
+    Shared(String),
+    /// Cluster mode: each lock's sharded channel, subscribed while this
+    /// broker has waiters for it ([`crate::store::watches`]).
+    PerLock,
+}
+
+/// How often cluster mode compares the slot map with the cluster's own.
+const TOPOLOGY_CHECK: Duration = Duration::from_secs(1);
+
+/// Keeps this process subscribed (fred subscribes again after every
+/// reconnect) and turns announcements into [`Wake`]s.
+///
+/// In cluster mode it also follows the slot map: when slots move (a
+/// resharding, a failover inside the cluster), a lock's channel moves with
+/// its slot and the old shard drops its subscribers, so every channel is
+/// subscribed again where it now lives, and every waiter looks again for
+/// releases announced meanwhile.
 pub async fn forward_wakes(
     subscriber: SubscriberClient,
-    channel: String,
+    subscription: Subscription,
     broker_id: String,
     wakes: UnboundedSender<Wake>,
 ) {
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
-    let _resubscribe = subscriber.manage_subscriptions();
-    let mut backoff = Duration::from_millis(50);
-    while subscriber.subscribe(channel.as_str()).await.is_err() {
-        sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+    let per_lock = matches!(subscription, Subscription::PerLock);
+    // fred's own resubscription sends every kind of subscription, and a
+    // `SUBSCRIBE` without channels fails before it reaches the sharded
+    // ones: in cluster mode they are subscribed again here instead.
+    let _resubscribe = (!per_lock).then(|| subscriber.manage_subscriptions());
+    if let Subscription::Shared(channel) = &subscription {
+        let mut backoff = Duration::from_millis(50);
+        while subscriber.subscribe(channel.as_str()).await.is_err() {
+            sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
     }
+    let mut topology = interval(TOPOLOGY_CHECK);
+    topology.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut slots = slot_map(&subscriber);
     loop {
         let wake = tokio::select! {
             message = messages.recv() => match message {
@@ -37,8 +65,24 @@ pub async fn forward_wakes(
             },
             reconnect = reconnects.recv() => match reconnect {
                 // Releases announced while disconnected were missed.
-                Ok(_) | Err(RecvError::Lagged(_)) => Some(Wake::Resync),
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    if per_lock {
+                        tokio::spawn(resubscribe_lock_channels(subscriber.clone()));
+                    }
+                    Some(Wake::Resync)
+                }
                 Err(RecvError::Closed) => return,
+            },
+            _ = topology.tick(), if per_lock => {
+                let _ = subscriber.sync_cluster().await;
+                let now = slot_map(&subscriber);
+                if now == slots {
+                    None
+                } else {
+                    slots = now;
+                    tokio::spawn(resubscribe_lock_channels(subscriber.clone()));
+                    Some(Wake::Resync)
+                }
             },
         };
         if let Some(wake) = wake {
@@ -47,6 +91,29 @@ pub async fn forward_wakes(
             }
         }
     }
+}
+
+/// Subscribes again to every lock channel the client holds, each on the
+/// shard now serving its slot (one command per channel: channels of
+/// different slots cannot share one `SSUBSCRIBE`).
+async fn resubscribe_lock_channels(subscriber: SubscriberClient) {
+    for channel in subscriber.tracked_shard_channels() {
+        let _ = subscriber.ssubscribe(channel).await;
+    }
+}
+
+/// The slot ranges and the primary serving each, as the client knows them.
+fn slot_map(subscriber: &SubscriberClient) -> Vec<(u16, u16, String)> {
+    subscriber
+        .cached_cluster_state()
+        .map(|state| {
+            state
+                .slots()
+                .iter()
+                .map(|range| (range.start, range.end, range.primary.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Reads `<broker id> released|turn <lock name> <fair waiter id or ->`.

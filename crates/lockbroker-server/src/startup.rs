@@ -95,6 +95,10 @@ impl Application {
                 observer,
             )?),
         };
+        // A cluster of too old a Redis is refused now, not at the first wait.
+        if let Some(why) = store.unsupported_server().await {
+            return Err(StoreError::Unavailable(why).into());
+        }
         let service = Arc::new(LockService::new(store, settings.lock_policy()));
         let metrics_listener = match settings.metrics.listen {
             Some(addr) => Some(

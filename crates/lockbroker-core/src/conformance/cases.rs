@@ -5,7 +5,9 @@ use std::time::Duration;
 use crate::lease::{Fence, LeaseToken, Principal};
 use crate::listing::ListRequest;
 use crate::name::LockPrefix;
-use crate::store::{AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome};
+use crate::store::{
+    AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome, Watch,
+};
 use crate::wait::Wake;
 
 use super::ask::{busy, granted, name, release, run_id, sleep_ms, ttl, Ask};
@@ -278,6 +280,7 @@ pub async fn a_fair_waiter_that_leaves_passes_the_turn_on<B: Backend>(backend: &
     let leaver = Ask::new(10_000).fair("w-leaver");
     let stayer = Ask::new(10_000).fair("w-stayer");
     busy(leaver.on(&store, &lock).await, "leaver");
+    let _watch = Watch::start(&other, &lock).await;
     busy(stayer.on(&other, &lock).await, "stayer");
     release(&store, &lock, &holder).await;
     store.leave_queue(&lock, "w-leaver").await.expect("leave");
@@ -302,11 +305,13 @@ pub async fn releases_are_announced_to_every_broker<B: Backend>(backend: &B) {
     let lock = name(&run_id(), "announced");
     let ask = Ask::new(10_000);
     granted(ask.on(&store, &lock).await, "grant");
+    // The other broker has a waiter: it watches the lock first.
+    let _watch = Watch::start(&other, &lock).await;
     busy(Ask::new(10_000).waiting().on(&other, &lock).await, "waiter");
     release(&store, &lock, &ask).await;
     assert_eq!(
-        next_release_heard(&mut wakes).await,
-        Some(lock),
+        next_release_heard(&mut wakes).await.as_ref(),
+        Some(&lock),
         "the other broker hears the release its waiter waits for"
     );
 }
@@ -318,6 +323,10 @@ pub async fn a_release_nobody_waits_for_is_not_announced<B: Backend>(backend: &B
     let mut wakes = other.take_wakes().expect("the store announces");
     let run = run_id();
     let (quiet, watched) = (name(&run, "quiet"), name(&run, "watched"));
+    let _watches = (
+        Watch::start(&other, &quiet).await,
+        Watch::start(&other, &watched).await,
+    );
     let ask = Ask::new(10_000);
     granted(ask.on(&store, &quiet).await, "grant");
     // A caller that does not wait is turned away without marking the lease.
@@ -336,8 +345,8 @@ pub async fn a_release_nobody_waits_for_is_not_announced<B: Backend>(backend: &B
     );
     release(&store, &watched, &ask).await;
     assert_eq!(
-        next_release_heard(&mut wakes).await,
-        Some(watched),
+        next_release_heard(&mut wakes).await.as_ref(),
+        Some(&watched),
         "the first release heard is the one a waiter waited for"
     );
 }

@@ -27,7 +27,7 @@ fn with_announcement(
     mut args: Vec<String>,
 ) -> Vec<String> {
     args.extend([
-        context.wake_channel.clone(),
+        context.wake_channel_of(name),
         context.broker_id.clone(),
         name.as_str().to_owned(),
     ]);
@@ -85,7 +85,7 @@ impl ScriptCall for AcquireCall<'_> {
             self.fence_floor.to_string(),
             fair.map_or("", |f| f.waiter_id).to_owned(),
             fair.map_or(0, |f| f.entry_ttl_ms).to_string(),
-            context.wake_channel.clone(),
+            context.wake_channel_of(params.name),
             context.broker_id.clone(),
             params.name.as_str().to_owned(),
             params.principal.as_str().to_owned(),

@@ -8,7 +8,10 @@
 //! the write, or not be the one promoted (docs/sentinel.md).
 
 use fred::clients::Client;
-use fred::interfaces::ServerInterface;
+use fred::interfaces::{ClientLike, ServerInterface};
+use fred::types::config::Options;
+use fred::types::ClusterHash;
+use fred::util::redis_keyslot;
 use lockbroker_core::{
     AcquireOutcome, ExtendOutcome, LockName, Release, ReleaseOutcome, StoreError,
 };
@@ -17,13 +20,24 @@ use super::RedisLockStore;
 use crate::connection::{store_error, ReplicaAck};
 use crate::scripts::calls::ReleaseCall;
 
-/// How many replicas acknowledged everything `client` wrote so far, once
-/// `ack.replicas` of them did or `ack.timeout` passed.
-async fn replicas_acknowledging(client: &Client, ack: ReplicaAck) -> Result<u32, StoreError> {
+/// How many replicas acknowledged everything `client` wrote so far to the
+/// server holding `key`, once `ack.replicas` of them did or `ack.timeout`
+/// passed. In a cluster the `WAIT` goes to the shard serving `key`'s slot,
+/// on the connection that ran the script.
+async fn replicas_acknowledging(
+    client: &Client,
+    key: &str,
+    ack: ReplicaAck,
+) -> Result<u32, StoreError> {
     let timeout_ms = i64::try_from(ack.timeout.as_millis())
         .unwrap_or(i64::MAX)
         .max(1);
+    let shard = Options {
+        cluster_hash: Some(ClusterHash::Custom(redis_keyslot(key.as_bytes()))),
+        ..Options::default()
+    };
     let acked: i64 = client
+        .with_options(&shard)
         .wait(i64::from(ack.replicas), timeout_ms)
         .await
         .map_err(store_error)?;
@@ -36,9 +50,15 @@ impl RedisLockStore {
     /// acknowledgement is required or enough replicas gave it; otherwise the
     /// miss is counted and described, e.g. "reached 0 of the 1 replicas
     /// required within 100 ms".
-    async fn shortfall(&self, client: &Client, step: &'static str) -> Option<String> {
+    async fn shortfall(
+        &self,
+        client: &Client,
+        name: &LockName,
+        step: &'static str,
+    ) -> Option<String> {
         let ack = self.inner.settings.replica_ack?;
-        let count = match replicas_acknowledging(client, ack).await {
+        let key = self.inner.context.keys.lease(name);
+        let count = match replicas_acknowledging(client, &key, ack).await {
             Ok(count) if count >= ack.replicas => return None,
             Ok(count) => count.to_string(),
             Err(_) => "an unknown number".to_owned(),
@@ -64,7 +84,7 @@ impl RedisLockStore {
         let AcquireOutcome::Granted(lease) = &outcome else {
             return Ok(outcome);
         };
-        let Some(shortfall) = self.shortfall(client, "acquire").await else {
+        let Some(shortfall) = self.shortfall(client, name, "acquire").await else {
             return Ok(outcome);
         };
         let release = ReleaseCall {
@@ -86,12 +106,13 @@ impl RedisLockStore {
     pub(super) async fn extend_acknowledged(
         &self,
         client: &Client,
+        name: &LockName,
         outcome: ExtendOutcome,
     ) -> Result<ExtendOutcome, StoreError> {
         if !matches!(outcome, ExtendOutcome::Extended(_)) {
             return Ok(outcome);
         }
-        match self.shortfall(client, "extend").await {
+        match self.shortfall(client, name, "extend").await {
             None => Ok(outcome),
             Some(shortfall) => Err(StoreError::Unavailable(format!(
                 "the extend {shortfall}: count only on the lease's earlier expiry"
@@ -104,6 +125,7 @@ impl RedisLockStore {
     pub(super) async fn release_acknowledged(
         &self,
         client: &Client,
+        name: &LockName,
         outcome: ReleaseOutcome,
     ) -> ReleaseOutcome {
         let ReleaseOutcome::Released(release) = outcome else {
@@ -112,7 +134,7 @@ impl RedisLockStore {
         if self.inner.settings.replica_ack.is_none() {
             return outcome;
         }
-        let missed = self.shortfall(client, "release").await.is_some();
+        let missed = self.shortfall(client, name, "release").await.is_some();
         ReleaseOutcome::Released(Release {
             acknowledged: Some(!missed),
             ..release

@@ -6,13 +6,14 @@ use super::validate::invalid;
 use super::ConfigError;
 
 /// The mode's own rules: quorum mode needs an odd number (at least 3) of
-/// distinct servers, sentinel mode at least one Sentinel and a service name;
+/// distinct servers, sentinel mode at least one Sentinel and a service name,
+/// cluster mode at least one seed node;
 /// each mode refuses the others' settings, so a half-changed configuration
 /// does not quietly run in the mode it left.
 pub(super) fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
-    if redis.mode != RedisMode::Quorum && !redis.nodes.is_empty() {
+    if !matches!(redis.mode, RedisMode::Quorum | RedisMode::Cluster) && !redis.nodes.is_empty() {
         return Err(invalid(format!(
-            "redis.nodes lists quorum nodes but redis.mode is \"{}\": set redis.mode = \"quorum\" to use them",
+            "redis.nodes lists nodes but redis.mode is \"{}\": set redis.mode = \"quorum\" or \"cluster\" to use them",
             redis.mode.as_str()
         )));
     }
@@ -27,6 +28,7 @@ pub(super) fn check_redis_mode(redis: &RedisConfig) -> Result<(), ConfigError> {
         RedisMode::Single => Ok(()),
         RedisMode::Sentinel => check_sentinels(redis),
         RedisMode::Quorum => check_quorum(redis),
+        RedisMode::Cluster => check_cluster(redis),
     }
 }
 
@@ -82,6 +84,44 @@ pub(super) fn sentinel_address(address: &str) -> Option<(String, u16)> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let port: u16 = port.parse().ok()?;
     (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
+}
+
+/// Cluster mode: at least one seed node, each a URL of database 0 (a Redis
+/// Cluster has no other).
+fn check_cluster(redis: &RedisConfig) -> Result<(), ConfigError> {
+    if redis.nodes.is_empty() {
+        return Err(invalid(
+            "redis.nodes: cluster mode needs at least one seed node (redis://host:port)",
+        ));
+    }
+    for (at, url) in redis.nodes.iter().enumerate() {
+        if node_server(url).is_none() {
+            return Err(invalid(format!(
+                "redis.nodes: seed node {} is not a redis:// or rediss:// URL with a host",
+                at + 1
+            )));
+        }
+        let database = url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.split_once('/'));
+        if let Some((_, db)) = database.filter(|(_, db)| !matches!(*db, "" | "0")) {
+            return Err(invalid(format!(
+                "redis.nodes: seed node {} names database {db}; a Redis Cluster has only database 0",
+                at + 1
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The host and port of each seed node of a cluster-mode configuration
+/// (already checked by [`check_redis_mode`]).
+pub(super) fn cluster_seeds(redis: &RedisConfig) -> Vec<(String, u16)> {
+    redis
+        .nodes
+        .iter()
+        .filter_map(|url| node_server(url))
+        .collect()
 }
 
 /// Quorum mode: an odd number, at least 3, of distinct servers.

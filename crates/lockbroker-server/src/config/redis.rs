@@ -41,8 +41,9 @@ pub struct RedisConfig {
     #[serde(with = "empty_is_none")]
     pub tls_ca_path: Option<PathBuf>,
     /// Where locks live: `single` (the Redis at `url`), `sentinel` (the
-    /// primary that `sentinels` name for `service_name`) or `quorum` (a
-    /// majority of the independent Redis primaries in `nodes`).
+    /// primary that `sentinels` name for `service_name`), `quorum` (a
+    /// majority of the independent Redis primaries in `nodes`) or `cluster`
+    /// (the Redis Cluster that the seed nodes in `nodes` belong to).
     pub mode: RedisMode,
     /// Sentinel mode: the Sentinels, `host:port` each
     /// (`LOCKBROKER_REDIS_SENTINELS`, comma-separated).
@@ -56,7 +57,9 @@ pub struct RedisConfig {
     #[serde(with = "empty_is_none")]
     pub sentinel_password: Option<String>,
     /// Quorum mode: the nodes, `redis://host:port/db` each; an odd number,
-    /// at least 3 (`LOCKBROKER_REDIS_NODES`, comma-separated).
+    /// at least 3. Cluster mode: seed nodes, `redis://host:port` each, the
+    /// first of which also gives the credentials and TLS
+    /// (`LOCKBROKER_REDIS_NODES`, comma-separated).
     pub nodes: Vec<String>,
     /// Quorum mode: each node's command timeout, well below any TTL.
     pub node_timeout_ms: u64,
@@ -83,6 +86,8 @@ pub enum RedisMode {
     Sentinel,
     /// A majority of the independent Redis primaries in `redis.nodes`.
     Quorum,
+    /// A Redis Cluster found through the seed nodes in `redis.nodes`.
+    Cluster,
 }
 
 impl RedisMode {
@@ -92,6 +97,7 @@ impl RedisMode {
             Self::Single => "single",
             Self::Sentinel => "sentinel",
             Self::Quorum => "quorum",
+            Self::Cluster => "cluster",
         }
     }
 }

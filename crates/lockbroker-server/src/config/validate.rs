@@ -10,7 +10,7 @@ use std::time::Duration;
 use lockbroker_core::wait::WaiterLimits;
 use lockbroker_core::LockPolicy;
 use lockbroker_redis::quorum::{Drift, QuorumSettings};
-use lockbroker_redis::{RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
+use lockbroker_redis::{ClusterSettings, RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
 
 use super::schema::{HttpSettings, MetricsSettings, RedisMode, Settings};
 use super::ConfigError;
@@ -201,8 +201,13 @@ impl Settings {
     /// The Redis settings for [`lockbroker_redis::RedisLockStore`].
     pub fn redis_settings(&self) -> RedisSettings {
         let redis = &self.redis;
+        let cluster = redis.mode == RedisMode::Cluster;
         RedisSettings {
-            url: redis.url.clone(),
+            // A cluster's credentials, TLS and database come from its first seed.
+            url: match redis.nodes.first() {
+                Some(seed) if cluster => seed.clone(),
+                _ => redis.url.clone(),
+            },
             pool_size: redis.pool_size,
             command_timeout: millis(redis.command_timeout_ms),
             connect_timeout: millis(redis.connect_timeout_ms),
@@ -225,6 +230,9 @@ impl Settings {
                     username: redis.sentinel_username.clone(),
                     password: redis.sentinel_password.clone(),
                 },
+            }),
+            cluster: cluster.then(|| ClusterSettings {
+                seeds: super::modes::cluster_seeds(redis),
             }),
             replica_ack: (redis.min_replicas_acked > 0).then(|| ReplicaAck {
                 replicas: redis.min_replicas_acked,
