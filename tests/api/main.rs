@@ -1,6 +1,7 @@
 //! The broker's HTTP contract, tested against a real `redis-server` per test.
 
 mod alerts;
+mod cluster;
 mod config;
 mod conformance;
 mod faults;

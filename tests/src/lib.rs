@@ -11,9 +11,12 @@
 //! - [`process`]: [`process::BrokerProcess`], the real binary as a child
 //!   process, for its logs and exit.
 //! - [`modes`]: the backend mode `LOCKBROKER_TEST_MODE` puts test brokers
-//!   in, and [`sentinel`]: Sentinels and replicated Redis for sentinel mode.
+//!   in, [`sentinel`]: Sentinels and replicated Redis for sentinel mode,
+//!   and [`cluster`]: Redis Cluster for cluster mode.
 
 pub mod app;
+pub mod cluster;
+pub mod failover;
 pub mod modes;
 pub mod process;
 pub mod proxy;

@@ -1,8 +1,9 @@
 //! Which backend mode test brokers run in. `LOCKBROKER_TEST_MODE=quorum`
 //! runs every broker the harness starts in quorum mode, over the test's own
 //! Redis and two more started here; `LOCKBROKER_TEST_MODE=sentinel` finds the
-//! test's Redis through a Sentinel started here. So one suite tests every
-//! mode.
+//! test's Redis through a Sentinel started here; `LOCKBROKER_TEST_MODE=cluster`
+//! makes the test's Redis a cluster node and joins it with two more into a
+//! cluster of three primaries. So one suite tests every mode.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -19,6 +20,8 @@ pub enum Peers {
     Quorum(Arc<[RedisServer; 2]>),
     /// The Sentinel that names the test's Redis as its primary.
     Sentinel(Arc<Sentinel>),
+    /// The two primaries that make a cluster with the test's Redis.
+    Cluster(Arc<[RedisServer; 2]>),
 }
 
 /// What was started for each test Redis (by URL), while a broker uses it:
@@ -28,6 +31,13 @@ type Registry<T> = Mutex<Vec<(String, Weak<T>)>>;
 
 static QUORUMS: Registry<[RedisServer; 2]> = Mutex::new(Vec::new());
 static SENTINELS: Registry<Sentinel> = Mutex::new(Vec::new());
+static CLUSTERS: Registry<[RedisServer; 2]> = Mutex::new(Vec::new());
+
+/// Whether `LOCKBROKER_TEST_MODE` is `cluster`: test Redis servers start as
+/// cluster nodes.
+pub fn cluster_mode() -> bool {
+    std::env::var("LOCKBROKER_TEST_MODE").is_ok_and(|mode| mode == "cluster")
+}
 
 /// The `T` running for `url`, or a new one from `start`.
 fn shared<T>(registry: &Registry<T>, url: &str, start: impl FnOnce() -> T) -> Arc<T> {
@@ -69,6 +79,14 @@ pub fn apply_test_mode(redis: &mut RedisConfig) -> Option<Peers> {
             redis.mode = RedisMode::Sentinel;
             Some(Peers::Sentinel(sentinel))
         }
+        "cluster" => {
+            let peers = cluster_peers(&redis.url);
+            redis.nodes = std::iter::once(redis.url.clone())
+                .chain(peers.iter().map(RedisServer::url))
+                .collect();
+            redis.mode = RedisMode::Cluster;
+            Some(Peers::Cluster(peers))
+        }
         _ => None,
     }
 }
@@ -83,9 +101,25 @@ fn sentinel_of(url: &str) -> Arc<Sentinel> {
     // The test's URL may point at a proxy in front of its Redis: the
     // Sentinel watches whatever the URL names, so the broker's path to the
     // primary goes through the same proxy.
-    let port = url
-        .rsplit_once(':')
-        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
-        .expect("a test Redis URL has a port");
+    let port = port_of(url);
     shared(&SENTINELS, url, || start_sentinel(port, 1))
+}
+
+fn port_of(url: &str) -> u16 {
+    url.rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next()?.parse().ok())
+        .expect("a test Redis URL has a port")
+}
+
+fn cluster_peers(url: &str) -> Arc<[RedisServer; 2]> {
+    shared(&CLUSTERS, url, || {
+        let port = port_of(url);
+        let peers = [
+            RedisServer::start_cluster_node(),
+            RedisServer::start_cluster_node(),
+        ];
+        lockbroker_lab::stack::cluster::create(&[port, peers[0].port(), peers[1].port()], 0)
+            .expect("a cluster of the test's Redis and two more nodes");
+        peers
+    })
 }

@@ -15,9 +15,21 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts a server that keeps nothing on disk.
+    /// Starts a server that keeps nothing on disk. With
+    /// `LOCKBROKER_TEST_MODE=cluster` it is a cluster node, which the first
+    /// broker on it joins into a cluster ([`crate::modes`]).
     pub fn start() -> Self {
+        if crate::modes::cluster_mode() {
+            return Self::start_cluster_node();
+        }
         Self::start_with(&["--save", "", "--appendonly", "no"])
+    }
+
+    /// Starts an empty Redis Cluster node that keeps nothing on disk.
+    pub fn start_cluster_node() -> Self {
+        let mut args = vec!["--save", "", "--appendonly", "no"];
+        args.extend(lockbroker_lab::stack::cluster::NODE_ARGS);
+        Self::start_with(&args)
     }
 
     /// Starts a server with extra `redis-server` arguments (e.g. AOF settings).
@@ -169,7 +181,10 @@ impl Resp {
 }
 
 /// A blocking RESP2 connection, for test assertions on what is in Redis.
+/// On a cluster node it follows `MOVED` to the node serving a key, and
+/// [`Conn::keys`] asks every primary.
 pub struct Conn {
+    port: u16,
     reader: BufReader<TcpStream>,
 }
 
@@ -179,6 +194,7 @@ impl Conn {
         let stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         Ok(Self {
+            port,
             reader: BufReader::new(stream),
         })
     }
@@ -193,16 +209,36 @@ impl Conn {
             .get_mut()
             .write_all(out.as_bytes())
             .expect("write to redis");
-        self.read()
+        match self.read() {
+            Resp::Error(moved) if moved.starts_with("MOVED ") => {
+                let port = moved
+                    .rsplit(':')
+                    .next()
+                    .and_then(|port| port.parse().ok())
+                    .expect("MOVED names host:port");
+                Conn::open(port).expect("connect to the node").cmd(args)
+            }
+            reply => reply,
+        }
     }
 
     /// All keys matching `pattern` (tests only: KEYS is fine on a tiny dataset).
     pub fn keys(&mut self, pattern: &str) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .cmd(&["KEYS", pattern])
-            .as_array()
-            .iter()
-            .filter_map(|r| r.as_text().map(str::to_owned))
+        let mut primaries = lockbroker_lab::stack::cluster::primaries(self.port);
+        if primaries.is_empty() {
+            primaries.push(self.port);
+        }
+        let mut keys: Vec<String> = primaries
+            .into_iter()
+            .flat_map(|port| {
+                Conn::open(port)
+                    .expect("connect to the node")
+                    .cmd(&["KEYS", pattern])
+                    .as_array()
+                    .iter()
+                    .filter_map(|r| r.as_text().map(str::to_owned))
+                    .collect::<Vec<_>>()
+            })
             .collect();
         keys.sort();
         keys

@@ -1,7 +1,8 @@
 //! [`Stack`]: a throwaway `redis-server` and brokers on free loopback ports,
 //! for a run that was not pointed at a broker. Everything stops on drop.
-//! Single mode runs one Redis, quorum mode several, and sentinel mode a
-//! primary, two replicas and three Sentinels (`stack/sentinel.rs`).
+//! Single mode runs one Redis, quorum mode several, sentinel mode a
+//! primary, two replicas and three Sentinels (`stack/sentinel.rs`), and
+//! cluster mode a Redis Cluster of three primaries (`stack/cluster.rs`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::client::{now_us, BrokerClient};
 use crate::history::{Backend, Drift};
 
+pub mod cluster;
 pub mod sentinel;
 
 use sentinel::{Sentinel, SERVICE_NAME};
@@ -31,6 +33,8 @@ pub struct Stack {
     sentinels: Vec<Sentinel>,
     /// Sentinel mode: local µs at which [`Stack::fail_over`] killed the primary.
     failovers: Vec<i64>,
+    /// Cluster mode: the nodes are a Redis Cluster.
+    clustered: bool,
 }
 
 /// One `redis-server` of the stack.
@@ -173,6 +177,7 @@ impl Stack {
             restarts: Vec::new(),
             sentinels: Vec::new(),
             failovers: Vec::new(),
+            clustered: false,
         };
         for _ in 0..nodes {
             stack.nodes.push(Node::start().await?);
@@ -221,6 +226,63 @@ impl Stack {
         Ok(stack)
     }
 
+    /// Cluster mode: a Redis Cluster of `primaries` primaries (no
+    /// replicas), created with `redis-cli --cluster create`, and `brokers`
+    /// brokers that know it by its nodes.
+    pub async fn start_cluster(
+        primaries: usize,
+        brokers: usize,
+        broker_bin: &PathBuf,
+    ) -> Result<Self, String> {
+        let mut stack = Self::start_with(1, 0, broker_bin).await?;
+        stack.nodes.clear();
+        let node_args: Vec<String> = cluster::NODE_ARGS.iter().map(|a| (*a).to_owned()).collect();
+        for _ in 0..primaries {
+            stack.nodes.push(Node::start_with(node_args.clone()).await?);
+        }
+        let ports = stack.ports();
+        tokio::task::spawn_blocking(move || cluster::create(&ports, 0))
+            .await
+            .map_err(|e| e.to_string())??;
+        stack.clustered = true;
+        stack.redis_url = stack.nodes[0].url();
+        let seeds: Vec<String> = stack.nodes.iter().map(Node::url).collect();
+        let mode = [
+            ("LOCKBROKER_REDIS_MODE", "cluster".to_owned()),
+            ("LOCKBROKER_REDIS_NODES", seeds.join(",")),
+        ];
+        stack.start_brokers(brokers, broker_bin, &mode).await?;
+        Ok(stack)
+    }
+
+    /// Cluster mode: moves every slot of one primary (the `round`-th of
+    /// those serving slots) to the node after it with `redis-cli --cluster
+    /// reshard`, while the load runs; how many slots moved.
+    pub async fn reshard(&self, round: usize) -> Result<u16, String> {
+        let ports = self.ports();
+        tokio::task::spawn_blocking(move || {
+            let primaries = cluster::primaries(ports[0]);
+            let Some(from) = primaries.get(round % primaries.len().max(1)).copied() else {
+                return Err("the cluster names no primary".to_owned());
+            };
+            // The next node after it, which may hold no slot yet.
+            let at = ports.iter().position(|port| *port == from).unwrap_or(0);
+            let to = ports[(at + 1) % ports.len()];
+            cluster::drain(&ports, from, to)
+        })
+        .await
+        .map_err(|e| e.to_string())?
+    }
+
+    /// Whether the nodes are a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.clustered
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|node| node.port).collect()
+    }
+
     /// Starts `brokers` brokers on the stack's Redis with the mode settings
     /// `mode`, and waits until each is ready.
     async fn start_brokers(
@@ -265,7 +327,7 @@ impl Stack {
             Backend::Sentinel {
                 failovers: Some(self.failovers.clone()),
             }
-        } else if self.nodes.len() > 1 {
+        } else if self.nodes.len() > 1 && !self.clustered {
             Backend::Quorum {
                 drift: DRIFT,
                 restarts: Some(self.restarts.clone()),

@@ -23,9 +23,14 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --sentinel         start a primary, two replicas and three Sentinels, and the
                      brokers in sentinel mode; with --url: the brokers run in
                      sentinel mode (a failover may happen at any time)
+  --cluster          start a Redis Cluster of three primaries and the brokers in
+                     cluster mode (checked by single mode's rules: a resharding
+                     moves every key with its state, so every promise holds)
   --chaos            in quorum mode, keep pausing (SIGSTOP) and restarting empty
                      a minority of the nodes while the load runs; in sentinel
-                     mode, keep killing the primary (a failover every few s)
+                     mode, keep killing the primary (a failover every few s); in
+                     cluster mode, keep moving every slot of one primary to
+                     another (redis-cli --cluster reshard)
   --quorum           with --url: the brokers run in quorum mode (their nodes may
                      restart at any time); check by quorum mode's rules
   --drift-factor F   with --quorum: the brokers' redis.drift_factor (default 0.01)
@@ -41,7 +46,7 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
 fn main() -> ExitCode {
     let args = match Args::parse(
         std::env::args().skip(1),
-        &["help", "chaos", "quorum", "sentinel"],
+        &["help", "chaos", "quorum", "sentinel", "cluster"],
     ) {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
         "chaos",
         "quorum",
         "sentinel",
+        "cluster",
         "drift-factor",
         "drift-ms",
         "broker-bin",
@@ -129,6 +135,8 @@ async fn run(args: &Args) -> Result<bool, String> {
         let brokers = args.get("brokers", 1)?;
         let stack = if args.flag("sentinel") {
             Stack::start_sentinel(brokers, &bin).await?
+        } else if args.flag("cluster") {
+            Stack::start_cluster(3, brokers, &bin).await?
         } else {
             Stack::start_with(args.get("nodes", 1)?, brokers, &bin).await?
         };
@@ -147,6 +155,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     let (chaos, mut stack) = match stack {
         Some(stack) if args.flag("chaos") && stack.is_sentinel() => {
             (Some(tokio::spawn(failovers(stack, plan.duration))), None)
+        }
+        Some(stack) if args.flag("chaos") && stack.is_cluster() => {
+            (Some(tokio::spawn(reshards(stack, plan.duration))), None)
         }
         Some(stack) if args.flag("chaos") && stack.node_count() >= 3 => {
             (Some(tokio::spawn(chaos(stack, plan.duration))), None)
@@ -239,6 +250,23 @@ async fn failovers(mut stack: Stack, duration: Duration) -> Result<(String, Stac
     }
     Ok((
         format!("{count} failovers (primary killed with SIGKILL)"),
+        stack,
+    ))
+}
+
+/// For `duration`, keeps moving slots: every slot of one primary to another,
+/// then the next primary's, so the locks under load change shards again and
+/// again. Hands the stack back.
+async fn reshards(stack: Stack, duration: Duration) -> Result<(String, Stack), String> {
+    let until = tokio::time::Instant::now() + duration;
+    let (mut rounds, mut slots) = (0, 0u64);
+    while tokio::time::Instant::now() + Duration::from_secs(3) < until {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        slots += u64::from(stack.reshard(rounds).await?);
+        rounds += 1;
+    }
+    Ok((
+        format!("{rounds} reshardings moving {slots} slots in all"),
         stack,
     ))
 }

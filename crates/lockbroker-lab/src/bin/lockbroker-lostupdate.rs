@@ -22,6 +22,8 @@ Without --url, starts its own redis-server and broker on free loopback ports.
                      quorum mode over them (default 1)
   --sentinel         start a primary, two replicas and three Sentinels, and the
                      broker in sentinel mode
+  --cluster          start a Redis Cluster of three primaries and the broker in
+                     cluster mode
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
   --pg CONN          PostgreSQL (default: host=127.0.0.1 port=5432 user=postgres dbname=test)
   --sections N       critical sections per run, split over the workers (default 10000)
@@ -39,7 +41,10 @@ Without --url, starts its own redis-server and broker on free loopback ports.
 const DEFAULT_PG: &str = "host=127.0.0.1 port=5432 user=postgres dbname=test";
 
 fn main() -> ExitCode {
-    let args = match Args::parse(std::env::args().skip(1), &["help", "check", "sentinel"]) {
+    let args = match Args::parse(
+        std::env::args().skip(1),
+        &["help", "check", "sentinel", "cluster"],
+    ) {
         Ok(args) => args,
         Err(e) => return fail(&e, 2),
     };
@@ -125,6 +130,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
         "url",
         "nodes",
         "sentinel",
+        "cluster",
         "broker-bin",
         "pg",
         "sections",
@@ -158,14 +164,22 @@ async fn lab(args: &Args) -> Result<bool, String> {
         );
     }
     let nodes: usize = args.get("nodes", 1)?;
-    let sentinel = args.flag("sentinel");
-    if args.raw("url").is_some() && (args.raw("nodes").is_some() || sentinel) {
+    let (sentinel, cluster) = (args.flag("sentinel"), args.flag("cluster"));
+    let own_servers = args.raw("nodes").is_some() || sentinel || cluster;
+    if args.raw("url").is_some() && own_servers {
         return Err(
-            "--nodes and --sentinel start a broker of their own; they cannot go with --url".into(),
+            "--nodes, --sentinel and --cluster start a broker of their own; they cannot go with \
+             --url"
+                .into(),
         );
     }
-    if sentinel && args.raw("nodes").is_some() {
-        return Err("--sentinel starts its own Redis servers; it cannot go with --nodes".into());
+    if [args.raw("nodes").is_some(), sentinel, cluster]
+        .iter()
+        .filter(|set| **set)
+        .count()
+        > 1
+    {
+        return Err("choose one of --nodes, --sentinel and --cluster".into());
     }
     let db = lostupdate::connect(&settings.pg).await?;
     let _stack = match args.raw("url") {
@@ -177,6 +191,8 @@ async fn lab(args: &Args) -> Result<bool, String> {
             let bin = broker_binary(args.raw("broker-bin"));
             let stack = if sentinel {
                 Stack::start_sentinel(1, &bin).await?
+            } else if cluster {
+                Stack::start_cluster(3, 1, &bin).await?
             } else {
                 Stack::start_with(nodes, 1, &bin).await?
             };
@@ -186,6 +202,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
     };
     let store = match nodes {
         _ if sentinel => "a primary found through Sentinel".to_owned(),
+        _ if cluster => "a Redis Cluster of three primaries".to_owned(),
         1 => "one Redis".to_owned(),
         n => format!("quorum mode over {n} Redis nodes"),
     };

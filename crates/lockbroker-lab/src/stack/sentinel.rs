@@ -170,7 +170,7 @@ async fn wait_for(limit: Duration, what: &str, done: impl Fn() -> bool) -> Resul
 }
 
 /// A RESP reply, as far as these questions need it.
-enum Reply {
+pub(super) enum Reply {
     Text(String),
     Array(Vec<Reply>),
     Other,
@@ -178,7 +178,7 @@ enum Reply {
 
 /// Sends one command to the server on `port`; its reply, or `None` if it
 /// does not answer within a second.
-fn command(port: u16, args: &[&str]) -> Option<Reply> {
+pub(super) fn command(port: u16, args: &[&str]) -> Option<Reply> {
     let stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
     let mut request = format!("*{}\r\n", args.len());
