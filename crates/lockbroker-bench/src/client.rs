@@ -39,6 +39,12 @@ pub enum Target {
         /// The broker's port.
         port: u16,
     },
+    /// Several brokers sharing one store: each caller talks to one of them,
+    /// picked by its lock's name.
+    Brokers {
+        /// The brokers' ports.
+        ports: Arc<[u16]>,
+    },
     /// A Redis on this loopback port, running the broker's scripts by these
     /// SHAs (acquire, release).
     Direct {
@@ -106,6 +112,13 @@ impl PairClient {
         Ok(match target {
             Target::Broker { port } => {
                 PairClient::Broker(BrokerClient::connect(*port, lock).await?)
+            }
+            Target::Brokers { ports } => {
+                let spread = lock.bytes().fold(0usize, |hash, byte| {
+                    hash.wrapping_mul(31).wrapping_add(usize::from(byte))
+                });
+                let port = ports[spread % ports.len().max(1)];
+                PairClient::Broker(BrokerClient::connect(port, lock).await?)
             }
             Target::Direct { port, shas } => PairClient::Direct(Box::new(
                 DirectClient::connect(*port, Arc::clone(shas), lock).await?,

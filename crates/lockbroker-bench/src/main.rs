@@ -18,6 +18,8 @@
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
 //!   and with many acquires waiting at once (with `--huge`, also 100,000).
 //! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode.
+//! - `cluster`: cluster mode over a 3-primary Redis Cluster beside single
+//!   mode, two brokers each.
 //! - `all`: each of the above in one run (`--huge` left out unless given),
 //!   then one table.
 //! - `compare A.json B.json`: the ratio B/A of every figure two `--json`
@@ -28,6 +30,7 @@
 //! went wrong (an error, a fence that did not grow, a waiter never granted).
 
 mod client;
+mod cluster;
 mod compare;
 mod handoff;
 mod http1;
@@ -48,7 +51,7 @@ use pairs::Servers;
 use stats::Table;
 
 const USAGE: &str = "\
-Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum [OPTIONS]
+Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum|cluster [OPTIONS]
        lockbroker-bench compare A.json B.json
 
 Options:
@@ -147,10 +150,12 @@ async fn main() -> ExitCode {
             "memory",
             "churn",
             "quorum",
+            "cluster",
         ],
-        Some(one @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum")) => {
-            &[one]
-        }
+        Some(
+            one
+            @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum" | "cluster"),
+        ) => &[one],
         Some("-h" | "--help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
@@ -227,6 +232,7 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
             "handoff" => handoff::run(&first, &second, settings.rounds, &mut table).await,
             "memory" => memory::run(&redis, settings, &mut table).await,
             "quorum" => quorum::run(&first, settings, &mut table).await,
+            "cluster" => cluster::run(&redis, [&first, &second], settings, &mut table).await,
             _ => memory::churn(&redis, settings, &mut table).await,
         };
         if let Err(error) = result {

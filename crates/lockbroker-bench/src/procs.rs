@@ -42,7 +42,15 @@ fn free_port() -> Result<u16, String> {
 
 /// Starts a `redis-server` that keeps nothing on disk.
 pub fn redis() -> Result<Proc, String> {
+    redis_with(&[])
+}
+
+/// Like [`redis`], with more `redis-server` arguments, run in a scratch
+/// directory of its own (a cluster node writes its node table there).
+pub fn redis_with(args: &[&str]) -> Result<Proc, String> {
     let port = free_port()?;
+    let dir = std::env::temp_dir().join(format!("lockbroker-bench-redis-{port}"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let child = Command::new("redis-server")
         .args([
             "--port",
@@ -54,6 +62,9 @@ pub fn redis() -> Result<Proc, String> {
             "--appendonly",
             "no",
         ])
+        .arg("--dir")
+        .arg(&dir)
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -61,7 +72,7 @@ pub fn redis() -> Result<Proc, String> {
     let proc = Proc {
         child,
         port,
-        scratch: None,
+        scratch: Some(dir),
     };
     wait_for_port(port)?;
     Ok(proc)

@@ -74,6 +74,7 @@ impl DirectClient {
             // Stands in for the broker id in release announcements.
             broker_id: lockbroker_core::lease::random_hex::<8>(),
             quorum_node: false,
+            wakes_per_lock: false,
         };
         Ok(Self {
             redis: resp::Connection::connect(port).await?,
