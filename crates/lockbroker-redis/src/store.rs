@@ -416,7 +416,10 @@ impl LockStore for RedisLockStore {
 
     async fn watch(&self, name: &LockName) {
         if let Some(watches) = &self.inner.watches {
-            watches.watch(name).await;
+            // Boxed: fred's subscribe future is several KiB, and every
+            // waiting acquire would otherwise carry its size for its whole
+            // wait, in every mode (docs/performance.md, memory).
+            Box::pin(watches.watch(name)).await;
         }
     }
 
