@@ -149,10 +149,9 @@ impl RedisLockStore {
         };
         let (wake_tx, wake_rx) = unbounded_channel();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let subscription = if clustered {
-                Subscription::PerLock
-            } else {
-                Subscription::Shared(context.wake_channel.clone())
+            let subscription = match &watches {
+                Some(watches) => Subscription::PerLock(watches.clone()),
+                None => Subscription::Shared(context.wake_channel.clone()),
             };
             runtime.spawn(forward_wakes(
                 connections.subscriber.clone(),

@@ -12,13 +12,15 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{interval, sleep, MissedTickBehavior};
 
+use crate::store::watches::Watches;
+
 /// What this process subscribes to.
 pub enum Subscription {
     /// One channel that carries every lock's announcements.
     Shared(String),
     /// Cluster mode: each lock's sharded channel, subscribed while this
-    /// broker has waiters for it ([`crate::store::watches`]).
-    PerLock,
+    /// broker has waiters for it.
+    PerLock(Watches),
 }
 
 /// How often cluster mode compares the slot map with the cluster's own.
@@ -40,7 +42,11 @@ pub async fn forward_wakes(
 ) {
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
-    let per_lock = matches!(subscription, Subscription::PerLock);
+    let watches = match &subscription {
+        Subscription::PerLock(watches) => Some(watches.clone()),
+        Subscription::Shared(_) => None,
+    };
+    let per_lock = watches.is_some();
     // fred's own resubscription sends every kind of subscription, and a
     // `SUBSCRIBE` without channels fails before it reaches the sharded
     // ones: in cluster mode they are subscribed again here instead.
@@ -65,12 +71,13 @@ pub async fn forward_wakes(
             },
             reconnect = reconnects.recv() => match reconnect {
                 // Releases announced while disconnected were missed.
-                Ok(_) | Err(RecvError::Lagged(_)) => {
-                    if per_lock {
-                        tokio::spawn(resubscribe_lock_channels(subscriber.clone()));
+                Ok(_) | Err(RecvError::Lagged(_)) => match &watches {
+                    Some(watches) => {
+                        refresh_then_resync(watches.clone(), wakes.clone());
+                        None
                     }
-                    Some(Wake::Resync)
-                }
+                    None => Some(Wake::Resync),
+                },
                 Err(RecvError::Closed) => return,
             },
             _ = topology.tick(), if per_lock => {
@@ -80,8 +87,10 @@ pub async fn forward_wakes(
                     None
                 } else {
                     slots = now;
-                    tokio::spawn(resubscribe_lock_channels(subscriber.clone()));
-                    Some(Wake::Resync)
+                    if let Some(watches) = &watches {
+                        refresh_then_resync(watches.clone(), wakes.clone());
+                    }
+                    None
                 }
             },
         };
@@ -93,13 +102,14 @@ pub async fn forward_wakes(
     }
 }
 
-/// Subscribes again to every lock channel the client holds, each on the
-/// shard now serving its slot (one command per channel: channels of
-/// different slots cannot share one `SSUBSCRIBE`).
-async fn resubscribe_lock_channels(subscriber: SubscriberClient) {
-    for channel in subscriber.tracked_shard_channels() {
-        let _ = subscriber.ssubscribe(channel).await;
-    }
+/// Subscribes every watched lock's channel again, then has every waiter
+/// look once more: a release announced before the subscription is back
+/// is then seen by the look.
+fn refresh_then_resync(watches: Watches, wakes: UnboundedSender<Wake>) {
+    tokio::spawn(async move {
+        watches.refresh().await;
+        let _ = wakes.send(Wake::Resync);
+    });
 }
 
 /// The slot ranges and the primary serving each, as the client knows them.

@@ -118,6 +118,31 @@ impl Watches {
     }
 }
 
+impl Watches {
+    /// Subscribes again to the channel of every lock a waiter watches, on
+    /// the shard now serving its slot: after a reconnection, after slots
+    /// moved (the old shard drops its subscribers), and for channels whose
+    /// subscription failed. Channels nobody watches are left alone.
+    pub async fn refresh(&self) {
+        let watched: Vec<(LockName, Arc<tokio::sync::Mutex<bool>>)> = self
+            .shared
+            .lock()
+            .iter()
+            .filter(|(_, channel)| channel.watchers > 0)
+            .map(|(name, channel)| (name.clone(), Arc::clone(&channel.subscribed)))
+            .collect();
+        for (name, subscribed) in watched {
+            let mut subscribed = subscribed.lock().await;
+            if self.shared.watchers(&name) == 0 {
+                continue;
+            }
+            let channel = self.shared.keys.lock_wake_channel(&name);
+            let done = timeout(self.shared.timeout, self.shared.subscriber.ssubscribe(channel));
+            *subscribed = matches!(done.await, Ok(Ok(())));
+        }
+    }
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, HashMap<LockName, Channel>> {
         self.channels.lock().unwrap_or_else(PoisonError::into_inner)

@@ -67,7 +67,7 @@ pub struct RedisConfig {
     pub drift_factor: f64,
     /// Quorum mode: clock drift allowance, a constant.
     pub drift_ms: u64,
-    /// Single and sentinel mode: replicas that must acknowledge every
+    /// Single, sentinel and cluster mode: replicas that must acknowledge every
     /// change to a lease (Redis `WAIT`); 0 waits for none.
     pub min_replicas_acked: u32,
     /// How long to wait for those acknowledgements; below the command timeout.
