@@ -224,6 +224,31 @@ def redis_persistence_is_all_or_nothing(command: str) -> bool:
     return '--save ""' in command
 
 
+def brokers_in_mode(mode: str, services: Dict[str, Any], brokers: List[str]):
+    """Checks that a layout has two brokers or more, each running in `mode`,
+    and yields each broker's name, service and environment."""
+    check(f"{mode} compose: two brokers or more", len(brokers) >= 2, str(brokers))
+    for name in brokers:
+        broker = services[name]
+        env = environment(broker)
+        check(f"{mode} compose: {name} runs in {mode} mode",
+              env.get("LOCKBROKER_REDIS_MODE") == mode, str(env.get("LOCKBROKER_REDIS_MODE")))
+        yield name, broker, env
+
+
+def check_replica_ack(where: str, env: Dict[str, str], replicas: int, who: str) -> None:
+    """A broker's replica acknowledgement settings: a timeout below the command
+    timeout, and no more replicas than `who` (a primary of the layout) has."""
+    acked = env.get("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "0")
+    ack_ms = env.get("LOCKBROKER_REDIS_REPLICA_ACK_TIMEOUT_MS", "100")
+    command_ms = env.get("LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS", "1000")
+    numbers = all(v.isdigit() for v in (acked, ack_ms, command_ms))
+    check(f"{where} replica ack timeout is below the command timeout",
+          numbers and 0 < int(ack_ms) < int(command_ms), f"{ack_ms} ms vs {command_ms} ms")
+    check(f"{where} waits for no more replicas than {who}",
+          numbers and int(acked) <= replicas, f"{acked} of {replicas}")
+
+
 def check_broker_service(layout: str, name: str, broker: Dict[str, Any],
                          dependencies: List[str], which: str) -> None:
     """A broker of the compose file in deploy/<layout>/: built from
@@ -402,13 +427,8 @@ def check_sentinel_compose() -> None:
           len(monitored) == 1, str(sorted(monitored)))
 
     # The brokers: every Sentinel once, only Sentinels, and their service name.
-    check("sentinel compose: two brokers or more", len(brokers) >= 2, str(brokers))
     broker_views = []
-    for name in brokers:
-        broker = services[name]
-        env = environment(broker)
-        check(f"sentinel compose: {name} runs in sentinel mode",
-              env.get("LOCKBROKER_REDIS_MODE") == "sentinel", str(env.get("LOCKBROKER_REDIS_MODE")))
+    for name, broker, env in brokers_in_mode("sentinel", services, brokers):
         listed = [a.strip() for a in env.get("LOCKBROKER_REDIS_SENTINELS", "").split(",") if a.strip()]
         addresses = [tuple(a.rsplit(":", 1)) for a in listed]
         expected = sorted((n, str(p)) for n, p in sentinel_ports.items())
@@ -419,14 +439,8 @@ def check_sentinel_compose() -> None:
               monitored == {service}, f"{service} vs {sorted(monitored)}")
         check(f"sentinel compose: {name} has no redis.url (its host would not be used)",
               "LOCKBROKER_REDIS_URL" not in env)
-        acked = env.get("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "0")
-        ack_ms = env.get("LOCKBROKER_REDIS_REPLICA_ACK_TIMEOUT_MS", "100")
-        command_ms = env.get("LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS", "1000")
-        numbers = all(v.isdigit() for v in (acked, ack_ms, command_ms))
-        check(f"sentinel compose: {name} replica ack timeout is below the command timeout",
-              numbers and 0 < int(ack_ms) < int(command_ms), f"{ack_ms} ms vs {command_ms} ms")
-        check(f"sentinel compose: {name} waits for no more replicas than a promoted primary has",
-              numbers and int(acked) <= len(servers) - 2, f"{acked} of {len(servers) - 2}")
+        check_replica_ack(f"sentinel compose: {name}", env, len(servers) - 2,
+                          "a promoted primary has")
         check_broker_env(env, f"sentinel compose: {name}")
         broker_views.append((sorted(listed), service))
         check_broker_service("sentinel", name, broker, servers + sentinels,
@@ -523,13 +537,8 @@ def check_cluster_compose() -> None:
               str(services[creator].get("restart")))
 
     # The brokers: cluster mode, seeded only from nodes of this file.
-    check("cluster compose: two brokers or more", len(brokers) >= 2, str(brokers))
     broker_views = []
-    for name in brokers:
-        broker = services[name]
-        env = environment(broker)
-        check(f"cluster compose: {name} runs in cluster mode",
-              env.get("LOCKBROKER_REDIS_MODE") == "cluster", str(env.get("LOCKBROKER_REDIS_MODE")))
+    for name, broker, env in brokers_in_mode("cluster", services, brokers):
         urls = [u.strip() for u in env.get("LOCKBROKER_REDIS_NODES", "").split(",") if u.strip()]
         seeds = [redis_url_parts(u) for u in urls]
         check(f"cluster compose: {name} seeds from cluster nodes only, each once",
@@ -540,14 +549,7 @@ def check_cluster_compose() -> None:
               all(db in (None, "0") for _, _, db in seeds), str(urls))
         check(f"cluster compose: {name} has no single-mode redis.url",
               "LOCKBROKER_REDIS_URL" not in env)
-        acked = env.get("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "0")
-        ack_ms = env.get("LOCKBROKER_REDIS_REPLICA_ACK_TIMEOUT_MS", "100")
-        command_ms = env.get("LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS", "1000")
-        numbers = all(v.isdigit() for v in (acked, ack_ms, command_ms))
-        check(f"cluster compose: {name} replica ack timeout is below the command timeout",
-              numbers and 0 < int(ack_ms) < int(command_ms), f"{ack_ms} ms vs {command_ms} ms")
-        check(f"cluster compose: {name} waits for no more replicas than a primary has",
-              numbers and int(acked) <= replicas, f"{acked} of {replicas}")
+        check_replica_ack(f"cluster compose: {name}", env, replicas, "a primary has")
         check_broker_env(env, f"cluster compose: {name}")
         check_broker_service("cluster", name, broker, nodes, "every cluster node")
         waits_for = broker.get("depends_on", {})

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockbroker_lab::load::{self, LoadPlan};
+use lockbroker_lab::stack::cluster;
 use lockbroker_server::config::RedisMode;
 use lockbroker_server::Settings;
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::cluster::RedisCluster;
 use lockbroker_tests::failover::{
-    assert_a_release_wakes_the_other_broker, assert_fences_grow_across, Cycling,
+    assert_a_release_wakes_the_other_broker, assert_fences_grow_across, wait_until_serving, Cycling,
 };
 use lockbroker_tests::redis::Conn;
 use lockbroker_tests::TestApp;
@@ -143,50 +144,52 @@ async fn a_release_is_announced_on_the_locks_shard_to_the_broker_that_waits() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resharding_under_load_moves_live_locks_without_a_double_grant() {
+async fn a_resharding_under_load_moves_a_live_lock_without_a_double_grant() {
     let cluster = RedisCluster::start(3, 0);
     let brokers = two_brokers(&cluster).await;
     let prefix = brokers[0].prefix.clone();
+    // A lock among the lowest slots of its primary, which `redis-cli
+    // --cluster reshard` moves first: a short move takes it along.
+    let port = cluster.ports()[0];
+    let (lock, owner, slots) = (0..2_000)
+        .find_map(|k| {
+            let lock = format!("moving{k}");
+            let key = format!("{prefix}:{{{lock}-0}}:lease");
+            let (owner, slots) = cluster::slots_to_move(port, &key)?;
+            (slots <= 100).then_some((lock, owner, slots))
+        })
+        .expect("a lock name among the lowest slots of a primary");
     let plan = LoadPlan {
         clients: 8,
-        locks: 3,
-        duration: Duration::from_secs(8),
+        locks: 1,
+        duration: Duration::from_secs(5),
         ttl_ms: 300,
         stall_rate: 0.1,
         seed: 7,
-        lock_prefix: "moving".to_owned(),
+        lock_prefix: lock.clone(),
     };
-    let lease_key = |lock: usize| format!("{prefix}:{{moving-{lock}}}:lease");
-    let owners_before: Vec<u16> = (0..3).map(|i| cluster.owner_of(&lease_key(i))).collect();
 
-    // Mid-load, every slot of each primary serving a lock moves to another
-    // primary, with the keys of the locks in it.
+    // Mid-load, the lock's slot moves to another primary with its keys.
     let ports = cluster.ports();
-    let moves = owners_before.clone();
+    let to = *ports
+        .iter()
+        .find(|p| **p != owner)
+        .expect("another primary");
     let resharding = tokio::task::spawn_blocking(move || {
-        std::thread::sleep(Duration::from_secs(2));
-        let mut moved = BTreeSet::new();
-        for from in moves {
-            if moved.insert(from) {
-                let to = *ports.iter().find(|p| **p != from).expect("another node");
-                lockbroker_lab::stack::cluster::drain(&ports, from, to).expect("reshard");
-            }
-        }
+        std::thread::sleep(Duration::from_millis(1_500));
+        cluster::reshard(&ports, owner, to, slots).expect("reshard");
     });
     let urls: Vec<String> = brokers.iter().map(|app| app.base.clone()).collect();
     let (history, _) = load::run(&urls, &plan).await;
     resharding.await.expect("resharding");
 
-    let owners_after: Vec<u16> = (0..3).map(|i| cluster.owner_of(&lease_key(i))).collect();
-    assert!(
-        owners_before
-            .iter()
-            .zip(&owners_after)
-            .all(|(before, after)| before != after),
-        "every lock changed shards: {owners_before:?} -> {owners_after:?}"
+    assert_eq!(
+        cluster.owner_of(&format!("{prefix}:{{{lock}-0}}:lease")),
+        to,
+        "the lock changed shards"
     );
     let report = lockbroker_lab::check(&history.events());
-    assert!(report.stats.leases > 50, "a real load: {report}");
+    assert!(report.stats.leases > 30, "a real load: {report}");
     assert!(report.ok(), "{report}");
 }
 
@@ -203,17 +206,12 @@ async fn a_primary_failover_inside_the_cluster_is_followed_and_fences_keep_growi
     cluster.node(failed).kill();
 
     // The primary's replica takes over its slots; the brokers follow.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let promoted = !cluster.primaries().contains(&failed);
-        let serving = brokers[0].acquire("job-0-probe", 1_000).await.status == StatusCode::OK;
-        if promoted && serving && cluster.primaries().len() == 3 {
-            println!("kill to serving again: {:?}", killed_at.elapsed());
-            break;
-        }
-        assert!(Instant::now() < deadline, "no failover within 30 s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let recovered = wait_until_serving(&brokers[0], "job-0-probe", killed_at, || {
+        let primaries = cluster.primaries();
+        primaries.len() == 3 && !primaries.contains(&failed)
+    })
+    .await;
+    println!("kill to serving again: {recovered:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let unavailable = assert_fences_grow_across(&load.stop().await, killed_at);
     assert!(
@@ -235,7 +233,8 @@ async fn replica_acknowledgement_waits_on_the_shard_that_holds_the_lock() {
     let mut cluster = RedisCluster::start(3, 1);
     let mut settings = cluster_settings(&cluster);
     settings.redis.min_replicas_acked = 1;
-    settings.redis.replica_ack_timeout_ms = 100;
+    // Room for a loaded machine: a slow acknowledgement is a refusal.
+    settings.redis.replica_ack_timeout_ms = 400;
     let app = TestApp::spawn_with(settings).await;
     let prefix = app.prefix.clone();
     let lease = app.acquire("job", 10_000).await;

@@ -90,6 +90,26 @@ async fn cycle(app: Arc<TestApp>, lock: String, stop: Arc<AtomicBool>, seen: Arc
     }
 }
 
+/// Waits until `failed_over` says the servers replaced the failed primary
+/// and `broker` grants `probe` again, failing the test after 30 s; how long
+/// that took since `failed_at`.
+pub async fn wait_until_serving(
+    broker: &TestApp,
+    probe: &str,
+    failed_at: Instant,
+    mut failed_over: impl FnMut() -> bool,
+) -> Duration {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let serving = broker.acquire(probe, 1_000).await.status == StatusCode::OK;
+        if serving && failed_over() {
+            return failed_at.elapsed();
+        }
+        assert!(Instant::now() < deadline, "no failover within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Every loop was granted on both sides of `failed_at`; every fence after
 /// it exceeds every fence before it; fences grow grant after grant. Returns
 /// how many answers were `503`.

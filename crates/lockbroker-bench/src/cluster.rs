@@ -71,18 +71,14 @@ pub async fn run(
     let mut meter = Meter::new(processes, None).await?;
 
     let locks: Vec<String> = (0..64).map(|i| format!("bench-cluster-c64-{i}")).collect();
-    let [on_single, on_cluster]: [load::Outcome; 2] = load::compare(
-        &[&one_redis, &clustered],
+    let [on_single, on_cluster] = load::compare_two(
+        [&one_redis, &clustered],
+        ["throughput on single mode", "throughput on cluster mode"],
         &locks,
-        settings.duration,
-        settings.slices,
+        settings,
         &mut meter,
     )
-    .await
-    .try_into()
-    .map_err(|_| "two targets, two outcomes")?;
-    on_single.check("throughput on single mode")?;
-    on_cluster.check("throughput on cluster mode")?;
+    .await?;
 
     let per_pair = |outcome: &load::Outcome, names: &[&str]| {
         let seconds: f64 = names.iter().map(|n| outcome.usage.cpu_of(n)).sum();

@@ -126,6 +126,26 @@ pub async fn compare(
     results
 }
 
+/// [`compare`] of two targets, each named in `what` for the report; both
+/// outcomes are checked (no errors, fences grew).
+pub async fn compare_two(
+    targets: [&Target; 2],
+    what: [&str; 2],
+    locks: &[String],
+    settings: &crate::Settings,
+    meter: &mut Meter,
+) -> Result<[Outcome; 2], String> {
+    let outcomes: [Outcome; 2] =
+        compare(&targets, locks, settings.duration, settings.slices, meter)
+            .await
+            .try_into()
+            .map_err(|_| "two targets, two outcomes")?;
+    for (outcome, what) in outcomes.iter().zip(what) {
+        outcome.check(what)?;
+    }
+    Ok(outcomes)
+}
+
 async fn caller(target: Target, lock: String, start: Arc<Barrier>, duration: Duration) -> Outcome {
     let mut outcome = Outcome::default();
     let mut client = match PairClient::connect(&target, &lock).await {

@@ -47,18 +47,14 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
         .await?;
 
         let locks = [format!("bench-{case}-latency")];
-        let [mut on_single, mut on_quorum]: [load::Outcome; 2] = load::compare(
-            &[&single_target, &quorum],
+        let [mut on_single, mut on_quorum] = load::compare_two(
+            [&single_target, &quorum],
+            ["latency on single mode", &format!("latency on {case}")],
             &locks,
-            settings.duration,
-            settings.slices,
+            settings,
             &mut meter,
         )
-        .await
-        .try_into()
-        .map_err(|_| "two targets, two outcomes")?;
-        on_quorum.check(&format!("latency on {case}"))?;
-        on_single.check("latency on single mode")?;
+        .await?;
         let q = Summary::of(&mut on_quorum.samples);
         let s = Summary::of(&mut on_single.samples);
         report("quorum", &format!("{case} pair"), &q);
@@ -71,18 +67,17 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
         );
 
         let locks: Vec<String> = (0..64).map(|i| format!("bench-{case}-c64-{i}")).collect();
-        let [on_single, on_quorum]: [load::Outcome; 2] = load::compare(
-            &[&single_target, &quorum],
+        let [on_single, on_quorum] = load::compare_two(
+            [&single_target, &quorum],
+            [
+                "throughput on single mode",
+                &format!("throughput on {case}"),
+            ],
             &locks,
-            settings.duration,
-            settings.slices,
+            settings,
             &mut meter,
         )
-        .await
-        .try_into()
-        .map_err(|_| "two targets, two outcomes")?;
-        on_quorum.check(&format!("throughput on {case}"))?;
-        on_single.check("throughput on single mode")?;
+        .await?;
         table.add(
             format!("{case} pairs/s at 64 callers (vs single)"),
             "/s",

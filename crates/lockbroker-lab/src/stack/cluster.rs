@@ -129,6 +129,24 @@ pub fn owner_of(port: u16, key: &str) -> Option<u16> {
         .map(|(_, _, owner)| owner)
 }
 
+/// The primary serving `key`, and how many slots [`reshard`] must move from
+/// it to take `key` along: its slot's place among that primary's slots,
+/// counted from the lowest, plus one.
+pub fn slots_to_move(port: u16, key: &str) -> Option<(u16, u16)> {
+    let slot = slot_of(port, key)?;
+    let owners = slot_owners(port);
+    let primary = owners
+        .iter()
+        .find(|(start, end, _)| (*start..=*end).contains(&slot))?
+        .2;
+    let below: u16 = owners
+        .iter()
+        .filter(|(start, _, owner)| *owner == primary && *start <= slot)
+        .map(|(start, end, _)| (*end).min(slot) - start + 1)
+        .sum();
+    Some((primary, below))
+}
+
 /// The slot of `key` (its hash tag's), as the node on `port` computes it.
 pub fn slot_of(port: u16, key: &str) -> Option<u16> {
     match command(port, &["CLUSTER", "KEYSLOT", key])? {

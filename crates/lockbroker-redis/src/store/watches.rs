@@ -137,7 +137,10 @@ impl Watches {
                 continue;
             }
             let channel = self.shared.keys.lock_wake_channel(&name);
-            let done = timeout(self.shared.timeout, self.shared.subscriber.ssubscribe(channel));
+            let done = timeout(
+                self.shared.timeout,
+                self.shared.subscriber.ssubscribe(channel),
+            );
             *subscribed = matches!(done.await, Ok(Ok(())));
         }
     }
