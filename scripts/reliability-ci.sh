@@ -9,12 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/check.sh --seconds 12 --clients 16 --locks 3
+scripts/check.sh --seconds 10 --clients 16 --locks 3
 scripts/check.sh --seconds 10 --clients 16 --locks 2 --brokers 2
-scripts/check.sh --seconds 12 --nodes 5 --brokers 2 --chaos
-scripts/check.sh --seconds 12 --sentinel --brokers 2 --chaos
-scripts/check.sh --seconds 12 --cluster --brokers 2 --chaos
-scripts/lab.sh --sections 400 --rates 0.05 --check
+scripts/check.sh --seconds 10 --nodes 5 --brokers 2 --chaos
+scripts/check.sh --seconds 10 --sentinel --brokers 2 --chaos
+scripts/check.sh --seconds 10 --cluster --brokers 2 --chaos
+scripts/lab.sh --sections 300 --rates 0.05 --check
 scripts/lab.sh --sections 200 --rates 0.05 --check --nodes 3
 scripts/lab.sh --sections 200 --rates 0.05 --check --sentinel
 scripts/lab.sh --sections 200 --rates 0.05 --check --cluster
