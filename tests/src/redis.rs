@@ -33,22 +33,46 @@ impl RedisServer {
     }
 
     /// Starts a server with extra `redis-server` arguments (e.g. AOF settings).
+    ///
+    /// A port free a moment ago can be taken before the server binds it
+    /// (tests run side by side, and a cluster node also binds its port plus
+    /// 10000 for the cluster bus), so a server that exits at once is started
+    /// again on another port.
     pub fn start_with(args: &[&str]) -> Self {
-        let port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("lockbroker-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create redis dir");
-        let mut server = Self {
-            port,
-            dir,
-            child: None,
-            extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
-        };
-        server.spawn();
-        server
+        let cluster_node = args.contains(&"--cluster-enabled");
+        for _ in 0..5 {
+            let port = if cluster_node {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
+            let dir = std::env::temp_dir()
+                .join(format!("lockbroker-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create redis dir");
+            let mut server = Self {
+                port,
+                dir,
+                child: None,
+                extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+            };
+            if server.try_spawn() {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on any of five free ports");
     }
 
     fn spawn(&mut self) {
+        assert!(
+            self.try_spawn(),
+            "redis-server did not start on {}",
+            self.port
+        );
+    }
+
+    /// Starts the server on its port and waits until it answers; `false`
+    /// if it exited first (its port was taken).
+    fn try_spawn(&mut self) -> bool {
         let child = Command::new("redis-server")
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
@@ -60,19 +84,21 @@ impl RedisServer {
             .expect("redis-server must be installed (apt-get install redis-server)");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(mut conn) = Conn::open(self.port) {
-                if conn.cmd(&["PING"]).as_text() == Some("PONG") {
-                    return;
-                }
+        while Instant::now() < deadline {
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|child| child.try_wait().is_ok_and(|status| status.is_some()));
+            if exited {
+                self.child = None;
+                return false;
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on {}",
-                self.port
-            );
+            if answers_ping(self.port) {
+                return true;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
+        false
     }
 
     /// The port the server listens on.
@@ -128,6 +154,29 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether a Redis answers `PING` on `port` (not some other server there).
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// A port that was free a moment ago, as was the cluster bus port 10000
+/// above it.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
     }
 }
 

@@ -52,21 +52,39 @@ impl Node {
         Self::start_with(Vec::new()).await
     }
 
-    /// Like [`Node::start`], with more `redis-server` arguments.
+    /// Like [`Node::start`], with more `redis-server` arguments. A port
+    /// free a moment ago can be taken before the server binds it (a cluster
+    /// node also binds its port plus 10000), so a server that exits at once
+    /// is started again on another port.
     async fn start_with(extra_args: Vec<String>) -> Result<Self, String> {
-        let port = free_port()?;
-        let dir =
-            std::env::temp_dir().join(format!("lockbroker-lab-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let mut node = Self {
-            child: None,
-            port,
-            dir,
-            extra_args,
-        };
-        node.spawn().await?;
-        Ok(node)
+        let cluster_node = extra_args.iter().any(|a| a == "--cluster-enabled");
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = free_port()?;
+            if cluster_node
+                && (port > 55_535 || TcpListener::bind(("127.0.0.1", port + 10_000)).is_err())
+            {
+                continue;
+            }
+            let dir =
+                std::env::temp_dir().join(format!("lockbroker-lab-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let mut node = Self {
+                child: None,
+                port,
+                dir,
+                extra_args: extra_args.clone(),
+            };
+            match node.spawn().await {
+                Ok(()) => return Ok(node),
+                Err(error) => {
+                    let _ = std::fs::remove_dir_all(&node.dir);
+                    last_error = error;
+                }
+            }
+        }
+        Err(last_error)
     }
 
     async fn spawn(&mut self) -> Result<(), String> {
@@ -85,6 +103,17 @@ impl Node {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !redis_answers(self.port) {
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|child| child.try_wait().is_ok_and(|status| status.is_some()));
+            if exited {
+                self.child = None;
+                return Err(format!(
+                    "redis-server exited at start on port {}",
+                    self.port
+                ));
+            }
             if Instant::now() > deadline {
                 return Err(format!("redis-server did not answer on port {}", self.port));
             }
