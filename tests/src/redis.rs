@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use lockbroker_lab::stack;
+
 /// A `redis-server` the test started on a free loopback port. Killed on drop.
 pub struct RedisServer {
     port: u16,
@@ -28,7 +30,7 @@ impl RedisServer {
     /// Starts an empty Redis Cluster node that keeps nothing on disk.
     pub fn start_cluster_node() -> Self {
         let mut args = vec!["--save", "", "--appendonly", "no"];
-        args.extend(lockbroker_lab::stack::cluster::NODE_ARGS);
+        args.extend(stack::cluster::NODE_ARGS);
         Self::start_with(&args)
     }
 
@@ -85,15 +87,10 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            let exited = self
-                .child
-                .as_mut()
-                .is_some_and(|child| child.try_wait().is_ok_and(|status| status.is_some()));
-            if exited {
-                self.child = None;
+            if stack::exited(&mut self.child) {
                 return false;
             }
-            if answers_ping(self.port) {
+            if stack::redis_answers(self.port) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(10));
@@ -157,24 +154,12 @@ impl Drop for RedisServer {
     }
 }
 
-/// Whether a Redis answers `PING` on `port` (not some other server there).
-fn answers_ping(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut reply = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
-}
-
 /// A port that was free a moment ago, as was the cluster bus port 10000
 /// above it.
 fn free_cluster_port() -> u16 {
     loop {
         let port = free_port();
-        if port < 55_535 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+        if stack::cluster::bus_port_free(port) {
             return port;
         }
     }
@@ -273,7 +258,7 @@ impl Conn {
 
     /// All keys matching `pattern` (tests only: KEYS is fine on a tiny dataset).
     pub fn keys(&mut self, pattern: &str) -> Vec<String> {
-        let mut primaries = lockbroker_lab::stack::cluster::primaries(self.port);
+        let mut primaries = stack::cluster::primaries(self.port);
         if primaries.is_empty() {
             primaries.push(self.port);
         }

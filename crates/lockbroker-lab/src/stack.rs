@@ -61,9 +61,7 @@ impl Node {
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port()?;
-            if cluster_node
-                && (port > 55_535 || TcpListener::bind(("127.0.0.1", port + 10_000)).is_err())
-            {
+            if cluster_node && !cluster::bus_port_free(port) {
                 continue;
             }
             let dir =
@@ -103,12 +101,7 @@ impl Node {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !redis_answers(self.port) {
-            let exited = self
-                .child
-                .as_mut()
-                .is_some_and(|child| child.try_wait().is_ok_and(|status| status.is_some()));
-            if exited {
-                self.child = None;
+            if exited(&mut self.child) {
                 return Err(format!(
                     "redis-server exited at start on port {}",
                     self.port
@@ -168,7 +161,20 @@ pub(crate) fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("cannot find a free port: {e}"))
 }
 
-pub(crate) fn redis_answers(port: u16) -> bool {
+/// Whether the server in `child` has exited (a port taken before it bound
+/// it); forgets it if so.
+pub fn exited(child: &mut Option<Child>) -> bool {
+    let gone = child
+        .as_mut()
+        .is_some_and(|child| child.try_wait().is_ok_and(|status| status.is_some()));
+    if gone {
+        *child = None;
+    }
+    gone
+}
+
+/// Whether a Redis answers `PING` on `port` (not some other server there).
+pub fn redis_answers(port: u16) -> bool {
     let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -198,16 +204,7 @@ impl Stack {
                 "--nodes must be 1, or an odd number of at least 3 for quorum mode (not {nodes})"
             ));
         }
-        let mut stack = Self {
-            nodes: Vec::new(),
-            brokers: Vec::new(),
-            urls: Vec::new(),
-            redis_url: String::new(),
-            restarts: Vec::new(),
-            sentinels: Vec::new(),
-            failovers: Vec::new(),
-            clustered: false,
-        };
+        let mut stack = Self::empty();
         for _ in 0..nodes {
             stack.nodes.push(Node::start().await?);
         }
@@ -263,8 +260,7 @@ impl Stack {
         brokers: usize,
         broker_bin: &PathBuf,
     ) -> Result<Self, String> {
-        let mut stack = Self::start_with(1, 0, broker_bin).await?;
-        stack.nodes.clear();
+        let mut stack = Self::empty();
         let node_args: Vec<String> = cluster::NODE_ARGS.iter().map(|a| (*a).to_owned()).collect();
         for _ in 0..primaries {
             stack.nodes.push(Node::start_with(node_args.clone()).await?);
@@ -310,6 +306,20 @@ impl Stack {
 
     fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|node| node.port).collect()
+    }
+
+    /// No server and no broker yet.
+    fn empty() -> Self {
+        Self {
+            nodes: Vec::new(),
+            brokers: Vec::new(),
+            urls: Vec::new(),
+            redis_url: String::new(),
+            restarts: Vec::new(),
+            sentinels: Vec::new(),
+            failovers: Vec::new(),
+            clustered: false,
+        }
     }
 
     /// Starts `brokers` brokers on the stack's Redis with the mode settings

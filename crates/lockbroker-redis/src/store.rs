@@ -295,15 +295,14 @@ impl RedisLockStore {
     ) -> Result<C::Output, StoreError> {
         let inner = &self.inner;
         let script = inner.scripts.get(C::SCRIPT);
-        let keys = call.keys(&inner.context);
-        let args = call.args(&inner.context);
         let started = Instant::now();
         let mut result: Result<Value, _>;
         loop {
+            let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
             // fred's command future is about 7 KiB: boxed, it is built once
             // in place, and the futures of callers (a waiting acquire among
             // them) hold a pointer instead of carrying it through every await.
-            result = Box::pin(script.evalsha_with_reload(client, keys.clone(), args.clone())).await;
+            result = Box::pin(script.evalsha_with_reload(client, keys, args)).await;
             // Cluster mode: while a resharding moves the lock's slot, a
             // script whose keys are split between the two nodes runs on
             // neither (`TRYAGAIN`); it is sent again until the move ends,

@@ -46,11 +46,10 @@ pub async fn forward_wakes(
         Subscription::PerLock(watches) => Some(watches.clone()),
         Subscription::Shared(_) => None,
     };
-    let per_lock = watches.is_some();
     // fred's own resubscription sends every kind of subscription, and a
     // `SUBSCRIBE` without channels fails before it reaches the sharded
     // ones: in cluster mode they are subscribed again here instead.
-    let _resubscribe = (!per_lock).then(|| subscriber.manage_subscriptions());
+    let _resubscribe = watches.is_none().then(|| subscriber.manage_subscriptions());
     if let Subscription::Shared(channel) = &subscription {
         let mut backoff = Duration::from_millis(50);
         while subscriber.subscribe(channel.as_str()).await.is_err() {
@@ -80,7 +79,7 @@ pub async fn forward_wakes(
                 },
                 Err(RecvError::Closed) => return,
             },
-            _ = topology.tick(), if per_lock => {
+            _ = topology.tick(), if watches.is_some() => {
                 let _ = subscriber.sync_cluster().await;
                 let now = slot_map(&subscriber);
                 if now == slots {

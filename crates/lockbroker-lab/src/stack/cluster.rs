@@ -29,6 +29,12 @@ pub const NODE_ARGS: [&str; 10] = [
     "0",
 ];
 
+/// Whether a cluster node may listen on `port`: its cluster bus port,
+/// 10000 above, exists and is free too.
+pub fn bus_port_free(port: u16) -> bool {
+    port <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+}
+
 /// Joins the empty cluster nodes on `ports` into one cluster, the first
 /// `ports.len() / (replicas + 1)` as primaries and each with `replicas`
 /// replicas, and waits until every node serves every slot.

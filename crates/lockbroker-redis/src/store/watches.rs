@@ -68,16 +68,22 @@ impl Watches {
         };
         let mut subscribed = subscribed.lock().await;
         if !*subscribed {
-            let channel = self.shared.keys.lock_wake_channel(name);
-            let done = timeout(
-                self.shared.timeout,
-                self.shared.subscriber.ssubscribe(channel),
-            );
-            *subscribed = matches!(done.await, Ok(Ok(())));
-            if !*subscribed {
-                tracing::warn!(lock = %name, "cannot subscribe to the lock's wake channel");
-            }
+            *subscribed = self.subscribe(name).await;
         }
+    }
+
+    /// Subscribes to `name`'s channel; whether Redis confirmed it in time.
+    async fn subscribe(&self, name: &LockName) -> bool {
+        let channel = self.shared.keys.lock_wake_channel(name);
+        let done = timeout(
+            self.shared.timeout,
+            self.shared.subscriber.ssubscribe(channel),
+        );
+        let confirmed = matches!(done.await, Ok(Ok(())));
+        if !confirmed {
+            tracing::warn!(lock = %name, "cannot subscribe to the lock's wake channel");
+        }
+        confirmed
     }
 
     /// Counts one waiter of `name` less; after the last, unsubscribes in
@@ -136,12 +142,7 @@ impl Watches {
             if self.shared.watchers(&name) == 0 {
                 continue;
             }
-            let channel = self.shared.keys.lock_wake_channel(&name);
-            let done = timeout(
-                self.shared.timeout,
-                self.shared.subscriber.ssubscribe(channel),
-            );
-            *subscribed = matches!(done.await, Ok(Ok(())));
+            *subscribed = self.subscribe(&name).await;
         }
     }
 }
