@@ -87,8 +87,8 @@ async fn the_first_lost_lease_after_a_start_fires_lease_lost_while_held() {
 
     // The holder overruns its lease, then tries to extend it: the only lost
     // lease since the broker started.
-    let lease = app.acquire("billing:invoice-7", 100).await;
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    let lease = app.acquire("billing:invoice-7", 400).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let caused = Instant::now();
     let extended = app.extend("billing:invoice-7", &lease.token(), 1_000).await;
     assert_eq!(extended.code(), "lease_lost");

@@ -201,7 +201,8 @@ async fn a_primary_failover_inside_the_cluster_is_followed_and_fences_keep_growi
     let failed = cluster.owner_of(&format!("{prefix}:{{job-0}}:lease"));
 
     let load = Cycling::start(&brokers, 2);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Long enough for every loop's first grant, even on a loaded machine.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     let killed_at = Instant::now();
     cluster.node(failed).kill();
 

@@ -141,8 +141,8 @@ async fn release_frees_the_lock_at_once_and_is_safe_to_retry() {
 async fn a_stale_holder_gets_lease_lost_after_expiry() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
-    let lease = app.acquire("job", 100).await;
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    let lease = app.acquire("job", 400).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
 
     let extend = app.extend("job", &lease.token(), 1_000).await;
     assert_eq!(extend.status, StatusCode::CONFLICT);
@@ -285,9 +285,9 @@ async fn lock_delay_keeps_an_expired_lock_unavailable() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
     let lease = app
-        .acquire_with("job", json!({"ttl_ms": 100, "lock_delay_ms": 1_500}))
+        .acquire_with("job", json!({"ttl_ms": 400, "lock_delay_ms": 1_500}))
         .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
 
     let during = app.acquire("job", 1_000).await;
     assert_eq!(
@@ -350,15 +350,15 @@ async fn max_hold_stops_extends_past_the_limit() {
 async fn busy_answers_say_what_is_in_the_way() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
-    let held = app.acquire("job", 100).await;
+    let held = app.acquire("job", 10_000).await;
     let busy = app.acquire("job", 1_000).await;
     let message = busy.body["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("held by another lease"), "{message}");
     assert_eq!(busy.body["error"]["fence"], held.fence());
 
-    app.acquire_with("delayed", json!({"ttl_ms": 100, "lock_delay_ms": 5_000}))
+    app.acquire_with("delayed", json!({"ttl_ms": 400, "lock_delay_ms": 5_000}))
         .await;
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     let delayed = app.acquire("delayed", 1_000).await;
     assert_eq!(delayed.code(), "lock_busy");
     assert_eq!(delayed.body["error"]["expires_in_ms"], 0);

@@ -71,8 +71,8 @@ async fn counters_and_histograms_count_exactly_what_happened() {
     let waited = waiter.await.expect("waiter");
     assert_eq!(waited.status, StatusCode::OK);
     // other: a lease that expires under its holder, who then extends and releases.
-    let stale = app.acquire("jobs:nightly", 100).await;
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    let stale = app.acquire("jobs:nightly", 400).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(
         app.extend("jobs:nightly", &stale.token(), 1_000)
             .await

@@ -37,7 +37,8 @@ async fn a_failover_is_followed_without_a_restart_and_fences_keep_growing() {
 
     // Two brokers cycle two locks each, before, during and after the kill.
     let load = Cycling::start(&brokers, 2);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Long enough for every loop's first grant, even on a loaded machine.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     let killed_at = Instant::now();
     group.primary().kill();
 
