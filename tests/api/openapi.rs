@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use lockbroker_api::{
     AcquireBody, ErrorCode, ErrorDetail, ErrorResponse, ExtendBody, ForceReleaseResponse,
-    HealthResponse, HealthStatus, LeaseResponse, ListQuery, ListResponse, ReleaseBody,
-    ReleaseResponse, RenewalResponse, StatusResponse,
+    HealthResponse, HealthStatus, HolderResponse, LeaseResponse, ListQuery, ListResponse, LockMode,
+    PermitResponse, ReleaseBody, ReleaseResponse, RenewalResponse, SemaphoreAcquireBody,
+    SemaphoreListResponse, SemaphoreStatusResponse, StatusResponse,
 };
 use lockbroker_server::http::served_routes;
 use serde::Serialize;
@@ -128,6 +129,19 @@ fn status(fence: Option<u64>, owner: Option<&str>) -> StatusResponse {
         fence,
         expires_in_ms: 0,
         available_in_ms: 0,
+        mode: owner.map(|_| "exclusive".to_owned()),
+        holders: vec![holder()],
+        holder_count: 1,
+    }
+}
+
+fn holder() -> HolderResponse {
+    HolderResponse {
+        owner: None,
+        fence: 1,
+        mode: "shared".into(),
+        expires_in_ms: 1,
+        available_in_ms: 1,
     }
 }
 
@@ -144,8 +158,51 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         expires_at_ms: 1,
         validity_ms: 1,
         owner: owner.map(str::to_owned),
+        mode: "shared".into(),
     };
     check_response("Lease", &schemas["Lease"], &lease(Some("w")), &lease(None));
+    let permit = |owner: Option<&str>| PermitResponse {
+        name: "job".into(),
+        token: "s-t0k3n".into(),
+        fence: 1,
+        ttl_ms: 1,
+        expires_at_ms: 1,
+        validity_ms: 1,
+        owner: owner.map(str::to_owned),
+        limit: 3,
+    };
+    check_response(
+        "Permit",
+        &schemas["Permit"],
+        &permit(Some("w")),
+        &permit(None),
+    );
+    check_response("LeaseHolder", &schemas["LeaseHolder"], &holder(), &holder());
+    let semaphore = |limit: Option<u32>| SemaphoreStatusResponse {
+        name: "backups".into(),
+        limit,
+        held: 1,
+        available: limit.map(|_| 2),
+        fence: limit.map(|_| 1),
+        holders: vec![holder()],
+        available_in_ms: 0,
+    };
+    check_response(
+        "SemaphoreStatus",
+        &schemas["SemaphoreStatus"],
+        &semaphore(Some(3)),
+        &semaphore(None),
+    );
+    let semaphores = |cursor: Option<&str>| SemaphoreListResponse {
+        semaphores: vec![semaphore(Some(3))],
+        next_cursor: cursor.map(str::to_owned),
+    };
+    check_response(
+        "SemaphoreList",
+        &schemas["SemaphoreList"],
+        &semaphores(Some("7")),
+        &semaphores(None),
+    );
     let renewal = |owner: Option<&str>| RenewalResponse {
         name: "job".into(),
         fence: 1,
@@ -193,6 +250,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         released: fence.is_some(),
         fence,
         owner: owner.map(str::to_owned),
+        leases_ended: u64::from(fence.is_some()),
     };
     check_response(
         "ForceReleased",
@@ -224,6 +282,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
     assert_eq!(spelled, listed, "Health.status values");
 
     let acquire = AcquireBody {
+        mode: Some(LockMode::Shared),
         ttl_ms: Some(1),
         wait_ms: Some(0),
         owner: Some("w".into()),
@@ -236,6 +295,25 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         &schemas["AcquireRequest"],
         &acquire,
         &AcquireBody::default(),
+    );
+    let permit = SemaphoreAcquireBody {
+        limit: Some(3),
+        ttl_ms: Some(1),
+        wait_ms: Some(0),
+        owner: Some("w".into()),
+        request_id: Some("r".into()),
+        lock_delay_ms: Some(0),
+        fair: Some(true),
+    };
+    let smallest = SemaphoreAcquireBody {
+        limit: Some(3),
+        ..SemaphoreAcquireBody::default()
+    };
+    check_request(
+        "SemaphoreAcquireRequest",
+        &schemas["SemaphoreAcquireRequest"],
+        &permit,
+        &smallest,
     );
     check_request(
         "ExtendRequest",
@@ -299,6 +377,8 @@ fn the_error_body_has_the_fields_of_the_spec() {
         fence: Some(1),
         expires_in_ms: Some(1),
         available_in_ms: Some(1),
+        holders: Some(vec![holder()]),
+        limit: Some(3),
         ..ErrorDetail::new(ErrorCode::LockBusy, "held")
     };
     let keys = |detail: &ErrorDetail| fields(detail).into_keys().collect::<BTreeSet<_>>();

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use lockbroker_core::conformance::Backend;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, FairEntry, Fence, LeaseToken, LockDelay, LockName, LockStore,
-    Principal, ReleaseOutcome, StoreError, Ttl,
+    AcquireOutcome, AcquireParams, FairEntry, Fence, LeaseKind, LeaseToken, LockDelay, LockName,
+    LockStore, Principal, ReleaseOutcome, StoreError, Ttl,
 };
 use lockbroker_redis::quorum::{Drift, QuorumSettings, QuorumStore};
 use lockbroker_redis::{QuorumEvent, RedisSettings, StoreObserver};
@@ -113,6 +113,8 @@ async fn try_acquire(
     let outcome = store
         .acquire(AcquireParams {
             name: lock,
+            kind: LeaseKind::Exclusive,
+            limit: None,
             token: &token,
             ttl: Ttl::parse("ttl_ms", ttl_ms, u64::MAX).expect("ttl"),
             owner: None,
@@ -125,7 +127,8 @@ async fn try_acquire(
         .await?;
     Ok(match outcome {
         AcquireOutcome::Granted(lease) => Ok((lease.fence, lease.token, lease.validity_ms)),
-        AcquireOutcome::Busy { holder, .. } => Err(holder.fence.get()),
+        AcquireOutcome::Busy { blockers, .. } => Err(blockers.holder.fence.get()),
+        AcquireOutcome::LimitConflict { limit } => panic!("a lock has no limit: {limit}"),
     })
 }
 
@@ -365,6 +368,8 @@ async fn fair_try(
     store
         .acquire(AcquireParams {
             name: lock,
+            kind: LeaseKind::Exclusive,
+            limit: None,
             token: &LeaseToken::generate(),
             ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
             owner: None,
@@ -373,6 +378,7 @@ async fn fair_try(
             lock_delay: LockDelay::default(),
             fair: Some(FairEntry {
                 waiter_id: waiter,
+                always: true,
                 entry_ttl_ms: 10_000,
                 arrived_at_us,
             }),

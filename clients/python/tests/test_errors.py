@@ -10,6 +10,7 @@ from lockbroker import (
     BrokerUnavailable,
     InvalidRequest,
     LeaseLost,
+    LimitConflict,
     LockBrokerError,
     LockBusy,
     MaxHoldExceeded,
@@ -31,6 +32,7 @@ def body(code, **extra):
         (405, "method_not_allowed", InvalidRequest),
         (409, "lease_lost", LeaseLost),
         (409, "max_hold_exceeded", MaxHoldExceeded),
+        (409, "limit_conflict", LimitConflict),
         (413, "payload_too_large", InvalidRequest),
         (423, "lock_busy", LockBusy),
         (408, "request_timeout", BrokerUnavailable),
@@ -57,6 +59,34 @@ def test_lock_busy_carries_the_holder():
     )
     assert isinstance(error, LockBusy)
     assert (error.owner, error.fence, error.expires_in, error.available_in) == ("web-1", 7, 1.5, 2.5)
+    assert error.holders == () and error.limit is None  # a broker that lists no holders
+
+
+def test_lock_busy_lists_every_holder_and_a_semaphores_limit():
+    holders = [
+        {"owner": "worker-1", "fence": 7, "mode": "permit",
+         "expires_in_ms": 1500, "available_in_ms": 1500},
+        {"owner": None, "fence": 9, "mode": "permit",
+         "expires_in_ms": 4000, "available_in_ms": 4500},
+    ]
+    error = error_from_response(
+        423,
+        body("lock_busy", owner="worker-1", fence=7, expires_in_ms=1500,
+             available_in_ms=1500, holders=holders, limit=2),
+    )
+    assert isinstance(error, LockBusy) and error.limit == 2
+    assert [(h.owner, h.fence, h.mode, h.expires_in, h.available_in) for h in error.holders] == [
+        ("worker-1", 7, "permit", 1.5, 1.5),
+        (None, 9, "permit", 4.0, 4.5),
+    ]
+
+
+def test_limit_conflict_carries_the_limit_in_force():
+    error = error_from_response(
+        409,
+        body("limit_conflict", limit=3),
+    )
+    assert type(error) is LimitConflict and error.limit == 3 and error.status == 409
 
 
 def test_a_body_without_the_error_shape_maps_by_status():

@@ -41,6 +41,13 @@ pub struct ErrorDetail {
     /// For `lock_busy`, how long until the lock can be acquired at the earliest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub available_in_ms: Option<u64>,
+    /// For `lock_busy`, every lease in the way, the first to free first (at
+    /// most 20).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holders: Option<Vec<crate::response::HolderResponse>>,
+    /// For `limit_conflict`, and `lock_busy` on a semaphore: the limit in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
 }
 
 impl ErrorDetail {
@@ -54,6 +61,8 @@ impl ErrorDetail {
             fence: None,
             expires_in_ms: None,
             available_in_ms: None,
+            holders: None,
+            limit: None,
         }
     }
 }
@@ -79,6 +88,8 @@ pub enum ErrorCode {
     LeaseLost,
     /// `409`: the extend would keep the lease past its maximum hold.
     MaxHoldExceeded,
+    /// `409`: the semaphore's permits take places under another limit.
+    LimitConflict,
     /// `429`: this broker already has as many waiting acquires as it allows.
     TooManyWaiters,
     /// `429`: the API key sent more requests than its rate limit allows.
@@ -113,11 +124,12 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the spec's list.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         Self::InvalidRequest,
         Self::LockBusy,
         Self::LeaseLost,
         Self::MaxHoldExceeded,
+        Self::LimitConflict,
         Self::TooManyWaiters,
         Self::RateLimited,
         Self::Unauthorized,
@@ -141,6 +153,7 @@ impl ErrorCode {
             Self::LockBusy => "lock_busy",
             Self::LeaseLost => "lease_lost",
             Self::MaxHoldExceeded => "max_hold_exceeded",
+            Self::LimitConflict => "limit_conflict",
             Self::TooManyWaiters => "too_many_waiters",
             Self::RateLimited => "rate_limited",
             Self::Unauthorized => "unauthorized",
@@ -167,7 +180,7 @@ impl ErrorCode {
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
-            Self::LeaseLost | Self::MaxHoldExceeded => 409,
+            Self::LeaseLost | Self::MaxHoldExceeded | Self::LimitConflict => 409,
             Self::PayloadTooLarge => 413,
             Self::UriTooLong => 414,
             Self::LockBusy => 423,

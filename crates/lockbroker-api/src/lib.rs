@@ -22,10 +22,13 @@ pub mod request;
 pub mod response;
 
 pub use error::{ErrorCode, ErrorDetail, ErrorResponse};
-pub use request::{AcquireBody, ExtendBody, ListQuery, ReleaseBody};
+pub use request::{
+    AcquireBody, ExtendBody, ListQuery, LockMode, ReleaseBody, SemaphoreAcquireBody,
+};
 pub use response::{
-    ForceReleaseResponse, HealthResponse, HealthStatus, LeaseResponse, ListResponse,
-    ReleaseResponse, RenewalResponse, StatusResponse,
+    ForceReleaseResponse, HealthResponse, HealthStatus, HolderResponse, LeaseResponse,
+    ListResponse, PermitResponse, ReleaseResponse, RenewalResponse, SemaphoreListResponse,
+    SemaphoreStatusResponse, StatusResponse,
 };
 
 #[cfg(test)]

@@ -13,11 +13,25 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// The kind of lease a lock acquire asks for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LockMode {
+    /// Nothing else holds the lock meanwhile (the default).
+    #[default]
+    Exclusive,
+    /// Coexists with other shared leases, never with an exclusive one.
+    Shared,
+}
+
 /// Body of `POST /v1/locks/{name}/acquire` (`AcquireRequest` in the spec).
 /// An empty body reads as `{}`: every field takes its configured default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
+    /// `exclusive` (when absent) or `shared`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
     /// How long the lease is valid, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
@@ -34,6 +48,35 @@ pub struct AcquireBody {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
     /// With `wait_ms` > 0, wait in the lock's queue shared by every broker.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fair: Option<bool>,
+}
+
+/// Body of `POST /v1/semaphores/{name}/acquire` (`SemaphoreAcquireRequest`
+/// in the spec): one permit, among at most `limit` valid at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SemaphoreAcquireBody {
+    /// How many permits may be valid at once; required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// How long the permit is valid, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait for a free permit, in milliseconds; 0 answers at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// A label of who holds the permit, shown to other callers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// An idempotency key: a retry with the same one gets the same permit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// How long the permit's place stays taken if it expires unreleased.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// Accepted for symmetry with locks: waiting permit requests always
+    /// wait in the semaphore's queue shared by every broker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fair: Option<bool>,
 }

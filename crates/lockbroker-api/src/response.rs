@@ -26,6 +26,75 @@ pub struct LeaseResponse {
     pub validity_ms: u64,
     /// The holder's label.
     pub owner: Option<String>,
+    /// `exclusive` or `shared`.
+    pub mode: String,
+}
+
+/// A granted semaphore permit (`Permit` in the spec): a lease among at most
+/// `limit` valid at once. The only semaphore answer that carries a token.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PermitResponse {
+    /// The semaphore's name.
+    pub name: String,
+    /// The secret that extends or releases this permit. Keep it private.
+    pub token: String,
+    /// Strictly greater than every fence issued before for this semaphore.
+    pub fence: u64,
+    /// How long the permit is valid from now, in milliseconds.
+    pub ttl_ms: u64,
+    /// When the permit expires, in Unix milliseconds of the Redis clock.
+    pub expires_at_ms: u64,
+    /// How long the permit is sure to stay valid from when the answer left
+    /// the broker, in milliseconds.
+    pub validity_ms: u64,
+    /// The holder's label.
+    pub owner: Option<String>,
+    /// The semaphore's limit in force.
+    pub limit: u32,
+}
+
+/// One lease of a lock or semaphore as others see it (`LeaseHolder` in the
+/// spec). Never a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderResponse {
+    /// The holder's label.
+    pub owner: Option<String>,
+    /// The lease's fence.
+    pub fence: u64,
+    /// `exclusive`, `shared` or `permit`.
+    pub mode: String,
+    /// How long the lease stays valid; 0 once only its lock-delay remains.
+    pub expires_in_ms: u64,
+    /// How long until its place frees, lock-delay included.
+    pub available_in_ms: u64,
+}
+
+/// A semaphore's state at one instant (`SemaphoreStatus` in the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SemaphoreStatusResponse {
+    /// The semaphore's name.
+    pub name: String,
+    /// The limit in force; `null` while no permit takes a place.
+    pub limit: Option<u32>,
+    /// How many permits are valid now.
+    pub held: u64,
+    /// How many more permits the limit allows now; `null` with no limit in force.
+    pub available: Option<u64>,
+    /// The last fence issued; `null` when none is remembered.
+    pub fence: Option<u64>,
+    /// The permits taking a place, the first to free first (at most 100).
+    pub holders: Vec<HolderResponse>,
+    /// How long until a place frees; 0 when one is free now.
+    pub available_in_ms: u64,
+}
+
+/// One page of the operators' semaphore listing (`SemaphoreList` in the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SemaphoreListResponse {
+    /// Semaphores with permits taking places, on this page.
+    pub semaphores: Vec<SemaphoreStatusResponse>,
+    /// Pass as `cursor` for the next page; `null` once the listing is complete.
+    pub next_cursor: Option<String>,
 }
 
 /// An extended lease (`Renewal` in the spec): the same fence, a new expiry.
@@ -80,6 +149,12 @@ pub struct StatusResponse {
     /// How long until the lock can be acquired at the earliest (lease plus
     /// lock-delay); 0 when it is free now.
     pub available_in_ms: u64,
+    /// `exclusive` or `shared` while held; `null` when not.
+    pub mode: Option<String>,
+    /// The valid leases and those in their lock-delay (at most 100).
+    pub holders: Vec<HolderResponse>,
+    /// How many leases are valid now.
+    pub holder_count: u64,
 }
 
 /// One page of the operators' listing (`LockList` in the spec).
@@ -100,8 +175,10 @@ pub struct ForceReleaseResponse {
     pub released: bool,
     /// The fence of the lease that was ended.
     pub fence: Option<u64>,
-    /// The label of the holder whose lease was ended.
+    /// The label of the exclusive holder whose lease was ended.
     pub owner: Option<String>,
+    /// How many leases were ended.
+    pub leases_ended: u64,
 }
 
 /// The answer of `/healthz` and `/readyz` (`Health` in the spec).
@@ -131,6 +208,22 @@ impl fmt::Debug for LeaseResponse {
             .field("validity_ms", &self.validity_ms)
             .field("expires_at_ms", &self.expires_at_ms)
             .field("owner", &self.owner)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl fmt::Debug for PermitResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitResponse")
+            .field("name", &self.name)
+            .field("token", &crate::request::redacted(Some(&self.token)))
+            .field("fence", &self.fence)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("validity_ms", &self.validity_ms)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .field("owner", &self.owner)
+            .field("limit", &self.limit)
             .finish()
     }
 }

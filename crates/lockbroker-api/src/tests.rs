@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use crate::error::*;
-use crate::{AcquireBody, ExtendBody, LeaseResponse, ReleaseBody};
+use crate::{AcquireBody, ExtendBody, LeaseResponse, PermitResponse, ReleaseBody};
 
 #[test]
 fn every_code_is_spelled_on_the_wire_as_as_str_says() {
@@ -95,9 +95,21 @@ fn debug_output_never_shows_a_token() {
         expires_at_ms: 1,
         validity_ms: 1,
         owner: None,
+        mode: "exclusive".into(),
+    };
+    let permit = PermitResponse {
+        name: "backups".into(),
+        token: "s3cr3t".into(),
+        fence: 1,
+        ttl_ms: 1,
+        expires_at_ms: 1,
+        validity_ms: 1,
+        owner: None,
+        limit: 3,
     };
     for shown in [
         format!("{lease:?}"),
+        format!("{permit:?}"),
         format!("{:?}", ExtendBody::new("s3cr3t", None)),
         format!("{:?}", ReleaseBody::new("s3cr3t")),
     ] {

@@ -10,8 +10,10 @@ use std::future::Future;
 
 mod ask;
 mod cases;
+mod holders;
 
 pub use cases::*;
+pub use holders::*;
 
 use crate::store::LockStore;
 
@@ -49,7 +51,14 @@ macro_rules! store_conformance {
             a_fair_waiter_that_leaves_passes_the_turn_on,
             releases_are_announced_to_every_broker,
             a_release_nobody_waits_for_is_not_announced,
-            listing_shows_held_and_delayed_locks_page_by_page
+            listing_shows_held_and_delayed_locks_page_by_page,
+            shared_leases_coexist_and_exclude_an_exclusive_one,
+            a_waiting_writer_is_not_passed_by_newer_readers,
+            a_semaphore_grants_up_to_its_limit,
+            a_semaphore_keeps_its_limit_while_permits_are_held,
+            permits_expire_extend_and_retry_like_leases,
+            freed_places_are_announced_and_force_release_ends_them_all,
+            listing_shows_semaphores_apart_from_locks
         );
     };
     (@cases $backend:expr; $($case:ident),*) => {

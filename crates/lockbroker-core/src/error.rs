@@ -1,6 +1,6 @@
 //! Errors of the lock domain: what a caller did wrong, and what went wrong underneath.
 
-use crate::lease::Holder;
+use crate::lease::Blockers;
 pub use crate::validation::ValidationError;
 
 /// Why a lock store could not answer. Every variant fails closed: no grant is made
@@ -29,9 +29,16 @@ pub enum LockError {
     /// The request broke a validation rule.
     #[error(transparent)]
     Invalid(#[from] ValidationError),
-    /// Another lease holds the lock (after waiting, if the caller asked to wait).
+    /// Other leases hold the lock or the semaphore's places (after
+    /// waiting, if the caller asked to wait).
     #[error("lock is held by another lease")]
-    Busy(Holder),
+    Busy(Blockers),
+    /// The semaphore's permits take places under another limit.
+    #[error("the semaphore's limit in force is {limit}")]
+    LimitConflict {
+        /// The limit in force.
+        limit: u32,
+    },
     /// The token no longer holds the lease: it expired or was taken.
     #[error("the lease expired or was taken by another holder")]
     LeaseLost,

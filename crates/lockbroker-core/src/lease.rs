@@ -78,6 +78,50 @@ impl fmt::Display for Fence {
     }
 }
 
+/// What a lease allows beside it: it decides who else may hold the name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum LeaseKind {
+    /// A lock's only lease: nothing else holds the lock meanwhile.
+    #[default]
+    Exclusive,
+    /// One of a lock's shared leases: they coexist, and no exclusive lease
+    /// is granted while any is valid.
+    Shared,
+    /// One of a semaphore's permits: at most its limit are valid at once.
+    Permit,
+}
+
+impl LeaseKind {
+    /// The kind as the API names it: `exclusive`, `shared` or `permit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Exclusive => "exclusive",
+            Self::Shared => "shared",
+            Self::Permit => "permit",
+        }
+    }
+
+    /// The kind as metrics label it: `lock`, `shared` or `semaphore`.
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Self::Exclusive => "lock",
+            Self::Shared => "shared",
+            Self::Permit => "semaphore",
+        }
+    }
+
+    /// How a token of this kind begins, so that a token sent to the wrong
+    /// route is told apart without asking the store. An exclusive token
+    /// is bare hex, as it always was.
+    fn token_prefix(self) -> &'static str {
+        match self {
+            Self::Exclusive => "",
+            Self::Shared => "r-",
+            Self::Permit => "s-",
+        }
+    }
+}
+
 /// Bytes of randomness in a lease token (128 bits).
 const TOKEN_BYTES: usize = 16;
 /// The longest token text accepted from a caller; longer input cannot be ours.
@@ -94,6 +138,26 @@ impl LeaseToken {
     /// A fresh token: 128 bits from the operating system's CSPRNG, as lowercase hex.
     pub fn generate() -> Self {
         Self(random_hex::<TOKEN_BYTES>())
+    }
+
+    /// A fresh token for a lease of `kind`, which [`LeaseToken::kind`] reads back.
+    pub fn generate_for(kind: LeaseKind) -> Self {
+        match kind {
+            LeaseKind::Exclusive => Self::generate(),
+            _ => Self(format!(
+                "{}{}",
+                kind.token_prefix(),
+                random_hex::<TOKEN_BYTES>()
+            )),
+        }
+    }
+
+    /// The kind of lease this token was made for.
+    pub fn kind(&self) -> LeaseKind {
+        [LeaseKind::Shared, LeaseKind::Permit]
+            .into_iter()
+            .find(|kind| self.0.starts_with(kind.token_prefix()))
+            .unwrap_or(LeaseKind::Exclusive)
     }
 
     /// Accepts a token sent back by a caller: 1 to 128 URL-safe characters.
@@ -269,11 +333,16 @@ pub struct Renewal {
     pub validity_ms: u64,
     /// The holder's label, if it gave one.
     pub owner: Option<String>,
+    /// For a permit: its semaphore's limit in force (a quorum needs it to
+    /// know how many nodes must keep the permit).
+    pub limit: Option<u32>,
 }
 
 /// What a busy answer tells about the lease in the way. Never the token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Holder {
+    /// The kind of lease it is.
+    pub mode: LeaseKind,
     /// The holder's label, if it gave one.
     pub owner: Option<String>,
     /// The holder's fence.
@@ -286,19 +355,96 @@ pub struct Holder {
     pub available_in_ms: u64,
 }
 
-/// A read of a lock's state for inspection.
+/// Who is in the way of an acquire that was turned away. Never a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blockers {
+    /// The lease whose end decides when the caller may look again: an
+    /// exclusive lease; the last shared lease to free, for an exclusive
+    /// request; the first permit to free, for a permit. For a free name owed
+    /// to an earlier waiter in the queue: no owner, the last fence, zero times.
+    pub holder: Holder,
+    /// Every lease in the way, the first to free first, at most
+    /// [`MAX_SHOWN_BLOCKERS`].
+    pub holders: Vec<Holder>,
+}
+
+/// How many leases a busy answer shows at most.
+pub const MAX_SHOWN_BLOCKERS: usize = 20;
+/// How many leases a status shows at most.
+pub const MAX_SHOWN_HOLDERS: usize = 100;
+
+impl Blockers {
+    /// One lease in the way, alone.
+    pub fn one(holder: Holder) -> Self {
+        Self {
+            holders: vec![holder.clone()],
+            holder,
+        }
+    }
+
+    /// A free name owed to an earlier waiter in its queue.
+    pub fn queue(fence: Fence) -> Self {
+        Self {
+            holder: Holder {
+                mode: LeaseKind::Exclusive,
+                owner: None,
+                fence,
+                expires_in_ms: 0,
+                available_in_ms: 0,
+            },
+            holders: Vec::new(),
+        }
+    }
+}
+
+/// A read of a lock's or a semaphore's state for inspection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockStatus {
-    /// Whether a valid lease holds the lock now.
+    /// Whether a valid lease holds the name now.
     pub held: bool,
-    /// The holder's label, while held.
+    /// The holder's label, while an exclusive lease holds the lock.
     pub owner: Option<String>,
-    /// The last fence issued for this lock, if the store still remembers one.
+    /// The last fence issued for this name, if the store still remembers one.
     pub fence: Option<Fence>,
-    /// How long the current lease stays valid; 0 when not held.
+    /// How long the current lease stays valid (the last of several); 0 when
+    /// not held.
     pub expires_in_ms: u64,
-    /// How long until the lock can be acquired (0 when it is free now).
+    /// How long until an exclusive lease could be granted (0 when the name
+    /// is free now).
     pub available_in_ms: u64,
+    /// The kind of the valid leases: exclusive, shared or permit; `None`
+    /// when not held.
+    pub mode: Option<LeaseKind>,
+    /// The valid leases and those in their lock-delay, the first to free
+    /// first, at most [`MAX_SHOWN_HOLDERS`].
+    pub holders: Vec<Holder>,
+    /// How many leases are valid, in all.
+    pub holder_count: u64,
+    /// How many places are taken: valid leases and those in their lock-delay.
+    pub occupied: u64,
+    /// A semaphore's limit in force while any permit takes a place.
+    pub limit: Option<u32>,
+    /// How long until the first taken place frees (0 when none is taken).
+    pub first_free_in_ms: u64,
+}
+
+impl LockStatus {
+    /// The state of a name nothing holds, with the last fence known.
+    pub fn free(fence: Option<Fence>) -> Self {
+        Self {
+            held: false,
+            owner: None,
+            fence,
+            expires_in_ms: 0,
+            available_in_ms: 0,
+            mode: None,
+            holders: Vec::new(),
+            holder_count: 0,
+            occupied: 0,
+            limit: None,
+            first_free_in_ms: 0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -313,6 +459,17 @@ mod tests {
         assert!(a.expose().bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
         assert!(LeaseToken::parse(a.expose()).is_ok());
+    }
+
+    #[test]
+    fn a_token_tells_its_kind() {
+        for kind in [LeaseKind::Exclusive, LeaseKind::Shared, LeaseKind::Permit] {
+            let token = LeaseToken::generate_for(kind);
+            assert_eq!(token.kind(), kind);
+            let parsed = LeaseToken::parse(token.expose()).expect("valid");
+            assert_eq!(parsed.kind(), kind);
+        }
+        assert_eq!(LeaseToken::generate().expose().len(), 32);
     }
 
     #[test]

@@ -35,10 +35,11 @@ pub mod wait;
 
 pub use error::{LockError, StoreError, ValidationError};
 pub use lease::{
-    Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Principal, RequestId, Ttl,
+    Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus, Owner, Principal,
+    RequestId, Ttl,
 };
 pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
-pub use name::{LockName, LockPrefix};
+pub use name::{LockName, LockPrefix, Space};
 pub use policy::{AcquireRequest, LockPolicy};
 pub use service::{Grant, LockService};
 pub use store::ForceReleaseOutcome;

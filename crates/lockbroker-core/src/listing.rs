@@ -2,7 +2,7 @@
 //! checked once here, and the page a store hands back.
 
 use crate::lease::LockStatus;
-use crate::name::{LockName, LockPrefix};
+use crate::name::{LockName, LockPrefix, Space};
 use crate::validation::ValidationError;
 
 /// The largest page an operator may ask for.
@@ -76,6 +76,8 @@ impl ListCursor {
 /// One page to list.
 #[derive(Clone, Debug, Default)]
 pub struct ListRequest {
+    /// Locks or semaphores.
+    pub space: Space,
     /// Only names starting with this.
     pub prefix: LockPrefix,
     /// How many keys the page visits at most (a hint, as with Redis `SCAN`).

@@ -15,8 +15,10 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
 
 use crate::error::StoreError;
-use crate::lease::{random_hex, Fence, Holder, Lease, LockStatus, Renewal};
-use crate::listing::{ListCursor, ListRequest, LockEntry, LockPage};
+use crate::lease::{
+    random_hex, Blockers, Fence, Holder, Lease, LeaseKind, LockStatus, Renewal, MAX_SHOWN_BLOCKERS,
+};
+use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
 use crate::store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, Release,
@@ -26,6 +28,8 @@ use crate::wait::{Wake, WakeStream};
 use crate::{LeaseToken, Ttl};
 
 mod backend;
+mod holders;
+mod inspect;
 
 use backend::{Backend, Record};
 
@@ -113,6 +117,7 @@ impl MemoryStore {
     pub fn lose_data(&self) {
         let mut backend = lock(&self.shared.backend);
         backend.leases.clear();
+        backend.holder_sets.clear();
         backend.fences.clear();
         backend.queues.clear();
     }
@@ -120,6 +125,15 @@ impl MemoryStore {
     /// Makes every step fail as unreachable (`true`) or work again (`false`).
     pub fn set_unavailable(&self, unavailable: bool) {
         lock(&self.shared.backend).unavailable = unavailable;
+    }
+
+    /// The fence of a grant now: above the last one issued, the clock and
+    /// this handle's floor, as the scripts make it.
+    fn next_fence(&self, last: u64, now_us: u64) -> u64 {
+        let floor = self.fence_floor.load(Ordering::Relaxed);
+        let fence = (last + 1).max(now_us).max(floor + 1);
+        self.fence_floor.fetch_max(fence, Ordering::Relaxed);
+        fence
     }
 
     /// The store's clock in Unix microseconds.
@@ -137,6 +151,10 @@ impl MemoryStore {
             ));
         }
         backend.leases.retain(|_, r| r.kept_until_ms > now_ms);
+        backend.holder_sets.retain(|_, set| {
+            set.prune(now_ms);
+            !set.leases.is_empty()
+        });
         Ok(backend)
     }
 }
@@ -154,10 +172,18 @@ impl LockStore for MemoryStore {
         let now_us = self.now_us();
         let now_ms = now_us / 1_000;
         let mut backend = self.backend(now_ms)?;
+        if params.kind != LeaseKind::Exclusive {
+            return self.acquire_place(&mut backend, &params, now_us);
+        }
         let name = params.name;
-        let wait_in_line = |backend: &mut Backend| {
+        // As acquire.lua: a fair waiter joins whenever it is turned away,
+        // another once a queue exists or shared leases block it.
+        let wait_in_line = |backend: &mut Backend, blocked_by_shared: bool| {
             params
                 .fair
+                .filter(|fair| {
+                    fair.always || blocked_by_shared || backend.queues.contains_key(name)
+                })
                 .map(|fair| backend.queue_join(name, fair.waiter_id, now_us, fair.entry_ttl_ms))
         };
         let current = backend.leases.get(name).filter(|r| !r.released).cloned();
@@ -189,54 +215,50 @@ impl LockStore for MemoryStore {
             }
             let expires_in_ms = cur.expires_ms.saturating_sub(now_ms);
             return Ok(AcquireOutcome::Busy {
-                holder: Holder {
+                blockers: Blockers::one(Holder {
+                    mode: LeaseKind::Exclusive,
                     owner: owner_of(&cur.owner),
                     fence: Fence::new(cur.fence),
                     expires_in_ms,
                     available_in_ms,
-                },
-                queue_position: wait_in_line(&mut backend),
+                }),
+                queue_position: wait_in_line(&mut backend, false),
             });
         }
-        let recorded = backend.leases.get(name).map_or(0, |r| r.fence);
-        let last = backend.fences.get(name).copied().unwrap_or(0).max(recorded);
+        let last = backend.last_fence(name);
+        // Shared leases (or their lock-delay) hold the lock: the last to free
+        // decides when to look again.
+        let shared = backend.holder_sets.get_mut(name).map(|set| {
+            set.watched |= params.waits;
+            set.occupying(now_ms, LeaseKind::Shared)
+        });
+        if let Some(mut holders) = shared {
+            let last_to_free = holders.iter().max_by_key(|h| h.available_in_ms).cloned();
+            holders.truncate(MAX_SHOWN_BLOCKERS);
+            if let Some(holder) = last_to_free {
+                return Ok(AcquireOutcome::Busy {
+                    blockers: Blockers { holder, holders },
+                    queue_position: wait_in_line(&mut backend, true),
+                });
+            }
+        }
         let waiter_id = params.fair.map(|f| f.waiter_id);
         if let Some(head) = backend.queue_head(name, now_ms) {
             if Some(head.as_str()) != waiter_id {
                 return Ok(AcquireOutcome::Busy {
-                    holder: Holder {
-                        owner: None,
-                        fence: Fence::new(last),
-                        expires_in_ms: 0,
-                        available_in_ms: 0,
-                    },
-                    queue_position: wait_in_line(&mut backend),
+                    blockers: Blockers::queue(Fence::new(last)),
+                    queue_position: wait_in_line(&mut backend, false),
                 });
             }
             backend.queue_leave(name, &head);
         }
-        let floor = self.fence_floor.load(Ordering::Relaxed);
-        let fence = (last + 1).max(now_us).max(floor + 1);
+        let fence = self.next_fence(last, now_us);
         let ttl_ms = params.ttl.as_millis();
         let expires_ms = now_ms + ttl_ms;
         backend.fences.insert(name.clone(), fence);
-        backend.leases.insert(
-            name.clone(),
-            Record {
-                token: params.token.expose().to_owned(),
-                fence,
-                owner: params.owner.map_or("", |o| o.as_str()).to_owned(),
-                rid: params.request_id.map_or("", |r| r.as_str()).to_owned(),
-                by: params.principal.as_str().to_owned(),
-                acquired_ms: now_ms,
-                expires_ms,
-                delay_ms: params.lock_delay.as_millis(),
-                released: false,
-                watched: false,
-                kept_until_ms: expires_ms + params.lock_delay.as_millis(),
-            },
-        );
-        self.fence_floor.fetch_max(fence, Ordering::Relaxed);
+        backend
+            .leases
+            .insert(name.clone(), Record::granted(&params, fence, now_ms));
         if waiter_id.is_some() {
             if let Some(next) = backend.queue_head(name, now_ms) {
                 backend.announce(&self.broker_id, &Wake::Turn { waiter_id: next });
@@ -262,6 +284,17 @@ impl LockStore for MemoryStore {
     ) -> Result<ExtendOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
+        if token.kind() != LeaseKind::Exclusive {
+            let ttl_ms = ttl.as_millis();
+            return Ok(Self::extend_place(
+                &mut backend,
+                name,
+                token,
+                ttl_ms,
+                max_hold_ms,
+                now_ms,
+            ));
+        }
         let Some(cur) = backend.record_of(name, token) else {
             return Ok(ExtendOutcome::Lost);
         };
@@ -285,6 +318,7 @@ impl LockStore for MemoryStore {
             expires_at_ms: new_expiry,
             validity_ms: ttl.as_millis(),
             owner: owner_of(&cur.owner),
+            limit: None,
         }))
     }
 
@@ -295,6 +329,9 @@ impl LockStore for MemoryStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
+        if token.kind() != LeaseKind::Exclusive {
+            return Ok(self.release_place(&mut backend, name, token, now_ms));
+        }
         let Some(cur) = backend.record_of(name, token) else {
             return Ok(ReleaseOutcome::Lost);
         };
@@ -335,37 +372,7 @@ impl LockStore for MemoryStore {
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let backend = self.backend(now_ms)?;
-        let cur = backend.leases.get(name);
-        let recorded = cur.map(|r| r.fence);
-        let fence = backend
-            .fences
-            .get(name)
-            .copied()
-            .max(recorded)
-            .map(Fence::new);
-        Ok(match cur.filter(|r| !r.released) {
-            Some(r) if r.expires_ms > now_ms => LockStatus {
-                held: true,
-                owner: owner_of(&r.owner),
-                fence,
-                expires_in_ms: r.expires_ms - now_ms,
-                available_in_ms: r.kept_until_ms - now_ms,
-            },
-            Some(r) => LockStatus {
-                held: false,
-                owner: None,
-                fence,
-                expires_in_ms: 0,
-                available_in_ms: r.kept_until_ms - now_ms,
-            },
-            None => LockStatus {
-                held: false,
-                owner: None,
-                fence,
-                expires_in_ms: 0,
-                available_in_ms: 0,
-            },
-        })
+        Ok(Self::status_of(&backend, name, now_ms))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -373,54 +380,15 @@ impl LockStore for MemoryStore {
     }
 
     async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
-        let names: Vec<LockName> = {
-            let now_ms = self.now_us() / 1_000;
-            let backend = self.backend(now_ms)?;
-            backend
-                .leases
-                .keys()
-                .filter(|name| request.prefix.matches(name))
-                .cloned()
-                .collect()
-        };
-        // The cursor is a position in name order.
-        let start = usize::try_from(request.cursor.get()).unwrap_or(usize::MAX);
-        let end = start.saturating_add(request.limit.get()).min(names.len());
-        let mut locks = Vec::new();
-        for name in names.get(start..end).unwrap_or(&[]) {
-            let status = self.status(name).await?;
-            if status.held || status.available_in_ms > 0 {
-                locks.push(LockEntry {
-                    name: name.clone(),
-                    status,
-                });
-            }
-        }
-        Ok(LockPage {
-            locks,
-            next_cursor: (end < names.len()).then(|| ListCursor::new(end as u64)),
-        })
+        let now_ms = self.now_us() / 1_000;
+        let backend = self.backend(now_ms)?;
+        Ok(Self::page(&backend, request, now_ms))
     }
 
     async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
-        let Some(cur) = backend.leases.get(name).filter(|r| !r.released).cloned() else {
-            return Ok(ForceReleaseOutcome::NotHeld);
-        };
-        backend.leases.remove(name);
-        let next_fair = backend.queue_head(name, now_ms);
-        backend.announce(
-            &self.broker_id,
-            &Wake::Released {
-                name: name.clone(),
-                next_fair,
-            },
-        );
-        Ok(ForceReleaseOutcome::Released {
-            fence: Fence::new(cur.fence),
-            owner: owner_of(&cur.owner),
-        })
+        Ok(self.end_all(&mut backend, name, now_ms))
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {

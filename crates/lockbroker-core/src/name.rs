@@ -7,17 +7,53 @@ use crate::validation::ValidationError;
 /// The longest lock name accepted, in characters (all of them ASCII).
 pub const MAX_NAME_LEN: usize = 200;
 
-/// A validated lock name: 1 to 200 characters of `A-Z a-z 0-9 . _ - :`.
+/// Which namespace a name belongs to: locks (exclusive and shared leases)
+/// and semaphores (permits) are apart, so a lock and a semaphore may share
+/// a name without sharing any state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Space {
+    /// `/v1/locks/{name}`.
+    #[default]
+    Lock,
+    /// `/v1/semaphores/{name}`.
+    Semaphore,
+}
+
+impl Space {
+    /// What one thing of this space is called in messages.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Self::Lock => "lock",
+            Self::Semaphore => "semaphore",
+        }
+    }
+}
+
+/// Marks a semaphore's name where names of both spaces travel together (the
+/// release announcements); `/` is outside the name alphabet.
+const SEMAPHORE_MARK: &str = "s/";
+
+/// A validated name of a lock or a semaphore: 1 to 200 characters of
+/// `A-Z a-z 0-9 . _ - :`, in its [`Space`].
 ///
 /// The alphabet leaves out `{` and `}` so a name can sit inside a Redis Cluster
 /// hash tag, and leaves out `*`, `?`, `[` so it is never a glob pattern when an
 /// operator lists locks by prefix.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LockName(String);
+pub struct LockName {
+    space: Space,
+    text: String,
+}
 
 impl LockName {
-    /// Checks `raw` against the name rules; the error names the `name` field.
+    /// Checks `raw` against the name rules for a lock; the error names the
+    /// `name` field.
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
+        Self::parse_in(Space::Lock, raw)
+    }
+
+    /// Checks `raw` against the name rules, as a name of `space`.
+    pub fn parse_in(space: Space, raw: &str) -> Result<Self, ValidationError> {
         if raw.is_empty() {
             return Err(ValidationError::new("name", "must not be empty"));
         }
@@ -33,12 +69,37 @@ impl LockName {
                 format!("may contain only A-Z a-z 0-9 . _ - : (found {bad:?})"),
             ));
         }
-        Ok(Self(raw.to_owned()))
+        Ok(Self {
+            space,
+            text: raw.to_owned(),
+        })
     }
 
-    /// The name as text.
+    /// The name as text, without its space.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
+    }
+
+    /// Whether this names a lock or a semaphore.
+    pub fn space(&self) -> Space {
+        self.space
+    }
+
+    /// The name with its space, as release announcements carry it: the text
+    /// for a lock, `s/` and the text for a semaphore.
+    pub fn wire(&self) -> String {
+        match self.space {
+            Space::Lock => self.text.clone(),
+            Space::Semaphore => format!("{SEMAPHORE_MARK}{}", self.text),
+        }
+    }
+
+    /// Reads back what [`LockName::wire`] wrote.
+    pub fn from_wire(raw: &str) -> Result<Self, ValidationError> {
+        match raw.strip_prefix(SEMAPHORE_MARK) {
+            Some(text) => Self::parse_in(Space::Semaphore, text),
+            None => Self::parse(raw),
+        }
     }
 }
 
@@ -94,19 +155,19 @@ fn is_name_char(c: char) -> bool {
 
 impl fmt::Display for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
 impl fmt::Debug for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.0, f)
+        fmt::Debug::fmt(&self.text, f)
     }
 }
 
 impl AsRef<str> for LockName {
     fn as_ref(&self) -> &str {
-        &self.0
+        &self.text
     }
 }
 
@@ -153,5 +214,17 @@ mod tests {
             let err = LockName::parse(bad).expect_err(bad);
             assert_eq!(err.field, "name", "{bad}");
         }
+    }
+
+    #[test]
+    fn a_lock_and_a_semaphore_of_one_name_are_apart_and_survive_the_wire() {
+        let lock = LockName::parse("backups").expect("valid");
+        let semaphore = LockName::parse_in(Space::Semaphore, "backups").expect("valid");
+        assert_ne!(lock, semaphore);
+        assert_eq!(lock.as_str(), semaphore.as_str());
+        for name in [lock, semaphore] {
+            assert_eq!(LockName::from_wire(&name.wire()).expect("wire"), name);
+        }
+        assert!(LockName::from_wire("s/a b").is_err());
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::lease::{LockDelay, Owner, Principal, RequestId, Ttl};
+use crate::lease::{LeaseKind, LockDelay, Owner, Principal, RequestId, Ttl};
 use crate::validation::ValidationError;
 use crate::wait::WaiterLimits;
 
@@ -30,6 +30,8 @@ pub struct LockPolicy {
     pub fair_entry_ttl_ms: u64,
     /// Caps on concurrent waiters.
     pub waiters: WaiterLimits,
+    /// The highest limit a semaphore may have.
+    pub max_semaphore_limit: u32,
 }
 
 impl Default for LockPolicy {
@@ -47,6 +49,7 @@ impl Default for LockPolicy {
                 max_waiters: 10_000,
                 max_waiters_per_lock: 1_000,
             },
+            max_semaphore_limit: 10_000,
         }
     }
 }
@@ -69,6 +72,11 @@ pub struct AcquireRequest {
     pub lock_delay_ms: Option<u64>,
     /// Wait in the store's queue, in arrival order across all brokers.
     pub fair: bool,
+    /// The kind of lease asked for: exclusive (the default) or shared on a
+    /// lock, a permit on a semaphore.
+    pub kind: LeaseKind,
+    /// For a permit: the semaphore's limit; required there, refused elsewhere.
+    pub limit: Option<u64>,
 }
 
 /// The checked form of an [`AcquireRequest`].
@@ -80,6 +88,8 @@ pub(crate) struct AcquirePlan {
     pub(crate) principal: Principal,
     pub(crate) lock_delay: LockDelay,
     pub(crate) fair: bool,
+    pub(crate) kind: LeaseKind,
+    pub(crate) limit: Option<u32>,
 }
 
 impl LockPolicy {
@@ -119,6 +129,7 @@ impl LockPolicy {
         } else {
             Duration::from_millis(wait_ms)
         };
+        let limit = self.check_limit(request.kind, request.limit)?;
         Ok(AcquirePlan {
             ttl,
             wait,
@@ -127,6 +138,33 @@ impl LockPolicy {
             principal: request.principal,
             lock_delay,
             fair: request.fair,
+            kind: request.kind,
+            limit,
         })
+    }
+
+    /// A permit needs a limit from 1 to the configured maximum; other
+    /// leases take none.
+    fn check_limit(
+        &self,
+        kind: LeaseKind,
+        limit: Option<u64>,
+    ) -> Result<Option<u32>, ValidationError> {
+        let max = self.max_semaphore_limit;
+        match (kind, limit) {
+            (LeaseKind::Permit, None) => Err(ValidationError::new("limit", "is required")),
+            (LeaseKind::Permit, Some(limit)) => match u32::try_from(limit) {
+                Ok(limit) if (1..=max).contains(&limit) => Ok(Some(limit)),
+                _ => Err(ValidationError::new(
+                    "limit",
+                    format!("must be between 1 and {max} (the configured maximum)"),
+                )),
+            },
+            (_, None) => Ok(None),
+            (_, Some(_)) => Err(ValidationError::new(
+                "limit",
+                "is a semaphore's; a lock takes none",
+            )),
+        }
     }
 }

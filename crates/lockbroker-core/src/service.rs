@@ -10,26 +10,33 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError};
 use crate::lease::{
-    random_hex, unix_micros, Fence, Holder, Lease, LeaseToken, LockStatus, Renewal, Ttl,
+    random_hex, unix_micros, Blockers, Fence, Lease, LeaseKind, LeaseToken, LockStatus, Renewal,
+    Ttl,
 };
 use crate::listing::{ListRequest, LockPage};
-use crate::name::LockName;
+use crate::name::{LockName, Space};
 use crate::policy::{AcquirePlan, AcquireRequest, LockPolicy};
 use crate::store::ForceReleaseOutcome;
 use crate::store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
     Watch,
 };
+use crate::validation::ValidationError;
 use crate::wait::{WaitMode, Waiters, Wake};
 
-/// One waiting or non-waiting acquire: its token and, for a fair waiter, its
+/// One waiting or non-waiting acquire: its token and, for a waiter, its
 /// queue id, kept for every attempt.
 struct Attempt<'a> {
     name: &'a LockName,
     token: LeaseToken,
     plan: AcquirePlan,
-    fair_id: Option<String>,
-    /// When the request arrived, in Unix microseconds: a fair waiter's place.
+    /// A waiter's id in the store's queue, which it joins as
+    /// [`FairEntry::always`] says.
+    waiter_id: Option<String>,
+    /// The waiter joins the store's queue whenever it is turned away: a fair
+    /// waiter, and every waiting shared or permit request.
+    queues_always: bool,
+    /// When the request arrived, in Unix microseconds: a waiter's place.
     arrived_at_us: u64,
 }
 
@@ -99,6 +106,28 @@ impl<S: LockStore> Drop for QueueExit<'_, S> {
     }
 }
 
+/// A token names the kind of its lease: a permit's token belongs to a
+/// semaphore, any other to a lock. Sent to the other kind of name, it is a
+/// caller's mistake, told as such rather than as a lost lease.
+fn check_token_space(name: &LockName, token: &LeaseToken) -> Result<(), ValidationError> {
+    let space = match token.kind() {
+        LeaseKind::Permit => Space::Semaphore,
+        LeaseKind::Exclusive | LeaseKind::Shared => Space::Lock,
+    };
+    if space == name.space() {
+        return Ok(());
+    }
+    Err(ValidationError::new(
+        "token",
+        format!(
+            "is a {}'s token, not a {}'s; send it to its {} routes",
+            space.noun(),
+            name.space().noun(),
+            space.noun()
+        ),
+    ))
+}
+
 /// Runs clean-up work from a `Drop`, if a runtime is there to run it.
 fn spawn_detached(work: impl Future<Output = ()> + Send + 'static) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -154,21 +183,33 @@ impl<S: LockStore> LockService<S> {
         request: AcquireRequest,
     ) -> Result<Grant<S>, LockError> {
         let plan = self.policy.plan(request, self.is_shutting_down())?;
-        let fair_id = (plan.fair && !plan.wait.is_zero()).then(random_hex::<12>);
+        if (name.space() == Space::Semaphore) != (plan.kind == LeaseKind::Permit) {
+            return Err(LockError::Invalid(ValidationError::new(
+                "mode",
+                format!(
+                    "a {} takes no {} lease",
+                    name.space().noun(),
+                    plan.kind.as_str()
+                ),
+            )));
+        }
+        let waits = !plan.wait.is_zero();
+        let waiter_id = waits.then(random_hex::<12>);
         // One token for every attempt of this request: an attempt that Redis ran
         // but whose answer was lost is recognised as ours by the next one.
         let attempt = Attempt {
             name,
-            token: LeaseToken::generate(),
+            token: LeaseToken::generate_for(plan.kind),
+            queues_always: plan.fair || plan.kind != LeaseKind::Exclusive,
             plan,
-            // Only a fair waiter's place needs the clock.
-            arrived_at_us: fair_id.as_ref().map_or(0, |_| unix_micros()),
-            fair_id,
+            // Only a waiter's place needs the clock.
+            arrived_at_us: if waits { unix_micros() } else { 0 },
+            waiter_id,
         };
         if attempt.plan.wait.is_zero() {
             return match self.attempt(&attempt, None, false).await? {
                 Ok(grant) => Ok(grant),
-                Err((holder, _)) => Err(LockError::Busy(holder)),
+                Err((blockers, _)) => Err(LockError::Busy(blockers)),
             };
         }
         self.wait_for(&attempt).await
@@ -176,9 +217,9 @@ impl<S: LockStore> LockService<S> {
 
     async fn wait_for(self: &Arc<Self>, attempt: &Attempt<'_>) -> Result<Grant<S>, LockError> {
         let deadline = Instant::now() + attempt.plan.wait;
-        let mode = match &attempt.fair_id {
-            Some(id) => WaitMode::Fair(id.clone()),
-            None => WaitMode::Local,
+        let mode = match &attempt.waiter_id {
+            Some(id) if attempt.queues_always => WaitMode::Fair(id.clone()),
+            _ => WaitMode::Local,
         };
         let ticket = match self.waiters.join(attempt.name, mode) {
             Ok(ticket) => ticket,
@@ -196,11 +237,12 @@ impl<S: LockStore> LockService<S> {
         // Before the first attempt: a release between a busy answer and the
         // watch would go unheard.
         let _watch = Watch::start(&self.store, attempt.name).await;
-        let mut queue_exit = attempt.fair_id.as_deref().map(|waiter_id| QueueExit {
+        // Armed while the waiter holds a place in the store's queue.
+        let mut queue_exit = attempt.waiter_id.as_deref().map(|waiter_id| QueueExit {
             service: self,
             name: attempt.name,
             waiter_id,
-            armed: true,
+            armed: attempt.queues_always,
         });
         let heartbeat = Duration::from_millis((self.policy.fair_entry_ttl_ms / 3).max(1));
         let mut shutdown = self.shutdown.subscribe();
@@ -212,7 +254,7 @@ impl<S: LockStore> LockService<S> {
             let mut wake_at = deadline;
             if ticket.may_attempt() || Instant::now() >= deadline {
                 match self
-                    .attempt(attempt, attempt.fair_id.as_deref(), true)
+                    .attempt(attempt, attempt.waiter_id.as_deref(), true)
                     .await?
                 {
                     Ok(grant) => {
@@ -222,18 +264,24 @@ impl<S: LockStore> LockService<S> {
                         }
                         return Ok(grant);
                     }
-                    Err((holder, queue_position)) => {
+                    Err((blockers, queue_position)) => {
+                        let queued = queue_position.is_some();
+                        if let Some(exit) = &mut queue_exit {
+                            exit.armed = queued;
+                        }
                         let now = Instant::now();
                         if now >= deadline {
-                            return Err(LockError::Busy(holder));
+                            return Err(LockError::Busy(blockers));
                         }
                         // The holder's expiry (plus lock-delay) frees the lock
                         // without a release to announce it: the next in line
-                        // wakes for it. Fair waiters further back wait to be named.
+                        // wakes for it. Waiters further back wait to be named.
                         if queue_position.unwrap_or(0) == 0 {
-                            wake_at = now + Duration::from_millis(holder.available_in_ms.max(1));
+                            let available_in_ms = blockers.holder.available_in_ms;
+                            wake_at = now + Duration::from_millis(available_in_ms.max(1));
                         }
-                        if attempt.fair_id.is_some() {
+                        // A place in the queue lasts while it is refreshed.
+                        if queued {
                             wake_at = wake_at.min(now + heartbeat);
                         }
                         wake_at = wake_at.min(deadline);
@@ -256,10 +304,12 @@ impl<S: LockStore> LockService<S> {
         attempt: &Attempt<'_>,
         fair_id: Option<&str>,
         waits: bool,
-    ) -> Result<Result<Grant<S>, (Holder, Option<u64>)>, LockError> {
+    ) -> Result<Result<Grant<S>, (Blockers, Option<u64>)>, LockError> {
         let plan = &attempt.plan;
         let params = AcquireParams {
             name: attempt.name,
+            kind: plan.kind,
+            limit: plan.limit,
             token: &attempt.token,
             ttl: plan.ttl,
             owner: plan.owner.as_ref(),
@@ -268,6 +318,7 @@ impl<S: LockStore> LockService<S> {
             lock_delay: plan.lock_delay,
             fair: fair_id.map(|waiter_id| FairEntry {
                 waiter_id,
+                always: attempt.queues_always,
                 entry_ttl_ms: self.policy.fair_entry_ttl_ms,
                 arrived_at_us: attempt.arrived_at_us,
             }),
@@ -307,11 +358,15 @@ impl<S: LockStore> LockService<S> {
                 Ok(Ok(grant))
             }
             Ok(AcquireOutcome::Busy {
-                holder,
+                blockers,
                 queue_position,
             }) => {
                 grant.armed = false;
-                Ok(Err((holder, queue_position)))
+                Ok(Err((blockers, queue_position)))
+            }
+            Ok(AcquireOutcome::LimitConflict { limit }) => {
+                grant.armed = false;
+                Err(LockError::LimitConflict { limit })
             }
             Err(error) => {
                 grant.armed = false;
@@ -368,6 +423,7 @@ impl<S: LockStore> LockService<S> {
             ttl_ms.unwrap_or(self.policy.default_ttl_ms),
             self.policy.max_ttl_ms,
         )?;
+        check_token_space(name, token)?;
         let max_hold_ms = self.policy.max_hold_ms.unwrap_or(0);
         let started = Instant::now();
         match self.store.extend(name, token, ttl, max_hold_ms).await? {
@@ -387,6 +443,7 @@ impl<S: LockStore> LockService<S> {
 
     /// Gives the lock back at once and wakes this broker's waiters for it.
     pub async fn release(&self, name: &LockName, token: &LeaseToken) -> Result<Release, LockError> {
+        check_token_space(name, token)?;
         match self.store.release(name, token).await? {
             ReleaseOutcome::Released(release) => {
                 self.waiters.wake(&Wake::Released {

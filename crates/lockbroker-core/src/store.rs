@@ -8,8 +8,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::error::StoreError;
 use crate::lease::{
-    Fence, Holder, Lease, LeaseToken, LockDelay, LockStatus, Owner, Principal, Renewal, RequestId,
-    Ttl,
+    Blockers, Fence, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus, Owner, Principal,
+    Renewal, RequestId, Ttl,
 };
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
@@ -18,8 +18,14 @@ use crate::wait::Wake;
 /// Everything the store needs to try one grant.
 #[derive(Clone, Copy, Debug)]
 pub struct AcquireParams<'a> {
-    /// The lock to take.
+    /// The lock (or semaphore) to take.
     pub name: &'a LockName,
+    /// The kind of lease asked for: exclusive or shared on a lock, a permit
+    /// on a semaphore.
+    pub kind: LeaseKind,
+    /// For a permit: the semaphore's limit, which must match the one in
+    /// force while any permit takes a place.
+    pub limit: Option<u32>,
     /// The token the lease will carry if granted.
     pub token: &'a LeaseToken,
     /// The lease duration.
@@ -34,8 +40,11 @@ pub struct AcquireParams<'a> {
     pub principal: &'a Principal,
     /// How long the lock stays unavailable if this lease expires unreleased.
     pub lock_delay: LockDelay,
-    /// Set for a fair waiter: its id in the lock's queue in the store, and
-    /// how long that queue entry lives without being refreshed.
+    /// Set for a caller that waits: its id in the lock's queue in the store,
+    /// and how long that queue entry lives without being refreshed. A fair
+    /// waiter joins the queue whenever it is turned away; another joins
+    /// once the queue exists or shared leases are in the way, so that a
+    /// waiting exclusive request is never passed by newer shared ones.
     pub fair: Option<FairEntry<'a>>,
     /// The caller waits for the lock if it is busy. A busy answer then marks
     /// the holder's lease so that its release is announced to every broker;
@@ -49,6 +58,9 @@ pub struct AcquireParams<'a> {
 pub struct FairEntry<'a> {
     /// The waiter's id, unique per waiting request.
     pub waiter_id: &'a str,
+    /// Whether the waiter joins the queue whenever it is turned away
+    /// (`fair: true`, and every waiting shared or permit request).
+    pub always: bool,
     /// The entry expires unless refreshed within this, so a waiter whose broker
     /// died stops blocking the line.
     pub entry_ttl_ms: u64,
@@ -64,13 +76,18 @@ pub struct FairEntry<'a> {
 pub enum AcquireOutcome {
     /// The lock is ours (or already was, for a retried request).
     Granted(Lease),
-    /// Another lease, its lock-delay, or an earlier fair waiter is in the way.
+    /// Another lease, its lock-delay, or an earlier waiter in the queue is
+    /// in the way.
     Busy {
-        /// The lease in the way (for a free lock owed to a fair waiter: no
-        /// owner, the last fence, and zero times).
-        holder: Holder,
-        /// For a fair waiter: how many waiters are ahead of it in the queue.
+        /// The leases in the way.
+        blockers: Blockers,
+        /// For a waiter in the queue: how many waiters are ahead of it.
         queue_position: Option<u64>,
+    },
+    /// Permits of the semaphore take places under another limit.
+    LimitConflict {
+        /// The limit in force.
+        limit: u32,
     },
 }
 
@@ -117,12 +134,14 @@ pub enum ReleaseOutcome {
 /// The result of a force release.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ForceReleaseOutcome {
-    /// A lease (or its lock-delay) was in place and is gone now.
+    /// Leases (or a lock-delay) were in place and are gone now.
     Released {
-        /// The fence of the lease that was ended.
+        /// The highest fence of the leases that were ended.
         fence: Fence,
-        /// Its holder's label, if it gave one.
+        /// The exclusive holder's label, if it gave one.
         owner: Option<String>,
+        /// How many leases were ended.
+        leases_ended: u64,
     },
     /// Nothing held the lock.
     NotHeld,

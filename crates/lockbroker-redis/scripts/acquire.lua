@@ -1,7 +1,8 @@
 -- Grants a lock if no valid lease, lock-delay or earlier fair waiter is in the way.
 --
 -- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] fair queue  KEYS[4] queue expiries
--- KEYS[5] lease horizon  KEYS[6] epoch hash (quorum mode only)
+-- KEYS[5] shared holders  KEYS[6] shared holder leases (holders.lua)
+-- KEYS[7] lease horizon  KEYS[8] epoch hash (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] owner ('' for none)
 -- ARGV[4] request_id ('' for none)  ARGV[5] lock_delay_ms  ARGV[6] fence_idle_ms
 -- ARGV[7] fence floor: the highest fence the calling broker has seen
@@ -19,12 +20,19 @@
 -- ARGV[16] '1' when the caller waits for the lock if it is busy: a busy
 --          answer then marks the lease (field w), so that its release is
 --          announced to every broker; releases nobody waits for are not.
+-- ARGV[17] '1' when the caller joins the queue whenever it is turned away (a
+--          fair waiter); a waiter that is not fair (ARGV[8] set, this '')
+--          joins only when the queue exists or shared leases are in the way,
+--          so no newer shared request passes a waiting exclusive one.
 --
 -- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
 --         granted (floor_raised 1 when the broker's floor, not Redis's counter
 --         or clock, set the fence; absent for a request that already held it),
---         {0, owner, fence, expires_in_ms, available_in_ms, queue_position}
---         when busy (queue_position -1 for a caller not in the fair queue),
+--         {0, owner, fence, expires_in_ms, available_in_ms, queue_position,
+--         what is in the way} when busy (queue_position -1 for a caller not
+--         in the queue; what: 'exclusive' for a lease or its lock-delay,
+--         'queue' for a free lock owed to an earlier waiter, 'holders' for
+--         shared leases, followed by those shown, as holders.lua lists them),
 --         {-1} from a quorum node not in good standing.
 --
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
@@ -46,18 +54,22 @@ local waits = ARGV[16] == '1'
 
 local node_max = 0
 if epoch_id ~= '' then
-  local epoch = redis.call('HMGET', KEYS[6], 'id', 'until', 'pending', 'floor', 'max')
-  if epoch[1] ~= epoch_id or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
+  local standing = quorum_standing(KEYS[8], epoch_id, now_ms)
+  if not standing then
     return {-1}
   end
   -- After a restart without data, the fences issued before it (readmit.lua).
-  floor = math.max(floor, tonumber(epoch[4] or '0'))
-  node_max = tonumber(epoch[5] or '0')
+  floor = math.max(floor, standing[1])
+  node_max = standing[2]
 end
 
--- A fair waiter that is turned away keeps (or takes) its place in the queue.
-local function wait_in_line()
+-- A waiter that is turned away keeps (or takes) its place in the queue: a
+-- fair one always, another once a queue exists or shared leases block it.
+local function wait_in_line(blocked_by_shared)
   if waiter_id == '' then
+    return -1
+  end
+  if ARGV[17] ~= '1' and not blocked_by_shared and redis.call('EXISTS', queue_key) == 0 then
     return -1
   end
   return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
@@ -79,23 +91,43 @@ if cur[1] and cur[6] ~= '1' then
     if waits and cur[8] ~= '1' then
       redis.call('HSET', lease_key, 'w', '1')
     end
-    return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in, wait_in_line()}
+    return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in, wait_in_line(), 'exclusive'}
   end
   -- Expired unreleased: the lock-delay keeps the lock unavailable until the key
   -- itself expires.
   if available_in > 0 then
-    return {0, cur[3], tonumber(cur[2]), 0, available_in, wait_in_line()}
+    return {0, cur[3], tonumber(cur[2]), 0, available_in, wait_in_line(), 'exclusive'}
   end
 end
 
 local last = math.max(tonumber(redis.call('GET', fence_key) or '0'), tonumber(cur[2] or '0'))
+
+-- Shared leases (or their lock-delay) hold the lock: the last to free
+-- decides when to look again.
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  local until_ms = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]
+  if until_ms and tonumber(until_ms) > now_ms then
+    if waits then
+      redis.call('HSET', KEYS[6], '#w', '1')
+    end
+    local busy = {0, '', last, 0, tonumber(until_ms) - now_ms, wait_in_line(true), 'holders'}
+    local shown = holders_view(KEYS[5], KEYS[6], now_ms, 20)
+    if #shown > 0 then
+      busy[2], busy[3], busy[4] = shown[1], shown[2], shown[3]
+    end
+    for _, value in ipairs(shown) do
+      busy[#busy + 1] = value
+    end
+    return busy
+  end
+end
 
 -- The lock is free. Once fair waiters queue for it, they go first, in arrival
 -- order, whoever else asks.
 if redis.call('EXISTS', queue_key) == 1 then
   local head = queue_head(queue_key, expiry_key, now_ms)
   if head and head ~= waiter_id then
-    return {0, '', last, 0, 0, wait_in_line()}
+    return {0, '', last, 0, 0, wait_in_line(), 'queue'}
   end
   if head then
     queue_leave(queue_key, expiry_key, waiter_id)
@@ -127,11 +159,11 @@ redis.call('HSET', lease_key,
   'delay', string.format('%d', delay))
 redis.call('PEXPIRE', lease_key, ttl + delay)
 if epoch_id ~= '' then
-  raise_horizon(KEYS[5], exp + delay)
+  raise_horizon(KEYS[7], exp + delay)
   -- The node's highest fence, from which a node that restarts empty is
   -- readmitted.
   if fence > node_max then
-    redis.call('HSET', KEYS[6], 'max', fence_text)
+    redis.call('HSET', KEYS[8], 'max', fence_text)
   end
 end
 

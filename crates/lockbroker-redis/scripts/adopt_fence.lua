@@ -11,7 +11,8 @@
 -- node that restarted empty since the broker last looked has no such epoch.
 --
 -- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] lease horizon
--- KEYS[4] epoch hash
+-- KEYS[4] epoch hash  KEYS[5] holder leases, for a shared lease or a permit
+-- (holders.lua; absent for an exclusive lease)
 -- ARGV[1] token  ARGV[2] fence  ARGV[3] fence_idle_ms  ARGV[4] expected epoch id
 --
 -- Returns {1} when written back, {0} when the node no longer holds the lease,
@@ -25,12 +26,24 @@ local epoch = redis.call('HMGET', epoch_key, 'id', 'until', 'pending', 'max')
 if epoch[1] ~= ARGV[4] or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
   return {-1}
 end
-local cur = redis.call('HMGET', lease_key, 'token', 'exp', 'rel', 'delay')
-if cur[1] ~= token or cur[3] == '1' or tonumber(cur[2]) <= now_ms then
-  return {0}
-end
 local fence_text = string.format('%d', fence)
-redis.call('HSET', lease_key, 'fence', fence_text)
+local cur
+if KEYS[5] then
+  -- A shared lease or a permit: its lease lives in the holder set.
+  local lease = holder_read(KEYS[5], token)
+  if not lease or lease.x == '1' or tonumber(lease.e) <= now_ms then
+    return {0}
+  end
+  lease.f = fence_text
+  holder_write(KEYS[5], token, lease)
+  cur = {token, lease.e, '0', lease.d}
+else
+  cur = redis.call('HMGET', lease_key, 'token', 'exp', 'rel', 'delay')
+  if cur[1] ~= token or cur[3] == '1' or tonumber(cur[2]) <= now_ms then
+    return {0}
+  end
+  redis.call('HSET', lease_key, 'fence', fence_text)
+end
 local mark = tonumber(redis.call('GET', fence_key) or '0')
 if fence > mark then
   redis.call('SET', fence_key, fence_text, 'PX', fence_idle)

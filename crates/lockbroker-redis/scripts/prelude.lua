@@ -31,3 +31,15 @@ local function raise_horizon(horizon_key, until_ms)
     redis.call('SET', horizon_key, string.format('%d', until_ms), 'PX', until_ms - now_ms)
   end
 end
+
+-- Quorum mode: whether a node may grant: its epoch must be the one the broker
+-- knows, past the time it stays out of majorities after a restart, with its
+-- fence marks in place. Returns {the fence floor after a restart without
+-- data, the node's highest fence}, or nil.
+local function quorum_standing(epoch_key, epoch_id, now_ms)
+  local epoch = redis.call('HMGET', epoch_key, 'id', 'until', 'pending', 'floor', 'max')
+  if epoch[1] ~= epoch_id or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
+    return nil
+  end
+  return {tonumber(epoch[4] or '0'), tonumber(epoch[5] or '0')}
+end

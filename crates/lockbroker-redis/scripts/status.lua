@@ -1,22 +1,51 @@
--- Reads a lock's state at one instant of Redis time. Changes nothing.
+-- Reads a name's state at one instant of Redis time. Changes nothing.
 --
--- KEYS[1] lease hash   KEYS[2] last issued fence
+-- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] holders
+-- KEYS[4] holder leases
 --
--- Returns {held (0/1), owner, last_fence (-1: none), expires_in_ms, available_in_ms}.
+-- Returns {held (0/1), owner, last_fence (-1: none), expires_in_ms,
+-- available_in_ms, mode ('exclusive', 'holders' or ''), holders valid,
+-- holders occupying a place, limit in force (-1: none), soonest a holder
+-- frees (ms), shown holders...}: the first five
+-- describe a valid exclusive lease (or its lock-delay) when there is one,
+-- otherwise the holder set (held while any holder is valid, expiring and
+-- available when the last holder does). Each holder shown is four values
+-- (holders.lua).
 
-local lease_key, fence_key = KEYS[1], KEYS[2]
+local lease_key, fence_key, holders_key, members_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 local _, now_ms = clock()
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel')
 local last = math.max(tonumber(redis.call('GET', fence_key) or '-1'), tonumber(cur[2] or '-1'))
 
-if not cur[1] or cur[5] == '1' then
-  return {0, '', last, 0, 0}
+local occupying, valid = holders_count(holders_key, members_key, now_ms)
+local state = {0, '', last, 0, 0, '', valid, occupying, -1, 0}
+if occupying > 0 then
+  local limit = redis.call('HGET', members_key, '#limit')
+  state[9] = tonumber(limit or '-1')
+  local shown = holders_view(holders_key, members_key, now_ms, 100)
+  local latest = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')
+  local expires_in = 0
+  for i = 3, #shown, 4 do
+    expires_in = math.max(expires_in, shown[i])
+  end
+  if valid > 0 then
+    state[1], state[6] = 1, 'holders'
+  end
+  state[4], state[5], state[10] = expires_in, tonumber(latest[2]) - now_ms, shown[4] or 0
+  for _, value in ipairs(shown) do
+    state[#state + 1] = value
+  end
 end
-local exp = tonumber(cur[4])
-local available_in = math.max(redis.call('PTTL', lease_key), 0)
-if exp > now_ms then
-  return {1, cur[3], last, exp - now_ms, available_in}
+
+if cur[1] and cur[5] ~= '1' then
+  local exp = tonumber(cur[4])
+  local available_in = math.max(redis.call('PTTL', lease_key), 0)
+  if exp > now_ms then
+    state[1], state[2], state[4], state[5], state[6] = 1, cur[3], exp - now_ms, available_in, 'exclusive'
+  elseif available_in > state[5] then
+    state[5] = available_in
+  end
 end
-return {0, '', last, 0, available_in}
+return state

@@ -1,6 +1,6 @@
 //! Key layout: one place that knows where a lock's state lives in Redis.
 
-use lockbroker_core::{LockName, LockPrefix};
+use lockbroker_core::{LockName, LockPrefix, Space};
 
 /// Builds the Redis keys of a lock under a configurable prefix.
 ///
@@ -20,50 +20,87 @@ impl KeyLayout {
         }
     }
 
-    /// A `SCAN MATCH` pattern for the lease keys of every lock whose name
-    /// starts with `names`. The configured prefix is escaped, since it may
-    /// contain glob characters; lock names cannot.
-    pub fn lease_pattern(&self, names: &LockPrefix) -> String {
-        let mut pattern = String::with_capacity(self.prefix.len() + names.as_str().len() + 10);
+    /// A `SCAN MATCH` pattern for the keys that tell a name of `space` is
+    /// held, of every name that starts with `names`: a lock's lease hash
+    /// and holder set (`:[lh]*` matches `:lease` and `:holders` and no other
+    /// key of a lock), a semaphore's holder set. The configured prefix is
+    /// escaped, since it may contain glob characters; names cannot.
+    pub fn held_pattern(&self, space: Space, names: &LockPrefix) -> String {
+        let mut pattern = String::with_capacity(self.prefix.len() + names.as_str().len() + 16);
         for c in self.prefix.chars() {
             if matches!(c, '*' | '?' | '[' | ']' | '\\') {
                 pattern.push('\\');
             }
             pattern.push(c);
         }
-        pattern.push_str(":{");
+        pattern.push(':');
+        pattern.push_str(space_segment(space));
+        pattern.push('{');
         pattern.push_str(names.as_str());
-        pattern.push_str("*}:lease");
+        pattern.push_str(match space {
+            Space::Lock => "*}:[lh]*",
+            Space::Semaphore => "*}:holders",
+        });
         pattern
     }
 
-    /// The lock whose lease lives at `key`, if `key` is a lease key of this layout.
-    pub fn lock_of_lease_key(&self, key: &str) -> Option<LockName> {
-        let name = key
+    /// The name of `space` whose lease hash or holder set lives at `key`, if
+    /// `key` is one of this layout.
+    pub fn name_of_held_key(&self, space: Space, key: &str) -> Option<LockName> {
+        let tagged = key
             .strip_prefix(self.prefix.as_str())?
-            .strip_prefix(":{")?
-            .strip_suffix("}:lease")?;
-        LockName::parse(name).ok()
+            .strip_prefix(':')?
+            .strip_prefix(space_segment(space))?
+            .strip_prefix('{')?;
+        let name = tagged
+            .strip_suffix("}:lease")
+            .or_else(|| tagged.strip_suffix("}:holders"))?;
+        LockName::parse_in(space, name).ok()
     }
 
-    /// The hash holding the current lease: `{prefix}:{<name>}:lease`.
+    /// `{prefix}:{<name>}:<suffix>` for a lock, `{prefix}:sem:{<name>}:<suffix>`
+    /// for a semaphore.
+    fn key(&self, name: &LockName, suffix: &str) -> String {
+        let space = space_segment(name.space());
+        format!("{}:{space}{{{}}}:{suffix}", self.prefix, name)
+    }
+
+    /// The hash holding the exclusive lease: `{prefix}:{<name>}:lease` (a
+    /// semaphore's is never written).
     pub fn lease(&self, name: &LockName) -> String {
-        format!("{}:{{{}}}:lease", self.prefix, name)
+        self.key(name, "lease")
     }
 
     /// The last fence issued: `{prefix}:{<name>}:fence`.
     pub fn fence(&self, name: &LockName) -> String {
-        format!("{}:{{{}}}:fence", self.prefix, name)
+        self.key(name, "fence")
     }
 
-    /// The fair waiters in arrival order: `{prefix}:{<name>}:queue`.
+    /// The waiters in arrival order: `{prefix}:{<name>}:queue`.
     pub fn queue(&self, name: &LockName) -> String {
-        format!("{}:{{{}}}:queue", self.prefix, name)
+        self.key(name, "queue")
     }
 
-    /// When each fair waiter's entry expires: `{prefix}:{<name>}:queue:expiry`.
+    /// When each waiter's entry expires: `{prefix}:{<name>}:queue:expiry`.
     pub fn queue_expiry(&self, name: &LockName) -> String {
-        format!("{}:{{{}}}:queue:expiry", self.prefix, name)
+        self.key(name, "queue:expiry")
+    }
+
+    /// The holder set (shared leases, permits) by when each frees its
+    /// place: `{prefix}:{<name>}:holders` (holders.lua).
+    pub fn holders(&self, name: &LockName) -> String {
+        self.key(name, "holders")
+    }
+
+    /// Each holder's lease: `{prefix}:{<name>}:members`.
+    pub fn members(&self, name: &LockName) -> String {
+        self.key(name, "members")
+    }
+
+    /// Released holders remembered for a re-sent release:
+    /// `{prefix}:{<name>}:released`.
+    pub fn released(&self, name: &LockName) -> String {
+        self.key(name, "released")
     }
 
     /// A key readiness checks write to, to learn whether Redis takes writes:
@@ -96,7 +133,15 @@ impl KeyLayout {
     /// the shard serving the lock carries the message; brokers subscribe to
     /// it while they have waiters for the lock.
     pub fn lock_wake_channel(&self, name: &LockName) -> String {
-        format!("{}:{{{}}}:wake", self.prefix, name)
+        self.key(name, "wake")
+    }
+}
+
+/// What sets a space's keys apart, after the configured prefix.
+fn space_segment(space: Space) -> &'static str {
+    match space {
+        Space::Lock => "",
+        Space::Semaphore => "sem:",
     }
 }
 
@@ -109,13 +154,33 @@ mod tests {
         let keys = KeyLayout::new("lb*[1]");
         let billing = LockPrefix::parse("prefix", "billing:").expect("valid");
         assert_eq!(
-            keys.lease_pattern(&billing),
-            "lb\\*\\[1\\]:{billing:*}:lease"
+            keys.held_pattern(Space::Lock, &billing),
+            "lb\\*\\[1\\]:{billing:*}:[lh]*"
+        );
+        assert_eq!(
+            keys.held_pattern(Space::Semaphore, &billing),
+            "lb\\*\\[1\\]:sem:{billing:*}:holders"
         );
         let name = LockName::parse("billing:42").expect("valid");
-        assert_eq!(keys.lock_of_lease_key(&keys.lease(&name)), Some(name));
-        assert_eq!(keys.lock_of_lease_key("lb*[1]:{a b}:lease"), None);
-        assert_eq!(keys.lock_of_lease_key("other:{a}:lease"), None);
+        let lock = Some(name.clone());
+        assert_eq!(keys.name_of_held_key(Space::Lock, &keys.lease(&name)), lock);
+        assert_eq!(
+            keys.name_of_held_key(Space::Lock, &keys.holders(&name)),
+            lock
+        );
+        assert_eq!(keys.name_of_held_key(Space::Lock, &keys.fence(&name)), None);
+        let sem = LockName::parse_in(Space::Semaphore, "billing:42").expect("valid");
+        let found = keys.name_of_held_key(Space::Semaphore, &keys.holders(&sem));
+        assert_eq!(found, Some(sem.clone()));
+        assert_eq!(
+            keys.name_of_held_key(Space::Lock, &keys.holders(&sem)),
+            None
+        );
+        assert_eq!(
+            keys.name_of_held_key(Space::Lock, "lb*[1]:{a b}:lease"),
+            None
+        );
+        assert_eq!(keys.name_of_held_key(Space::Lock, "other:{a}:lease"), None);
     }
 
     #[test]
@@ -124,6 +189,8 @@ mod tests {
         let name = LockName::parse("billing:42").expect("valid");
         assert_eq!(keys.lease(&name), "lockbroker:{billing:42}:lease");
         assert_eq!(keys.fence(&name), "lockbroker:{billing:42}:fence");
+        let sem = LockName::parse_in(Space::Semaphore, "billing:42").expect("valid");
+        assert_eq!(keys.holders(&sem), "lockbroker:sem:{billing:42}:holders");
         assert_eq!(
             keys.lock_wake_channel(&name),
             "lockbroker:{billing:42}:wake"

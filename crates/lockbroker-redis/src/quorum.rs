@@ -20,9 +20,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseToken,
-    ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome,
-    StoreError, Ttl, Wake, WakeStream,
+    AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseKind,
+    LeaseToken, ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore,
+    ReleaseOutcome, StoreError, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
@@ -157,6 +157,21 @@ impl QuorumStore {
         });
     }
 
+    /// How many nodes must grant (and keep) a lease of `kind`: a majority,
+    /// so that two exclusive leases, or an exclusive and a shared one, meet
+    /// on a node that refuses the second. A permit of a semaphore with limit
+    /// N needs more: with N + 1 permits each on q nodes of M, some node would
+    /// hold N + 1 of them, which no node allows, once (N + 1) q > N M; so
+    /// q = floor(N M / (N + 1)) + 1, a majority for N = 1 and every node
+    /// once N >= M - 1 (docs/semaphores.md).
+    fn needed(&self, kind: LeaseKind, limit: Option<u32>) -> usize {
+        let nodes = self.inner.nodes.len();
+        match (kind, limit) {
+            (LeaseKind::Permit, Some(limit)) => permit_quorum(limit, nodes),
+            _ => self.inner.majority,
+        }
+    }
+
     fn observe(&self, event: QuorumEvent) {
         if let Some(observer) = &self.inner.observer {
             observer.quorum_event(event);
@@ -208,17 +223,18 @@ impl LockStore for QuorumStore {
             node.acquire_as_node(params, &epoch).await
         }))
         .await;
-        let votes = tally::acquire(answers, inner.majority, params.token);
+        let needed = self.needed(params.kind, params.limit);
+        let votes = tally::acquire(answers, needed, params.token);
         let mut outcome = votes.busy_answer();
         if let Some(grant) = votes.granted() {
             let lease = grant.lease;
             let mut kept = grant.agreed.len();
-            if kept < inner.majority {
+            if kept < needed {
                 self.observe(QuorumEvent::FenceWrittenBack);
                 kept += self.adopt(params.name, lease.fence, &grant.behind).await;
             }
             let validity = inner.drift.validity(params.ttl, started.elapsed());
-            if kept >= inner.majority && validity > 0 {
+            if kept >= needed && validity > 0 {
                 inner
                     .fence_floor
                     .fetch_max(lease.fence.get(), Ordering::Relaxed);
@@ -249,10 +265,10 @@ impl LockStore for QuorumStore {
             self.observe(QuorumEvent::GrantRolledBack);
             self.roll_back(params, &partial).await;
         }
-        if let Ok(AcquireOutcome::Busy { holder, .. }) = &outcome {
+        if let Ok(AcquireOutcome::Busy { blockers, .. }) = &outcome {
             inner
                 .fence_floor
-                .fetch_max(holder.fence.get(), Ordering::Relaxed);
+                .fetch_max(blockers.holder.fence.get(), Ordering::Relaxed);
         }
         outcome
     }
@@ -274,7 +290,15 @@ impl LockStore for QuorumStore {
         )
         .await;
         let validity = inner.drift.validity(ttl, started.elapsed());
-        let mut outcome = tally::extend(answers, inner.majority, validity)?;
+        // A permit must stay on as many nodes as its grant needed.
+        let limit = (answers.iter().flatten())
+            .filter_map(|answer| match answer {
+                ExtendOutcome::Extended(renewal) => renewal.limit,
+                _ => None,
+            })
+            .max();
+        let needed = self.needed(token.kind(), limit);
+        let mut outcome = tally::extend(answers, inner.majority, needed, validity)?;
         if let ExtendOutcome::Extended(renewal) = &mut outcome {
             renewal.expires_at_ms = renewal
                 .expires_at_ms
@@ -402,6 +426,13 @@ impl LockStore for QuorumStore {
     }
 }
 
+/// How many of `nodes` must hold each permit of a semaphore with `limit` so
+/// that no more than `limit` permits are ever valid together.
+fn permit_quorum(limit: u32, nodes: usize) -> usize {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    (limit.saturating_mul(nodes) / limit.saturating_add(1) + 1).min(nodes)
+}
+
 /// How far ahead of this broker's clock (µs) a grant's fence is proposed, so
 /// that it exceeds every node's clock and mark and the nodes agree on it at
 /// once, unless a node's clock runs more than this ahead of the broker's.
@@ -409,3 +440,28 @@ const FENCE_LEAD_US: u64 = 1_000_000;
 
 /// The bits of a listing cursor that hold a node's own `SCAN` cursor.
 const NODE_CURSOR: u64 = (1 << 56) - 1;
+
+#[cfg(test)]
+mod tests {
+    use super::permit_quorum;
+
+    #[test]
+    fn a_permit_needs_enough_nodes_that_limit_plus_one_permits_must_meet() {
+        // (limit, nodes, needed)
+        for (limit, nodes, needed) in [
+            (1, 3, 2),
+            (2, 3, 3),
+            (10, 3, 3),
+            (1, 5, 3),
+            (2, 5, 4),
+            (3, 5, 4),
+            (4, 5, 5),
+            (10_000, 5, 5),
+        ] {
+            let q = permit_quorum(limit, nodes);
+            assert_eq!(q, needed, "limit {limit} on {nodes} nodes");
+            // limit + 1 permits on q nodes each overfill some node.
+            assert!((limit as usize + 1) * q > limit as usize * nodes);
+        }
+    }
+}

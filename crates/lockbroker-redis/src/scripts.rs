@@ -23,6 +23,8 @@ const PRELUDE: &str = concat!(
     include_str!("../scripts/prelude.lua"),
     "\n",
     include_str!("../scripts/queue.lua"),
+    "\n",
+    include_str!("../scripts/holders.lua"),
 );
 
 /// Names a script in [`Scripts`] (and in the script latency metric).
@@ -48,11 +50,17 @@ pub enum ScriptName {
     Epoch,
     /// `readmit.lua` (quorum mode)
     Readmit,
+    /// `hold.lua`
+    Hold,
+    /// `hold_extend.lua`
+    HoldExtend,
+    /// `hold_release.lua`
+    HoldRelease,
 }
 
 impl ScriptName {
     /// Every script, in [`Scripts`] order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 13] = [
         Self::Acquire,
         Self::Extend,
         Self::Release,
@@ -63,6 +71,9 @@ impl ScriptName {
         Self::AdoptFence,
         Self::Epoch,
         Self::Readmit,
+        Self::Hold,
+        Self::HoldExtend,
+        Self::HoldRelease,
     ];
 
     /// The script's name for metrics: its file name without `.lua`.
@@ -78,6 +89,9 @@ impl ScriptName {
             Self::AdoptFence => "adopt_fence",
             Self::Epoch => "epoch",
             Self::Readmit => "readmit",
+            Self::Hold => "hold",
+            Self::HoldExtend => "hold_extend",
+            Self::HoldRelease => "hold_release",
         }
     }
 
@@ -93,6 +107,9 @@ impl ScriptName {
             Self::AdoptFence => include_str!("../scripts/adopt_fence.lua"),
             Self::Epoch => include_str!("../scripts/epoch.lua"),
             Self::Readmit => include_str!("../scripts/readmit.lua"),
+            Self::Hold => include_str!("../scripts/hold.lua"),
+            Self::HoldExtend => include_str!("../scripts/hold_extend.lua"),
+            Self::HoldRelease => include_str!("../scripts/hold_release.lua"),
         }
     }
 }

@@ -10,9 +10,9 @@ use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, ForceReleaseOutcome, LeaseToken,
-    ListRequest, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl, Wake,
-    WakeStream,
+    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, Fence, ForceReleaseOutcome, LeaseKind,
+    LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError,
+    Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
@@ -22,7 +22,8 @@ use crate::connection::{redelivery_window, store_error, Connections, RedisSettin
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
     AcquireCall, AdoptFenceCall, Adoption, Epoch, EpochCall, ExtendCall, ForceReleaseCall,
-    LeaveQueueCall, ProbeCall, ReadmitCall, ReleaseCall, StatusCall,
+    HoldCall, HoldExtendCall, HoldReleaseCall, LeaveQueueCall, ProbeCall, ReadmitCall, ReleaseCall,
+    StatusCall,
 };
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
 use crate::wakes::{forward_wakes, Subscription};
@@ -234,10 +235,14 @@ impl RedisLockStore {
             epoch,
         };
         let client = self.client();
-        let acquired = self.call_on(client, &call).await?;
+        let acquired = match params.kind {
+            LeaseKind::Exclusive => self.call_on(client, &call).await?,
+            LeaseKind::Shared | LeaseKind::Permit => self.call_on(client, &HoldCall(call)).await?,
+        };
         let fence = match &acquired.outcome {
             AcquireOutcome::Granted(lease) => lease.fence,
-            AcquireOutcome::Busy { holder, .. } => holder.fence,
+            AcquireOutcome::Busy { blockers, .. } => blockers.holder.fence,
+            AcquireOutcome::LimitConflict { .. } => Fence::new(0),
         };
         floor.fetch_max(fence.get(), Ordering::Relaxed);
         // A quorum raises its nodes' floors on purpose (docs/quorum.md).
@@ -261,12 +266,28 @@ impl RedisLockStore {
         token: &LeaseToken,
         waiter: Option<FairEntry<'_>>,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.call(&ReleaseCall {
+        self.release_call(self.client(), name, token, waiter).await
+    }
+
+    /// Releases `token`'s lease of `name` by the script of its kind.
+    async fn release_call(
+        &self,
+        client: &Client,
+        name: &LockName,
+        token: &LeaseToken,
+        requeue: Option<FairEntry<'_>>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let call = ReleaseCall {
             name,
             token,
-            requeue: waiter,
-        })
-        .await
+            requeue,
+        };
+        match token.kind() {
+            LeaseKind::Exclusive => self.call_on(client, &call).await,
+            LeaseKind::Shared | LeaseKind::Permit => {
+                self.call_on(client, &HoldReleaseCall(call)).await
+            }
+        }
     }
 
     /// Quorum mode: raises this node's fence floor after it restarted
@@ -337,13 +358,26 @@ impl LockStore for RedisLockStore {
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
         let client = self.client();
-        let call = ExtendCall {
-            name,
-            token,
-            ttl,
-            max_hold_ms,
+        let outcome = match token.kind() {
+            LeaseKind::Exclusive => {
+                let call = ExtendCall {
+                    name,
+                    token,
+                    ttl,
+                    max_hold_ms,
+                };
+                self.call_on(client, &call).await?
+            }
+            LeaseKind::Shared | LeaseKind::Permit => {
+                let call = HoldExtendCall {
+                    name,
+                    token,
+                    ttl,
+                    max_hold_ms,
+                };
+                self.call_on(client, &call).await?
+            }
         };
-        let outcome = self.call_on(client, &call).await?;
         self.extend_acknowledged(client, name, outcome).await
     }
 
@@ -353,12 +387,7 @@ impl LockStore for RedisLockStore {
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
         let client = self.client();
-        let call = ReleaseCall {
-            name,
-            token,
-            requeue: None,
-        };
-        let outcome = self.call_on(client, &call).await?;
+        let outcome = self.release_call(client, name, token, None).await?;
         Ok(self.release_acknowledged(client, name, outcome).await)
     }
 

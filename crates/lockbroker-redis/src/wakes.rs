@@ -135,7 +135,7 @@ pub fn parse_wake(text: &str, own_broker_id: &str) -> Option<Wake> {
     let next_fair = (head != "-").then(|| head.to_owned());
     match kind {
         "released" if origin != own_broker_id => Some(Wake::Released {
-            name: LockName::parse(name).ok()?,
+            name: LockName::from_wire(name).ok()?,
             next_fair,
         }),
         "released" | "turn" => next_fair.map(|waiter_id| Wake::Turn { waiter_id }),

@@ -10,6 +10,8 @@ pub mod limits;
 pub mod locks;
 pub mod observe;
 pub mod scrape;
+pub mod semaphores;
+mod views;
 
 use std::sync::Arc;
 
@@ -55,6 +57,32 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             Method::DELETE,
             "/v1/locks/{name}",
             delete(admin::force_release),
+        ),
+        (
+            Method::POST,
+            "/v1/semaphores/{name}/acquire",
+            post(semaphores::acquire),
+        ),
+        (
+            Method::POST,
+            "/v1/semaphores/{name}/extend",
+            post(semaphores::extend),
+        ),
+        (
+            Method::POST,
+            "/v1/semaphores/{name}/release",
+            post(semaphores::release),
+        ),
+        (
+            Method::GET,
+            "/v1/semaphores/{name}",
+            get(semaphores::status),
+        ),
+        (Method::GET, "/v1/semaphores", get(semaphores::list)),
+        (
+            Method::DELETE,
+            "/v1/semaphores/{name}",
+            delete(semaphores::force_release),
         ),
         (Method::GET, "/metrics", get(scrape::metrics)),
         (Method::GET, "/healthz", get(health::healthz)),

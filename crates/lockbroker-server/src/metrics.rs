@@ -2,14 +2,15 @@
 //! one test process do not share counters).
 //!
 //! Labels are bounded: a lock name is reported only through its configured
-//! family (`billing:*`), everything else as `other`; routes by their template;
+//! family (`billing:*`), everything else as `other`; the kind of lease as
+//! `lock` (exclusive), `shared` or `semaphore`; routes by their template;
 //! never a token.
 
 mod quorum;
 
 use std::time::Duration;
 
-use lockbroker_core::{LockError, LockName};
+use lockbroker_core::{LeaseKind, LockError, LockName};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
@@ -66,6 +67,7 @@ const EXTEND_OUTCOMES: &[&str] = &[
 ];
 const RELEASE_OUTCOMES: &[&str] = &["released", "lease_lost", "error"];
 const LOST_OPERATIONS: &[&str] = &["extend", "release"];
+const KINDS: [LeaseKind; 3] = [LeaseKind::Exclusive, LeaseKind::Shared, LeaseKind::Permit];
 
 /// Every metric the broker exports.
 pub struct Metrics {
@@ -150,33 +152,33 @@ impl Metrics {
             acquires: counter(
                 "lockbroker_acquires_total",
                 "Acquire requests by outcome: acquired, busy, wait_timeout, rejected (waiter limits, shutdown), error.",
-                &["family", "outcome"],
+                &["family", "kind", "outcome"],
             )?,
             extends: counter(
                 "lockbroker_extends_total",
                 "Extend requests by outcome: extended, lease_lost, max_hold_exceeded, error.",
-                &["family", "outcome"],
+                &["family", "kind", "outcome"],
             )?,
             releases: counter(
                 "lockbroker_releases_total",
                 "Release requests by outcome: released, lease_lost, error.",
-                &["family", "outcome"],
+                &["family", "kind", "outcome"],
             )?,
             leases_lost: counter(
                 "lockbroker_leases_lost_total",
                 "Extends and releases that found their lease gone: the holder overran its lease while still working.",
-                &["family", "operation"],
+                &["family", "kind", "operation"],
             )?,
             wait_seconds: histogram(
                 "lockbroker_wait_seconds",
                 "Time waiting acquires spent before their grant.",
-                &["family"],
+                &["family", "kind"],
                 WAIT_BUCKETS,
             )?,
             hold_seconds: histogram(
                 "lockbroker_hold_seconds",
                 "Time from grant to release of released leases, by Redis's clock.",
-                &["family"],
+                &["family", "kind"],
                 HOLD_BUCKETS,
             )?,
             request_seconds: histogram(
@@ -219,18 +221,20 @@ impl Metrics {
     /// Creates every per-family series at 0 (see [`ACQUIRE_OUTCOMES`]).
     fn create_family_series(&self) {
         for family in self.families.labels() {
-            for (counter, outcomes) in [
-                (&self.acquires, ACQUIRE_OUTCOMES),
-                (&self.extends, EXTEND_OUTCOMES),
-                (&self.releases, RELEASE_OUTCOMES),
-                (&self.leases_lost, LOST_OPERATIONS),
-            ] {
-                for outcome in outcomes {
-                    counter.with_label_values(&[family, outcome]);
+            for kind in KINDS.map(LeaseKind::metric_label) {
+                for (counter, outcomes) in [
+                    (&self.acquires, ACQUIRE_OUTCOMES),
+                    (&self.extends, EXTEND_OUTCOMES),
+                    (&self.releases, RELEASE_OUTCOMES),
+                    (&self.leases_lost, LOST_OPERATIONS),
+                ] {
+                    for outcome in outcomes {
+                        counter.with_label_values(&[family, kind, outcome]);
+                    }
                 }
+                self.wait_seconds.with_label_values(&[family, kind]);
+                self.hold_seconds.with_label_values(&[family, kind]);
             }
-            self.wait_seconds.with_label_values(&[family]);
-            self.hold_seconds.with_label_values(&[family]);
         }
     }
 
@@ -252,16 +256,18 @@ impl Metrics {
     pub fn acquire_finished(
         &self,
         name: &LockName,
+        kind: LeaseKind,
         result: Result<(), &LockError>,
         waited: Option<Duration>,
     ) {
         let family = self.family(name);
+        let kind = kind.metric_label();
         let outcome = match result {
             Ok(()) => {
                 self.leases_held.inc();
                 if let Some(waited) = waited {
                     self.wait_seconds
-                        .with_label_values(&[family])
+                        .with_label_values(&[family, kind])
                         .observe(waited.as_secs_f64());
                 }
                 "acquired"
@@ -269,20 +275,28 @@ impl Metrics {
             Err(LockError::Busy(_)) if waited.is_some() => "wait_timeout",
             Err(LockError::Busy(_)) => "busy",
             Err(LockError::TooManyWaiters | LockError::ShuttingDown) => "rejected",
-            Err(LockError::Invalid(_)) => return,
+            Err(LockError::Invalid(_) | LockError::LimitConflict { .. }) => return,
             Err(_) => "error",
         };
-        self.acquires.with_label_values(&[family, outcome]).inc();
+        self.acquires
+            .with_label_values(&[family, kind, outcome])
+            .inc();
     }
 
     /// Counts an extend.
-    pub fn extend_finished(&self, name: &LockName, result: Result<(), &LockError>) {
+    pub fn extend_finished(
+        &self,
+        name: &LockName,
+        kind: LeaseKind,
+        result: Result<(), &LockError>,
+    ) {
         let family = self.family(name);
+        let kind = kind.metric_label();
         let outcome = match result {
             Ok(()) => "extended",
             Err(LockError::LeaseLost) => {
                 self.leases_lost
-                    .with_label_values(&[family, "extend"])
+                    .with_label_values(&[family, kind, "extend"])
                     .inc();
                 "lease_lost"
             }
@@ -292,33 +306,43 @@ impl Metrics {
             Err(LockError::Invalid(_)) => return,
             Err(_) => "error",
         };
-        self.extends.with_label_values(&[family, outcome]).inc();
+        self.extends
+            .with_label_values(&[family, kind, outcome])
+            .inc();
     }
 
     /// Counts a release; `held` is the lease's hold time when it was released.
-    pub fn release_finished(&self, name: &LockName, result: Result<Option<Duration>, &LockError>) {
+    pub fn release_finished(
+        &self,
+        name: &LockName,
+        kind: LeaseKind,
+        result: Result<Option<Duration>, &LockError>,
+    ) {
         let family = self.family(name);
+        let kind = kind.metric_label();
         let outcome = match result {
             Ok(held) => {
                 // A retried release reports no hold time: it was counted once.
                 if let Some(held) = held {
                     self.leases_held.dec();
                     self.hold_seconds
-                        .with_label_values(&[family])
+                        .with_label_values(&[family, kind])
                         .observe(held.as_secs_f64());
                 }
                 "released"
             }
             Err(LockError::LeaseLost) => {
                 self.leases_lost
-                    .with_label_values(&[family, "release"])
+                    .with_label_values(&[family, kind, "release"])
                     .inc();
                 "lease_lost"
             }
             Err(LockError::Invalid(_)) => return,
             Err(_) => "error",
         };
-        self.releases.with_label_values(&[family, outcome]).inc();
+        self.releases
+            .with_label_values(&[family, kind, outcome])
+            .inc();
     }
 
     /// Records one HTTP request.

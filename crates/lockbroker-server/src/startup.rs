@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockbroker_core::listing::{ListLimit, ListRequest, MAX_LIST_LIMIT};
-use lockbroker_core::{LockService, StoreError};
+use lockbroker_core::{LockService, Space, StoreError};
 use lockbroker_redis::quorum::QuorumStore;
 use lockbroker_redis::{RedisLockStore, RedisStore, StoreObserver};
 use tokio::net::TcpListener;
@@ -247,21 +247,28 @@ async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_eve
     }
 }
 
-/// Counts held locks page by page (never a blocking `KEYS`).
+/// Counts valid leases (exclusive, shared, permits) page by page (never a
+/// blocking `KEYS`).
 async fn count_held(service: &Service) -> Result<i64, lockbroker_core::StoreError> {
-    let mut request = ListRequest {
-        limit: ListLimit::parse(MAX_LIST_LIMIT as u64).unwrap_or_default(),
-        ..ListRequest::default()
-    };
-    let mut held = 0i64;
-    loop {
-        let page = service.list(&request).await?;
-        held += page.locks.iter().filter(|entry| entry.status.held).count() as i64;
-        match page.next_cursor {
-            Some(cursor) => request.cursor = cursor,
-            None => return Ok(held),
+    let mut held = 0u64;
+    for space in [Space::Lock, Space::Semaphore] {
+        let mut request = ListRequest {
+            space,
+            limit: ListLimit::parse(MAX_LIST_LIMIT as u64).unwrap_or_default(),
+            ..ListRequest::default()
+        };
+        loop {
+            let page = service.list(&request).await?;
+            held += (page.locks.iter())
+                .map(|entry| entry.status.holder_count)
+                .sum::<u64>();
+            match page.next_cursor {
+                Some(cursor) => request.cursor = cursor,
+                None => break,
+            }
         }
     }
+    Ok(i64::try_from(held).unwrap_or(i64::MAX))
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -1,4 +1,7 @@
-//! The command line: flags, environment variables and the help text.
+//! The command line: flags, environment variables and the help text (the
+//! long texts are in [`help`]).
+
+mod help;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -6,32 +9,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::client::LeaseKind;
 use crate::duration;
 use crate::exit;
-
-const ABOUT: &str = "Take, renew and give back lockbroker leases from the shell";
-
-const LONG_ABOUT: &str = "\
-Take, renew and give back lockbroker leases from the shell.
-
-A lease is a lock with a TTL and a fence number that only grows. `lockctl run`
-holds a lease exactly as long as a command runs (flock for a fleet); the other
-subcommands are the API's four calls, for scripts that manage a lease by hand.
-
-Durations are written 500ms, 1.5s, 30s, 1m30s, 10m or 2h.
-
-Answers print as shell assignments for eval, each named LOCK_<FIELD>
-(LOCK_TOKEN, LOCK_FENCE, ...; --prefix JOB_ names them JOB_TOKEN, ...), as the
-broker's JSON with --json, or as one bare value with --field NAME.
-
-A script that takes a lease by hand must keep its token, or it cannot release
-it and the lock stays held until the TTL runs out (so never keep only
---field fence). Stop if the acquire fails, and release on the way out:
-  lease=$(lockctl acquire nightly-report --ttl 5m) || exit
-  eval \"$lease\"   # LOCK_TOKEN, LOCK_FENCE, LOCK_NAME, ...
-  trap 'LOCKBROKER_TOKEN=$LOCK_TOKEN lockctl release nightly-report' EXIT
-  ... work, handing \"$LOCK_FENCE\" to what it writes to ...
-`lockctl run` does all of this for a command, and renews the lease too.";
+use help::{ABOUT, LONG_ABOUT, RUN_ABOUT};
 
 /// `lockctl`: the broker's client for ops scripts and cron.
 #[derive(Parser, Debug)]
@@ -79,63 +60,20 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Acquire a lease and print it, token included (keep the token secret).
+    /// Acquire a lease (or a semaphore permit, with --limit) and print it,
+    /// token included (keep the token secret).
     Acquire(AcquireArgs),
-    /// Renew a lease: its remaining TTL becomes --ttl.
+    /// Renew a lease (a permit with --semaphore): its remaining TTL becomes --ttl.
     Extend(ExtendArgs),
-    /// Release a lease, freeing the lock at once.
+    /// Release a lease (a permit with --semaphore), freeing it at once.
     Release(ReleaseArgs),
-    /// Show who holds a lock and the last fence issued (never a token).
+    /// Show who holds a lock (a semaphore with --semaphore) and the last
+    /// fence issued (never a token).
     Status(StatusArgs),
     /// Run a command while holding a lease, renewing it, and release at the end.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
 }
-
-const RUN_ABOUT: &str = "\
-Run a command while holding a lease: flock for a fleet.
-
-lockctl acquires NAME, starts CMD with LOCKBROKER_LOCK, LOCKBROKER_FENCE and
-LOCKBROKER_TOKEN (and LOCKBROKER_URL) in its environment, renews the lease every
-third of its TTL, and releases it when CMD ends. It exits with CMD's exit code,
-or 128+N if signal N ended CMD.
-
-If the lock is busy: --if-busy fail (the default) exits 75, skip exits 0 without
-running CMD (for cron: \"another instance is running\"), and --wait D waits up to D
-for the lock first. When the lock is granted after a wait longer than a third
-of the TTL, lockctl renews the lease once before starting CMD, so that its
-clock counts from a request sent after the grant.
-
-If a renewal answers lease_lost (the lease expired or was taken), lockctl sends
-SIGTERM to CMD, SIGKILL after --kill-after, and exits 79. If the broker cannot be
-reached, lockctl keeps retrying the renewal until the lease would expire by its
-own monotonic clock less a safety margin of a tenth of the TTL (counted from
-when the last successful request was sent), then stops CMD the same way and
-exits 79.
-
-With --max-hold D, lockctl renews as long as a renewal fits within D of
-acquiring; the last one is shortened to end just past D (by the margin), and
-when D is reached CMD, if still running, is stopped the same way and lockctl
-exits 80. When the broker answers max_hold_exceeded, lockctl stops renewing; if
-CMD is still running when the lease runs out (less the margin), it is stopped
-the same way and lockctl exits 80.
-
-CMD runs in its own process group and signals go to the whole group, so
-`sh -c 'a; b'` is stopped as a whole. SIGINT, SIGTERM and SIGHUP sent to lockctl
-are passed on to CMD; the lease is kept while CMD runs and released after. CMD
-should not read from a terminal. If lockctl itself is killed with SIGKILL, CMD
-keeps running without a lease.
-
-To give the lease back before CMD ends, run `lockctl release \"$LOCKBROKER_LOCK\"`
-inside CMD (LOCKBROKER_TOKEN is read from the environment): it tells lockctl to
-stop renewing. Another client must send SIGUSR1 to $LOCKBROKER_RUN_PID before it
-releases, or the next renewal counts as a lost lease.
-
-The fence is the number to hand to whatever CMD writes to: a store that refuses
-fences lower than the highest it has seen turns a stale holder into a no-op.
-
-Example (crontab): every 5 minutes on every host, one run at a time fleet-wide:
-  */5 * * * * lockctl run nightly-sync --ttl 1m --max-hold 2h --if-busy skip -- /usr/local/bin/sync.sh";
 
 /// What `run` does when the lock is still busy after --wait.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -185,6 +123,14 @@ pub struct LeaseArgs {
     /// Wait in line: first come, first served (needs a broker that supports it).
     #[arg(long)]
     pub fair: bool,
+    /// Take a shared lease: it coexists with the lock's other shared leases,
+    /// while an exclusive lease (the default) excludes every other.
+    #[arg(long, conflicts_with = "limit")]
+    pub shared: bool,
+    /// Take a permit of the semaphore NAME, which lets at most N holders in at
+    /// once (N >= 1; while permits are held, every holder must ask with the same N).
+    #[arg(long, value_name = "N", value_parser = parse_limit)]
+    pub limit: Option<u64>,
 }
 
 /// Where the token comes from: --token-file, --token, or LOCKBROKER_TOKEN.
@@ -202,7 +148,7 @@ pub struct TokenArgs {
 /// `lockctl acquire`.
 #[derive(Args, Debug)]
 pub struct AcquireArgs {
-    /// Lock name: 1-200 of A-Z a-z 0-9 . _ - :
+    /// Lock name (semaphore name with --limit): 1-200 of A-Z a-z 0-9 . _ - :
     pub name: String,
     #[command(flatten)]
     pub lease: LeaseArgs,
@@ -213,11 +159,14 @@ pub struct AcquireArgs {
 /// `lockctl extend`.
 #[derive(Args, Debug)]
 pub struct ExtendArgs {
-    /// Lock name.
+    /// Lock name (semaphore name with --semaphore).
     pub name: String,
     /// New remaining TTL (replaces, does not add).
     #[arg(long, value_parser = duration::parse, default_value = "30s")]
     pub ttl: Duration,
+    /// NAME is a semaphore: renew a permit taken with `acquire --limit`.
+    #[arg(long)]
+    pub semaphore: bool,
     #[command(flatten)]
     pub token: TokenArgs,
     #[command(flatten)]
@@ -227,8 +176,11 @@ pub struct ExtendArgs {
 /// `lockctl release`.
 #[derive(Args, Debug)]
 pub struct ReleaseArgs {
-    /// Lock name.
+    /// Lock name (semaphore name with --semaphore).
     pub name: String,
+    /// NAME is a semaphore: release a permit taken with `acquire --limit`.
+    #[arg(long)]
+    pub semaphore: bool,
     #[command(flatten)]
     pub token: TokenArgs,
     #[command(flatten)]
@@ -238,8 +190,11 @@ pub struct ReleaseArgs {
 /// `lockctl status`.
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// Lock name.
+    /// Lock name (semaphore name with --semaphore).
     pub name: String,
+    /// NAME is a semaphore: show its limit, the permits held and available.
+    #[arg(long)]
+    pub semaphore: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -247,7 +202,7 @@ pub struct StatusArgs {
 /// `lockctl run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Lock name.
+    /// Lock name (semaphore name with --limit).
     pub name: String,
     #[command(flatten)]
     pub lease: LeaseArgs,
@@ -290,6 +245,28 @@ impl OutputArgs {
     }
 }
 
+impl LeaseArgs {
+    /// What to acquire: a permit with --limit, a shared lease with --shared,
+    /// else an exclusive lease.
+    pub fn kind(&self) -> LeaseKind {
+        match (self.limit, self.shared) {
+            (Some(limit), _) => LeaseKind::Permit { limit },
+            (None, true) => LeaseKind::Shared,
+            (None, false) => LeaseKind::Exclusive,
+        }
+    }
+}
+
+/// Parses `--limit`: a semaphore that lets nobody in could never be acquired,
+/// so 0 is refused here rather than by the broker.
+fn parse_limit(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("a semaphore's limit must be 1 or more".to_owned()),
+        Ok(limit) => Ok(limit),
+        Err(_) => Err(format!("{text:?} is not a number of holders (1 or more)")),
+    }
+}
+
 impl TokenArgs {
     /// The token from --token-file, --token or LOCKBROKER_TOKEN, trimmed.
     pub fn read(&self) -> Result<String, String> {
@@ -315,4 +292,116 @@ pub fn read_secret(path: &std::path::Path) -> Result<String, String> {
     };
     text.map(|t| t.trim().to_owned())
         .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::error::ErrorKind;
+    use clap::CommandFactory;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("lockctl").chain(args.iter().copied()))
+    }
+
+    /// Why `args` were refused, or `None` if they were not.
+    fn refusal(args: &[&str]) -> Option<ErrorKind> {
+        parse(args).err().map(|error| error.kind())
+    }
+
+    fn lease_kind(args: &[&str]) -> LeaseKind {
+        match parse(args).map(|cli| cli.command) {
+            Ok(Command::Run(run)) => run.lease.kind(),
+            Ok(Command::Acquire(acquire)) => acquire.lease.kind(),
+            other => panic!("{args:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_definitions_hold_together() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_lease_is_exclusive_unless_shared_or_limited() {
+        assert_eq!(
+            lease_kind(&["run", "job", "--", "true"]),
+            LeaseKind::Exclusive
+        );
+        assert_eq!(
+            lease_kind(&["run", "job", "--shared", "--", "true"]),
+            LeaseKind::Shared
+        );
+        assert_eq!(
+            lease_kind(&["run", "job", "--limit", "3", "--", "true"]),
+            LeaseKind::Permit { limit: 3 }
+        );
+        assert_eq!(
+            lease_kind(&["acquire", "job", "--shared"]),
+            LeaseKind::Shared
+        );
+        assert_eq!(
+            lease_kind(&["acquire", "job", "--limit=1"]),
+            LeaseKind::Permit { limit: 1 }
+        );
+    }
+
+    #[test]
+    fn shared_and_limit_conflict() {
+        for args in [
+            &["run", "job", "--shared", "--limit", "3", "--", "true"][..],
+            &["run", "job", "--limit", "3", "--shared", "--", "true"],
+            &["acquire", "job", "--shared", "--limit", "2"],
+        ] {
+            assert_eq!(refusal(args), Some(ErrorKind::ArgumentConflict), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn a_limit_below_one_or_not_a_number_is_refused() {
+        for limit in ["0", "x", "1.5"] {
+            let args = ["run", "job", "--limit", limit, "--", "true"];
+            assert_eq!(
+                refusal(&args),
+                Some(ErrorKind::ValueValidation),
+                "{limit:?}"
+            );
+        }
+        assert_eq!(
+            parse_limit("0"),
+            Err("a semaphore's limit must be 1 or more".to_owned())
+        );
+        assert_eq!(parse_limit("10000"), Ok(10_000));
+    }
+
+    #[test]
+    fn flags_after_the_separator_belong_to_the_command() {
+        let Ok(Command::Run(run)) =
+            parse(&["run", "job", "--", "cmd", "--limit", "3"]).map(|cli| cli.command)
+        else {
+            panic!("a run");
+        };
+        assert_eq!(run.lease.kind(), LeaseKind::Exclusive);
+        assert_eq!(run.command, ["cmd", "--limit", "3"]);
+    }
+
+    #[test]
+    fn semaphore_selects_the_semaphore_routes_for_the_other_subcommands() {
+        let semaphore = |args: &[&str]| match parse(args).map(|cli| cli.command) {
+            Ok(Command::Extend(args)) => args.semaphore,
+            Ok(Command::Release(args)) => args.semaphore,
+            Ok(Command::Status(args)) => args.semaphore,
+            other => panic!("{args:?}: {other:?}"),
+        };
+        assert!(semaphore(&["status", "s", "--semaphore"]));
+        assert!(!semaphore(&["status", "s"]));
+        assert!(semaphore(&["extend", "s", "--semaphore", "--token", "t"]));
+        assert!(semaphore(&["release", "s", "--semaphore", "--token", "t"]));
+        // A permit is taken with --limit; --semaphore alone says no limit.
+        assert_eq!(
+            refusal(&["acquire", "s", "--semaphore"]),
+            Some(ErrorKind::UnknownArgument)
+        );
+    }
 }

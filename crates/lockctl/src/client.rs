@@ -1,21 +1,28 @@
 //! The broker's HTTP API from the client side: one method per route, each
 //! answering the JSON body or a [`BrokerError`] that knows its exit code.
 //!
+//! Locks and semaphores have the same four routes under `/v1/locks` and
+//! `/v1/semaphores` ([`Family`]); a token works only in the family that
+//! issued it. What an acquire asks for is a [`LeaseKind`].
+//!
 //! Nothing here prints. Errors never carry the token or the API key: the
 //! token travels only in request bodies, the key only in a sensitive header,
 //! and transport errors name the broker's base URL without any user or
 //! password in it, never a request's URL.
 
-use std::fmt;
+mod error;
+
 use std::time::{Duration, Instant};
 
 use lockbroker_api::{AcquireBody, ExtendBody, ReleaseBody};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
-use reqwest::{Method, StatusCode, Url};
-use serde_json::{json, Map, Value};
+use reqwest::{Method, Url};
+use serde_json::Value;
+
+use error::not_the_api;
+pub use error::BrokerError;
 
 use crate::duration::millis;
-use crate::exit;
 use crate::tls;
 
 /// Timeout for a request that does not wait for a lock.
@@ -32,40 +39,45 @@ pub struct Broker {
     with_ca_cert: bool,
 }
 
-/// Why a call did not return a success body.
-#[derive(Debug)]
-pub enum BrokerError {
-    /// The broker answered with its `{"error": {...}}` body.
-    Rejected {
-        /// HTTP status.
-        status: StatusCode,
-        /// The `error` object as sent (code, message, holder details).
-        error: Map<String, Value>,
-        /// The `Retry-After` header, if any.
-        retry_after: Option<Duration>,
+/// Where a name lives: the lock routes or the semaphore routes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `/v1/locks/{name}`: exclusive and shared leases.
+    Locks,
+    /// `/v1/semaphores/{name}`: permits.
+    Semaphores,
+}
+
+/// What an acquire asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseKind {
+    /// A lock lease that excludes every other lease of the lock (the
+    /// broker's default).
+    Exclusive,
+    /// A lock lease that coexists with the lock's other shared leases.
+    Shared,
+    /// One permit of a semaphore that lets at most `limit` holders in at once.
+    Permit {
+        /// The semaphore's limit, 1 or more.
+        limit: u64,
     },
-    /// No answer: connection refused, reset, or timed out.
-    Unreachable {
-        /// The broker's base URL, without credentials.
-        url: String,
-        /// What happened, in words.
-        cause: String,
-    },
-    /// The TLS handshake failed: an untrusted or wrong certificate, or a
-    /// broker that does not speak TLS.
-    Tls {
-        /// The broker's base URL, without credentials.
-        url: String,
-        /// Why, in words.
-        reason: String,
-    },
-    /// An answer that is not this API (wrong URL, a proxy's error page).
-    Unexpected(String),
+}
+
+impl LeaseKind {
+    /// The routes this kind of lease is acquired, renewed and released on.
+    pub fn family(self) -> Family {
+        match self {
+            Self::Exclusive | Self::Shared => Family::Locks,
+            Self::Permit { .. } => Family::Semaphores,
+        }
+    }
 }
 
 /// How an acquire should ask for its lease.
 #[derive(Clone, Debug)]
 pub struct AcquireOptions {
+    /// Exclusive, shared, or a semaphore permit.
+    pub kind: LeaseKind,
     /// Lease TTL.
     pub ttl: Duration,
     /// How long to wait in total for a busy lock.
@@ -83,7 +95,8 @@ pub struct AcquireOptions {
 /// request that waited, that bound may lie in the past although the lease
 /// is fresh: it was granted somewhere between `sent` and `received`.
 pub struct Granted {
-    /// The `200` body: name, token, fence, ttl_ms, expires_at_ms, owner.
+    /// The `200` body: name, token, fence, ttl_ms, expires_at_ms, owner, and
+    /// `mode` for a lock lease or `limit` for a permit.
     pub body: Value,
     /// When the successful request left.
     pub sent: Instant,
@@ -137,7 +150,8 @@ impl Broker {
         self.base.as_str().trim_end_matches('/')
     }
 
-    /// `POST /v1/locks/{name}/acquire`, waiting up to `options.wait` in total.
+    /// `POST /v1/locks/{name}/acquire`, or `/v1/semaphores/{name}/acquire`
+    /// for a permit, waiting up to `options.wait` in total.
     ///
     /// Busy answers are re-asked until the local deadline (the broker caps one
     /// wait), and transient failures are retried with the same `request_id`,
@@ -149,26 +163,14 @@ impl Broker {
     ) -> Result<Granted, BrokerError> {
         let request_id = random_id();
         let deadline = Instant::now() + options.wait;
+        let path = route(options.kind.family(), name, "/acquire");
         let mut failures = 0u32;
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let body = wire(&AcquireBody {
-                ttl_ms: Some(millis(options.ttl)),
-                wait_ms: Some(millis(remaining)),
-                owner: options.owner.clone(),
-                request_id: request_id.clone(),
-                lock_delay_ms: options.lock_delay.map(millis),
-                fair: options.fair.then_some(true),
-            });
+            let body = acquire_body(options, request_id.clone(), remaining);
             let sent = Instant::now();
             let error = match self
-                .call(
-                    Method::POST,
-                    name,
-                    "/acquire",
-                    Some(body),
-                    remaining + REQUEST_TIMEOUT,
-                )
+                .call(Method::POST, &path, Some(body), remaining + REQUEST_TIMEOUT)
                 .await
             {
                 Ok(body) => {
@@ -202,46 +204,49 @@ impl Broker {
         }
     }
 
-    /// `POST /v1/locks/{name}/extend`: the remaining TTL becomes `ttl`.
+    /// `POST /v1/{family}/{name}/extend`: the remaining TTL becomes `ttl`.
     pub async fn extend(
         &self,
+        family: Family,
         name: &str,
         token: &str,
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
         let body = wire(&ExtendBody::new(token, Some(millis(ttl))));
-        self.call(Method::POST, name, "/extend", Some(body), timeout)
-            .await
+        let path = route(family, name, "/extend");
+        self.call(Method::POST, &path, Some(body), timeout).await
     }
 
-    /// `POST /v1/locks/{name}/release`.
+    /// `POST /v1/{family}/{name}/release`.
     pub async fn release(
         &self,
+        family: Family,
         name: &str,
         token: &str,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
         let body = wire(&ReleaseBody::new(token));
-        self.call(Method::POST, name, "/release", Some(body), timeout)
-            .await
+        let path = route(family, name, "/release");
+        self.call(Method::POST, &path, Some(body), timeout).await
     }
 
-    /// `GET /v1/locks/{name}`.
-    pub async fn status(&self, name: &str) -> Result<Value, BrokerError> {
-        self.call(Method::GET, name, "", None, REQUEST_TIMEOUT)
-            .await
+    /// `GET /v1/locks/{name}` (a LockStatus) or `GET /v1/semaphores/{name}`
+    /// (a SemaphoreStatus).
+    pub async fn status(&self, family: Family, name: &str) -> Result<Value, BrokerError> {
+        let path = route(family, name, "");
+        self.call(Method::GET, &path, None, REQUEST_TIMEOUT).await
     }
 
+    /// One request to `path` (from [`route`]) under the base URL.
     async fn call(
         &self,
         method: Method,
-        name: &str,
-        suffix: &str,
+        path: &str,
         body: Option<Value>,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
-        let url = format!("{}/v1/locks/{}{suffix}", self.base(), encode_segment(name));
+        let url = format!("{}{path}", self.base());
         let mut request = self.http.request(method, url).timeout(timeout);
         if let Some(body) = body {
             request = request.json(&body);
@@ -267,111 +272,6 @@ impl Broker {
                 _ => Err(not_the_api(status)),
             },
             _ => Err(not_the_api(status)),
-        }
-    }
-}
-
-impl BrokerError {
-    /// The broker's stable error code, or lockctl's own for failures with no answer.
-    pub fn code(&self) -> &str {
-        match self {
-            Self::Rejected { error, .. } => error.get("code").and_then(Value::as_str).unwrap_or(""),
-            Self::Unreachable { .. } => "broker_unreachable",
-            Self::Tls { .. } => "tls_failure",
-            Self::Unexpected(_) => "unexpected_reply",
-        }
-    }
-
-    /// The exit code for this failure (see [`crate::exit`]).
-    pub fn exit_code(&self) -> u8 {
-        let status = match self {
-            Self::Rejected { status, .. } => *status,
-            Self::Unreachable { .. } | Self::Tls { .. } => return exit::UNAVAILABLE,
-            Self::Unexpected(_) => return exit::SOFTWARE,
-        };
-        match self.code() {
-            "lock_busy" => exit::BUSY,
-            "lease_lost" => exit::LEASE_LOST,
-            "max_hold_exceeded" => exit::MAX_HOLD,
-            "invalid_request" | "payload_too_large" => exit::USAGE,
-            _ if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN => {
-                exit::NO_PERMISSION
-            }
-            _ if self.is_transient() => exit::UNAVAILABLE,
-            _ => exit::SOFTWARE,
-        }
-    }
-
-    /// Worth retrying: no answer, or an answer that says "not now". A
-    /// certificate that is not trusted now will not be trusted in a second.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            Self::Unreachable { .. } => true,
-            Self::Tls { .. } | Self::Unexpected(_) => false,
-            Self::Rejected { status, .. } => matches!(
-                *status,
-                StatusCode::TOO_MANY_REQUESTS
-                    | StatusCode::BAD_GATEWAY
-                    | StatusCode::SERVICE_UNAVAILABLE
-                    | StatusCode::GATEWAY_TIMEOUT
-            ),
-        }
-    }
-
-    /// The `Retry-After` the broker asked for.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Self::Rejected { retry_after, .. } => *retry_after,
-            _ => None,
-        }
-    }
-
-    /// A number the error object carries, e.g. `expires_in_ms`.
-    pub fn detail_u64(&self, key: &str) -> Option<u64> {
-        match self {
-            Self::Rejected { error, .. } => error.get(key).and_then(Value::as_u64),
-            _ => None,
-        }
-    }
-
-    /// The error in the API's own shape, for `--json` output.
-    pub fn to_json(&self) -> Value {
-        match self {
-            Self::Rejected { error, .. } => json!({ "error": error }),
-            other => json!({ "error": { "code": other.code(), "message": other.to_string() } }),
-        }
-    }
-}
-
-impl fmt::Display for BrokerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Rejected { status, error, .. } => {
-                let message = error
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("no message");
-                write!(f, "{message} ({}, HTTP {})", self.code(), status.as_u16())?;
-                if self.code() == "lock_busy" {
-                    let owner = error
-                        .get("owner")
-                        .and_then(Value::as_str)
-                        .unwrap_or("unknown");
-                    write!(f, "; holder: owner {owner}")?;
-                    if let Some(fence) = self.detail_u64("fence") {
-                        write!(f, ", fence {fence}")?;
-                    }
-                    if let Some(ms) = self.detail_u64("available_in_ms") {
-                        write!(f, ", available in {ms} ms")?;
-                    }
-                }
-                Ok(())
-            }
-            Self::Unreachable { url, cause } => write!(f, "broker unreachable at {url}: {cause}"),
-            Self::Tls { url, reason } => {
-                write!(f, "TLS failure with the broker at {url}: {reason}")
-            }
-            Self::Unexpected(what) => write!(f, "unexpected answer: {what}"),
         }
     }
 }
@@ -405,11 +305,47 @@ impl Broker {
     }
 }
 
-fn not_the_api(status: StatusCode) -> BrokerError {
-    BrokerError::Unexpected(format!(
-        "HTTP {} without the broker's JSON body; is the URL a lockbroker?",
-        status.as_u16()
-    ))
+/// The path of `suffix` (`/acquire`, `/extend`, `/release`, or empty for
+/// the status) for `name` in `family`, e.g. `/v1/semaphores/etl/acquire`.
+fn route(family: Family, name: &str, suffix: &str) -> String {
+    let family = match family {
+        Family::Locks => "locks",
+        Family::Semaphores => "semaphores",
+    };
+    format!("/v1/{family}/{}{suffix}", encode_segment(name))
+}
+
+/// The acquire body: the API's lock acquire body, plus `"mode": "shared"`
+/// for a shared lease or `"limit"` for a permit. An exclusive acquire sends
+/// no `mode` (the broker's default), so it still reaches a broker from before
+/// shared locks, whose request types refuse fields they do not know.
+// `..Default::default()` covers every field today, but keeps this building
+// when the API crate's body gains fields (such as `mode`).
+#[allow(clippy::needless_update)]
+fn acquire_body(options: &AcquireOptions, request_id: Option<String>, wait: Duration) -> Value {
+    let mut body = wire(&AcquireBody {
+        ttl_ms: Some(millis(options.ttl)),
+        wait_ms: Some(millis(wait)),
+        owner: options.owner.clone(),
+        request_id,
+        lock_delay_ms: options.lock_delay.map(millis),
+        fair: options.fair.then_some(true),
+        ..AcquireBody::default()
+    });
+    if let Value::Object(fields) = &mut body {
+        match options.kind {
+            LeaseKind::Exclusive => {}
+            LeaseKind::Shared => {
+                fields.insert("mode".to_owned(), Value::from("shared"));
+            }
+            LeaseKind::Permit { limit } => {
+                // A semaphore takes no mode, should the lock body ever send one.
+                fields.remove("mode");
+                fields.insert("limit".to_owned(), Value::from(limit));
+            }
+        }
+    }
+    body
 }
 
 /// Percent-encodes everything outside the lock-name alphabet, so a bad name
@@ -440,4 +376,56 @@ fn random_id() -> Option<String> {
 /// A request body as JSON, from the API's own wire type.
 fn wire(body: &impl serde::Serialize) -> Value {
     serde_json::to_value(body).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(kind: LeaseKind) -> AcquireOptions {
+        AcquireOptions {
+            kind,
+            ttl: Duration::from_secs(30),
+            wait: Duration::ZERO,
+            owner: Some("host:1".to_owned()),
+            lock_delay: None,
+            fair: false,
+        }
+    }
+
+    #[test]
+    fn each_family_has_its_own_routes() {
+        assert_eq!(
+            route(Family::Locks, "job", "/acquire"),
+            "/v1/locks/job/acquire"
+        );
+        assert_eq!(
+            route(Family::Semaphores, "etl", "/extend"),
+            "/v1/semaphores/etl/extend"
+        );
+        assert_eq!(route(Family::Semaphores, "a b", ""), "/v1/semaphores/a%20b");
+        assert_eq!(LeaseKind::Shared.family(), Family::Locks);
+        assert_eq!(LeaseKind::Permit { limit: 3 }.family(), Family::Semaphores);
+    }
+
+    #[test]
+    fn only_shared_and_permit_acquires_add_a_field() {
+        let exclusive = acquire_body(&options(LeaseKind::Exclusive), None, Duration::ZERO);
+        assert_eq!(exclusive["ttl_ms"], 30_000);
+        assert_eq!(exclusive["owner"], "host:1");
+        assert!(exclusive.get("mode").is_none(), "{exclusive}");
+        assert!(exclusive.get("limit").is_none(), "{exclusive}");
+
+        let shared = acquire_body(&options(LeaseKind::Shared), None, Duration::ZERO);
+        assert_eq!(shared["mode"], "shared");
+        assert!(shared.get("limit").is_none(), "{shared}");
+
+        let id = Some("r1".to_owned());
+        let wait = Duration::from_millis(1500);
+        let permit = acquire_body(&options(LeaseKind::Permit { limit: 3 }), id, wait);
+        assert_eq!(permit["limit"], 3);
+        assert_eq!(permit["wait_ms"], 1500);
+        assert_eq!(permit["request_id"], "r1");
+        assert!(permit.get("mode").is_none(), "{permit}");
+    }
 }

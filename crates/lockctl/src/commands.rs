@@ -1,4 +1,5 @@
 //! `acquire`, `extend`, `release` and `status`: one API call each, printed.
+//! Each works on a lock or, with `--limit` / `--semaphore`, a semaphore.
 
 use std::time::Duration;
 
@@ -6,23 +7,30 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 use crate::cli::{AcquireArgs, ExtendArgs, LeaseArgs, ReleaseArgs, StatusArgs};
-use crate::client::{AcquireOptions, Broker, REQUEST_TIMEOUT};
+use crate::client::{AcquireOptions, Broker, BrokerError, Family, LeaseKind, REQUEST_TIMEOUT};
 use crate::exit;
-use crate::output::{Format, LEASE_FIELDS, RELEASE_FIELDS, RENEWAL_FIELDS, STATUS_FIELDS};
+use crate::output::{
+    Format, LEASE_FIELDS, PERMIT_FIELDS, RELEASE_FIELDS, RENEWAL_FIELDS, SEMAPHORE_STATUS_FIELDS,
+    STATUS_FIELDS,
+};
 
-/// `lockctl acquire NAME`: prints the lease, token included.
+/// `lockctl acquire NAME`: prints the lease (or permit), token included.
 pub async fn acquire(broker: &Broker, args: AcquireArgs) -> u8 {
     let format = match args.output.format() {
         Ok(format) => format,
         Err(message) => return usage(&message),
     };
-    if let Err(message) = format.check(LEASE_FIELDS) {
+    let options = lease_options(&args.lease, host_name());
+    let fields = match options.kind {
+        LeaseKind::Exclusive | LeaseKind::Shared => LEASE_FIELDS,
+        LeaseKind::Permit { .. } => PERMIT_FIELDS,
+    };
+    if let Err(message) = format.check(fields) {
         return usage(&message);
     }
-    let options = lease_options(&args.lease, host_name());
     match broker.acquire(&args.name, &options).await {
-        Ok(granted) => finish(&format, LEASE_FIELDS, Ok(granted.body)),
-        Err(error) => finish(&format, LEASE_FIELDS, Err(error)),
+        Ok(granted) => finish(&format, fields, Ok(granted.body)),
+        Err(error) => finish(&format, fields, Err(error)),
     }
 }
 
@@ -35,10 +43,16 @@ pub async fn extend(broker: &Broker, args: ExtendArgs) -> u8 {
         Ok(both) => both,
         Err(message) => return usage(&message),
     };
+    let family = family_for(args.semaphore);
     let result = broker
-        .extend(&args.name, &token, args.ttl, REQUEST_TIMEOUT)
+        .extend(family, &args.name, &token, args.ttl, REQUEST_TIMEOUT)
         .await;
-    finish(&format, RENEWAL_FIELDS, result)
+    let hint = family_hint(family, &result);
+    let code = finish(&format, RENEWAL_FIELDS, result);
+    if let Some(hint) = hint {
+        eprintln!("lockctl: {hint}");
+    }
+    code
 }
 
 /// `lockctl release NAME`.
@@ -50,27 +64,69 @@ pub async fn release(broker: &Broker, args: ReleaseArgs) -> u8 {
         Ok(both) => both,
         Err(message) => return usage(&message),
     };
-    tell_enclosing_run(&args.name, &token);
-    let result = broker.release(&args.name, &token, REQUEST_TIMEOUT).await;
-    finish(&format, RELEASE_FIELDS, result)
+    let family = family_for(args.semaphore);
+    if let Err(message) = tell_enclosing_run(family, &args.name, &token) {
+        return usage(&message);
+    }
+    let result = broker
+        .release(family, &args.name, &token, REQUEST_TIMEOUT)
+        .await;
+    let hint = family_hint(family, &result);
+    let code = finish(&format, RELEASE_FIELDS, result);
+    if let Some(hint) = hint {
+        eprintln!("lockctl: {hint}");
+    }
+    code
 }
 
-/// `lockctl status NAME`.
+/// `lockctl status NAME`: a LockStatus, or a SemaphoreStatus with --semaphore.
 pub async fn status(broker: &Broker, args: StatusArgs) -> u8 {
     let format = match args.output.format() {
         Ok(format) => format,
         Err(message) => return usage(&message),
     };
-    if let Err(message) = format.check(STATUS_FIELDS) {
+    let family = family_for(args.semaphore);
+    let fields = match family {
+        Family::Locks => STATUS_FIELDS,
+        Family::Semaphores => SEMAPHORE_STATUS_FIELDS,
+    };
+    if let Err(message) = format.check(fields) {
         return usage(&message);
     }
-    let result = broker.status(&args.name).await;
-    finish(&format, STATUS_FIELDS, result)
+    let result = broker.status(family, &args.name).await;
+    finish(&format, fields, result)
+}
+
+/// The routes `--semaphore` picks.
+fn family_for(semaphore: bool) -> Family {
+    if semaphore {
+        Family::Semaphores
+    } else {
+        Family::Locks
+    }
+}
+
+/// What to add to a refused `token`: a token sent to the other family's
+/// routes is refused so, and the broker's message names the right route,
+/// not the flag that picks it.
+fn family_hint(
+    family: Family,
+    result: &Result<serde_json::Value, BrokerError>,
+) -> Option<&'static str> {
+    let error = result.as_ref().err()?;
+    if error.code() != "invalid_request" || error.detail_str("field") != Some("token") {
+        return None;
+    }
+    Some(match family {
+        Family::Locks => "if the token is a semaphore permit's, add --semaphore",
+        Family::Semaphores => "if the token is a lock lease's, leave out --semaphore",
+    })
 }
 
 /// The acquire request `args` describe; `owner` unless --owner is given.
 pub fn lease_options(args: &LeaseArgs, owner: String) -> AcquireOptions {
     AcquireOptions {
+        kind: args.kind(),
         ttl: args.ttl,
         wait: args.wait.unwrap_or(Duration::ZERO),
         owner: Some(args.owner.clone().unwrap_or(owner)),
@@ -95,11 +151,7 @@ pub fn usage(message: &str) -> u8 {
     exit::USAGE
 }
 
-fn finish(
-    format: &Format,
-    fields: &[&str],
-    result: Result<serde_json::Value, crate::client::BrokerError>,
-) -> u8 {
+fn finish(format: &Format, fields: &[&str], result: Result<serde_json::Value, BrokerError>) -> u8 {
     match result {
         Ok(body) => {
             format.print(fields, &body);
@@ -114,19 +166,41 @@ fn finish(
 
 /// Inside `lockctl run`, releasing its own lease must not look like a lost
 /// lease to the run: tell it first (SIGUSR1) so it stops renewing.
-fn tell_enclosing_run(name: &str, token: &str) {
+///
+/// A release on the wrong routes would fail after the run stopped renewing,
+/// leaving the command without a lease, so it is refused before both: the
+/// run holds a permit exactly when it set LOCKBROKER_LIMIT.
+fn tell_enclosing_run(family: Family, name: &str, token: &str) -> Result<(), String> {
     let env = |key| std::env::var(key).ok();
     if env("LOCKBROKER_LOCK").as_deref() != Some(name)
         || env("LOCKBROKER_TOKEN").as_deref() != Some(token)
     {
-        return;
+        return Ok(());
+    }
+    if let Some(refusal) = wrong_routes(family, name, env("LOCKBROKER_LIMIT").is_some()) {
+        return Err(refusal);
     }
     let Some(pid) = env("LOCKBROKER_RUN_PID").and_then(|p| p.parse::<i32>().ok()) else {
-        return;
+        return Ok(());
     };
     // Only an ancestor: a stale variable must not signal an unrelated process.
     if is_ancestor(pid) {
         let _ = kill(Pid::from_raw(pid), Signal::SIGUSR1);
+    }
+    Ok(())
+}
+
+/// Why releasing the enclosing run's own lease on `family`'s routes is
+/// refused: the run holds the other kind (a permit when `run_holds_a_permit`).
+fn wrong_routes(family: Family, name: &str, run_holds_a_permit: bool) -> Option<String> {
+    match (family, run_holds_a_permit) {
+        (Family::Locks, true) => Some(format!(
+            "the enclosing `lockctl run` holds a permit of semaphore {name:?}: add --semaphore"
+        )),
+        (Family::Semaphores, false) => Some(format!(
+            "the enclosing `lockctl run` holds a lease on lock {name:?}: leave out --semaphore"
+        )),
+        (Family::Locks, false) | (Family::Semaphores, true) => None,
     }
 }
 
@@ -154,4 +228,69 @@ fn is_ancestor(pid: i32) -> bool {
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_enclosing_runs_lease_is_released_on_its_own_routes_only() {
+        assert_eq!(wrong_routes(Family::Locks, "job", false), None);
+        assert_eq!(wrong_routes(Family::Semaphores, "etl", true), None);
+        let refusal = wrong_routes(Family::Locks, "etl", true).unwrap_or_default();
+        assert!(refusal.ends_with("add --semaphore"), "{refusal}");
+        let refusal = wrong_routes(Family::Semaphores, "job", false).unwrap_or_default();
+        assert!(refusal.ends_with("leave out --semaphore"), "{refusal}");
+    }
+
+    #[test]
+    fn a_refused_token_gets_a_hint_at_the_flag() {
+        let refused = |error: serde_json::Value| -> Result<serde_json::Value, BrokerError> {
+            let serde_json::Value::Object(error) = error else {
+                panic!("an object")
+            };
+            Err(BrokerError::Rejected {
+                status: reqwest::StatusCode::BAD_REQUEST,
+                error,
+                retry_after: None,
+            })
+        };
+        let token = refused(json!({"code": "invalid_request", "field": "token", "message": "m"}));
+        let hint = family_hint(Family::Locks, &token).unwrap_or_default();
+        assert!(hint.contains("add --semaphore"), "{hint}");
+        let hint = family_hint(Family::Semaphores, &token).unwrap_or_default();
+        assert!(hint.contains("leave out --semaphore"), "{hint}");
+
+        let ttl = refused(json!({"code": "invalid_request", "field": "ttl_ms", "message": "m"}));
+        assert_eq!(family_hint(Family::Locks, &ttl), None);
+        assert_eq!(
+            family_hint(Family::Locks, &Ok(json!({"released": true}))),
+            None
+        );
+    }
+
+    #[test]
+    fn options_carry_the_kind_of_lease() {
+        let mut args = LeaseArgs {
+            ttl: Duration::from_secs(30),
+            wait: None,
+            owner: None,
+            lock_delay: None,
+            fair: false,
+            shared: false,
+            limit: Some(4),
+        };
+        let options = lease_options(&args, "host".to_owned());
+        assert_eq!(options.kind, LeaseKind::Permit { limit: 4 });
+        assert_eq!(options.owner.as_deref(), Some("host"));
+        args.limit = None;
+        args.shared = true;
+        assert_eq!(
+            lease_options(&args, "host".to_owned()).kind,
+            LeaseKind::Shared
+        );
+    }
 }

@@ -8,7 +8,11 @@
 /// command ran and exited 0; or `run --if-busy skip` found the lock busy.
 pub const OK: u8 = 0;
 /// Bad usage: unknown flag, bad duration, missing token, or a request the
-/// broker rejected as invalid (`invalid_request`), e.g. a bad lock name.
+/// broker rejected as invalid (`invalid_request`), e.g. a bad lock name; also
+/// `limit_conflict`, a `--limit` other than the limit in force while permits
+/// are held. That is a 409 like `lease_lost`, but unlike a lost lease it is
+/// the caller's to fix and the same command would fail again, as with an
+/// invalid request: so it is bad usage, not a conflict over the lease.
 pub const USAGE: u8 = 64;
 /// The broker could not be reached (a TLS failure included), or answered
 /// that it cannot serve now (`backend_unavailable`, `shutting_down`,
@@ -16,12 +20,14 @@ pub const USAGE: u8 = 64;
 pub const UNAVAILABLE: u8 = 69;
 /// An answer that is not the broker's API: wrong URL, a proxy's page, `internal`.
 pub const SOFTWARE: u8 = 70;
-/// The lock is held by another lease (`lock_busy`), also after `--wait`.
+/// The lock is held by another lease, or every permit of the semaphore is
+/// taken (`lock_busy`), also after `--wait`.
 pub const BUSY: u8 = 75;
 /// The API key is missing, wrong (401) or not allowed this (403).
 pub const NO_PERMISSION: u8 = 77;
-/// The lease is gone: it expired or was taken (`lease_lost`); for `run`, the
-/// lease was lost or could not be renewed in time, and the command was stopped.
+/// The lease (or permit) is gone: it expired or was taken (`lease_lost`); for
+/// `run`, it was lost or could not be renewed in time, and the command was
+/// stopped.
 pub const LEASE_LOST: u8 = 79;
 /// The lease reached its maximum hold (`max_hold_exceeded`, or `run --max-hold`),
 /// and for `run` the command was stopped: at `--max-hold`, or when the lease
@@ -37,12 +43,14 @@ pub const TABLE: &str = "\
 Exit codes:
    0  ok: acquired, extended, released, status read; `run`: the command's own
       exit code (128+N if a signal N ended it); `run --if-busy skip`: skipped
-  64  bad usage: bad flag or duration, no token, invalid_request from the broker
+  64  bad usage: bad flag or duration, no token, invalid_request from the broker,
+      limit_conflict (permits are held under another --limit; it names the limit)
   69  broker unreachable (TLS failures too) or unavailable (backend_unavailable,
       shutting_down, too_many_waiters, 5xx); the request changed nothing or its
       outcome is unknown
   70  unexpected answer (not the broker's JSON, wrong URL, internal error)
-  75  busy: the lock is held by another lease (after --wait, if given)
+  75  busy: the lock is held by another lease, or the semaphore has no free
+      permit (after --wait, if given)
   77  unauthorized or forbidden: check the API key
   79  lease lost: it expired or was taken; `run`: lost, or not renewable in time,
       and the command was stopped; treat its work as possibly duplicated

@@ -28,20 +28,55 @@ pub enum Names {
 /// The prefix when none is given.
 pub const DEFAULT_PREFIX: &str = "LOCK_";
 
-/// Fields of a granted lease, in print order.
-pub const LEASE_FIELDS: &[&str] = &["name", "token", "fence", "ttl_ms", "expires_at_ms", "owner"];
-/// Fields of an extended lease.
+// The lists name what `--field` may ask for and the print order; fields a
+// broker adds beyond them are printed after, so `mode` and `holders` are
+// listed to be asked for by name, not only to be printed.
+
+/// Fields of a granted lock lease, in print order (`mode`: exclusive or shared).
+pub const LEASE_FIELDS: &[&str] = &[
+    "name",
+    "token",
+    "fence",
+    "ttl_ms",
+    "expires_at_ms",
+    "owner",
+    "mode",
+];
+/// Fields of a granted semaphore permit.
+pub const PERMIT_FIELDS: &[&str] = &[
+    "name",
+    "token",
+    "fence",
+    "ttl_ms",
+    "expires_at_ms",
+    "owner",
+    "limit",
+];
+/// Fields of an extended lease or permit.
 pub const RENEWAL_FIELDS: &[&str] = &["name", "fence", "ttl_ms", "expires_at_ms", "owner"];
 /// Fields of a release.
 pub const RELEASE_FIELDS: &[&str] = &["name", "released", "fence"];
-/// Fields of a lock's status.
+/// Fields of a lock's status; `holders` is a JSON list, every valid lease.
 pub const STATUS_FIELDS: &[&str] = &[
     "name",
     "held",
+    "mode",
     "owner",
     "fence",
     "expires_in_ms",
     "available_in_ms",
+    "holder_count",
+    "holders",
+];
+/// Fields of a semaphore's status: `held` counts the valid permits.
+pub const SEMAPHORE_STATUS_FIELDS: &[&str] = &[
+    "name",
+    "limit",
+    "held",
+    "available",
+    "fence",
+    "available_in_ms",
+    "holders",
 ];
 
 impl Format {
@@ -159,6 +194,23 @@ mod tests {
             assignments(&Names::Unprefixed, fields, &body),
             "name=job\ntoken=t0k\nfence=7\nowner='a b'\n"
         );
+    }
+
+    #[test]
+    fn a_permit_prints_its_limit_and_a_list_prints_as_one_quoted_value() {
+        let body = serde_json::json!({"name": "etl", "token": "s-1", "fence": 2, "limit": 3});
+        let names = Names::Prefixed(DEFAULT_PREFIX.to_owned());
+        assert_eq!(
+            assignments(&names, PERMIT_FIELDS, &body),
+            "LOCK_NAME=etl\nLOCK_TOKEN=s-1\nLOCK_FENCE=2\nLOCK_LIMIT=3\n"
+        );
+        let status = serde_json::json!({"name": "etl", "holders": [{"fence": 2}]});
+        assert_eq!(
+            assignments(&names, SEMAPHORE_STATUS_FIELDS, &status),
+            "LOCK_NAME=etl\nLOCK_HOLDERS='[{\"fence\":2}]'\n"
+        );
+        assert!(Format::Field("limit".into()).check(PERMIT_FIELDS).is_ok());
+        assert!(Format::Field("limit".into()).check(LEASE_FIELDS).is_err());
     }
 
     #[test]

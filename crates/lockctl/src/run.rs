@@ -3,7 +3,9 @@
 //! This module takes the lease, makes sure its local deadline is bounded by
 //! a request sent after the grant, starts the command, and at the end
 //! releases and picks the exit code; [`supervisor`] keeps the lease while
-//! the command runs.
+//! the command runs. An exclusive lease, a shared one (`--shared`) and a
+//! semaphore permit (`--limit`) are held the same way; only the acquire body
+//! and the routes differ (see [`crate::client::LeaseKind`]).
 
 mod signals;
 mod supervisor;
@@ -19,7 +21,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::cli::{IfBusy, RunArgs};
-use crate::client::{BrokerError, Granted};
+use crate::client::{BrokerError, Granted, LeaseKind};
 use crate::commands::{host_name, lease_options, usage};
 use crate::duration::millis;
 use crate::exit;
@@ -104,8 +106,8 @@ pub async fn run(broker: &crate::client::Broker, args: RunArgs) -> u8 {
         .map_or(options.ttl, |ms| options.ttl.min(Duration::from_millis(ms)));
     if args.verbose {
         eprintln!(
-            "lockctl: acquired {:?} with fence {fence}, ttl {} ms",
-            args.name,
+            "lockctl: acquired {} with fence {fence}, ttl {} ms",
+            describe(options.kind, &args.name),
             millis(granted_ttl)
         );
     }
@@ -116,6 +118,7 @@ pub async fn run(broker: &crate::client::Broker, args: RunArgs) -> u8 {
     let mut supervisor = Supervisor::new(
         broker,
         Held {
+            kind: options.kind,
             name: args.name.clone(),
             token: token.to_owned(),
             fence,
@@ -217,18 +220,36 @@ fn answered_late(granted: &Granted, ttl: Duration) -> bool {
     granted.received >= granted.sent + ttl / 3
 }
 
+/// What the run holds, for messages.
+fn describe(kind: LeaseKind, name: &str) -> String {
+    match kind {
+        LeaseKind::Exclusive => format!("{name:?}"),
+        LeaseKind::Shared => format!("a shared lease on {name:?}"),
+        LeaseKind::Permit { limit } => format!("a permit of semaphore {name:?} (limit {limit})"),
+    }
+}
+
 /// Starts the command in its own process group, with the lease in its
 /// environment; answers the group id and a receiver for its exit status.
+///
+/// LOCKBROKER_LIMIT is set exactly when the run holds a permit (and removed
+/// otherwise, so that one inherited from an enclosing run does not stay):
+/// `lockctl release` inside the command reads it to pick the routes.
 fn spawn(supervisor: &Supervisor<'_>, command: &[OsString]) -> std::io::Result<(Pid, Exited)> {
-    let mut child = std::process::Command::new(&command[0])
+    let mut process = std::process::Command::new(&command[0]);
+    process
         .args(&command[1..])
         .env("LOCKBROKER_LOCK", &supervisor.name)
         .env("LOCKBROKER_FENCE", supervisor.fence.to_string())
         .env("LOCKBROKER_TOKEN", &supervisor.token)
         .env("LOCKBROKER_URL", supervisor.broker.base())
         .env("LOCKBROKER_RUN_PID", std::process::id().to_string())
-        .process_group(0)
-        .spawn()?;
+        .process_group(0);
+    match supervisor.kind {
+        LeaseKind::Permit { limit } => process.env("LOCKBROKER_LIMIT", limit.to_string()),
+        LeaseKind::Exclusive | LeaseKind::Shared => process.env_remove("LOCKBROKER_LIMIT"),
+    };
+    let mut child = process.spawn()?;
     let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let (tx, rx) = oneshot::channel();
     // std's blocking wait on a thread of its own keeps tokio's features lean.
@@ -290,7 +311,12 @@ async fn release(supervisor: &Supervisor<'_>) -> Result<(), BrokerError> {
         let timeout = left.max(Duration::from_millis(100));
         match supervisor
             .broker
-            .release(&supervisor.name, &supervisor.token, timeout)
+            .release(
+                supervisor.family(),
+                &supervisor.name,
+                &supervisor.token,
+                timeout,
+            )
             .await
         {
             Ok(_) => return Ok(()),
@@ -308,7 +334,12 @@ async fn release(supervisor: &Supervisor<'_>) -> Result<(), BrokerError> {
 async fn release_quietly(supervisor: &Supervisor<'_>) {
     let _ = supervisor
         .broker
-        .release(&supervisor.name, &supervisor.token, Duration::from_secs(2))
+        .release(
+            supervisor.family(),
+            &supervisor.name,
+            &supervisor.token,
+            Duration::from_secs(2),
+        )
         .await;
 }
 

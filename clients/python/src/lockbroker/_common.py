@@ -1,6 +1,8 @@
 """Everything the blocking and the asyncio client share that does no I/O: checked
 options, the requests and the parsing of their answers, the acquire retry rule, the
-lease record, the renewal state machine, and what leaving a ``lock()`` block means.
+lease record, the renewal state machine, and what leaving a ``lock()`` (or
+``semaphore()``) block means. A semaphore permit is a lease on other routes: the
+same rules hold it.
 
 :mod:`lockbroker.client` and :mod:`lockbroker.aio` keep only what differs: blocking
 calls, threads and :class:`threading.Event` there; awaited calls, tasks and
@@ -46,6 +48,14 @@ DEFAULT_TTL = 30.0
 DEFAULT_MAX_HOLD = 3600.0
 #: Seconds one HTTP exchange may take (plus the wait, for a waiting acquire).
 DEFAULT_TIMEOUT = 10.0
+#: The route families: ``/v1/locks/...`` for lock leases (exclusive and shared),
+#: ``/v1/semaphores/...`` for semaphore permits.
+LOCKS = "locks"
+SEMAPHORES = "semaphores"
+#: The ``mode`` of a lock lease; a semaphore permit's is ``PERMIT``.
+EXCLUSIVE = "exclusive"
+SHARED = "shared"
+PERMIT = "permit"
 #: Longest pause between renewal retries while the broker cannot be reached.
 RETRY_PAUSE = 1.0
 #: A waiting acquire whose answer took longer than this share of the TTL is
@@ -70,6 +80,15 @@ def seconds(value: Duration, field: str, *, allow_zero: bool = False) -> float:
     return float(value)
 
 
+def count(value: int, field: str) -> int:
+    """``value`` as a whole number of at least 1 (a semaphore's ``limit``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{field} must be a whole number, not {value!r}")
+    if value < 1:
+        raise ValueError(f"{field} must be >= 1, not {value!r}")
+    return value
+
+
 def millis(value: float) -> int:
     """Seconds as whole milliseconds, at least 1."""
     return max(1, int(round(value * 1000)))
@@ -85,12 +104,24 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def resource_path(kind: str, name: str, action: Optional[str] = None) -> str:
+    """``/v1/{kind}/{name}[/action]`` with the name percent-encoded; ``kind`` is
+    :data:`LOCKS` or :data:`SEMAPHORES`."""
+    if not isinstance(name, str) or not name:
+        noun = "semaphore" if kind == SEMAPHORES else "lock"
+        raise ValueError(f"{noun} name must be a non-empty string")
+    path = f"/v1/{kind}/" + quote(name, safe="")
+    return f"{path}/{action}" if action else path
+
+
 def lock_path(name: str, action: Optional[str] = None) -> str:
     """``/v1/locks/{name}[/action]`` with the name percent-encoded."""
-    if not isinstance(name, str) or not name:
-        raise ValueError("lock name must be a non-empty string")
-    path = "/v1/locks/" + quote(name, safe="")
-    return f"{path}/{action}" if action else path
+    return resource_path(LOCKS, name, action)
+
+
+def semaphore_path(name: str, action: Optional[str] = None) -> str:
+    """``/v1/semaphores/{name}[/action]`` with the name percent-encoded."""
+    return resource_path(SEMAPHORES, name, action)
 
 
 def acquire_body(
@@ -100,9 +131,12 @@ def acquire_body(
     request_id: str,
     lock_delay: Optional[float],
     fair: bool = False,
+    shared: bool = False,
+    limit: Optional[int] = None,
 ) -> Dict[str, Any]:
-    """The JSON body of an acquire. ``fair`` is sent only when set, so brokers
-    without fair queueing keep accepting the default."""
+    """The JSON body of an acquire. ``fair`` and ``"mode": "shared"`` are sent only
+    when set, so brokers without fair queueing or shared locks keep accepting the
+    default; ``limit`` goes only to a semaphore's acquire, which requires it."""
     body: Dict[str, Any] = {
         "ttl_ms": millis(ttl),
         "wait_ms": int(wait * 1000),
@@ -114,15 +148,57 @@ def acquire_body(
         body["lock_delay_ms"] = int(lock_delay * 1000)
     if fair:
         body["fair"] = True
+    if shared:
+        body["mode"] = SHARED
+    if limit is not None:
+        body["limit"] = limit
     return body
 
 
 @dataclass(frozen=True)
+class Holder:
+    """One valid lease of a lock or permit of a semaphore, as a status or a
+    ``lock_busy`` answer lists it. Never a token."""
+
+    owner: Optional[str]
+    fence: int
+    #: ``"exclusive"`` or ``"shared"`` for a lock's lease, ``"permit"`` for a
+    #: semaphore's permit.
+    mode: str
+    #: Seconds until this lease expires unless renewed.
+    expires_in: float
+    #: Seconds until its place is free (expiry plus lock-delay).
+    available_in: float
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Holder":
+        return cls(
+            owner=data.get("owner"),
+            fence=data["fence"],
+            mode=data.get("mode", EXCLUSIVE),
+            expires_in=data.get("expires_in_ms", 0) / 1000.0,
+            available_in=data.get("available_in_ms", 0) / 1000.0,
+        )
+
+
+def holders_from_json(data: Any) -> Tuple[Holder, ...]:
+    """The ``holders`` list of an answer; empty when absent (older brokers)."""
+    if not isinstance(data, list):
+        return ()
+    return tuple(Holder.from_json(item) for item in data if isinstance(item, dict))
+
+
+@dataclass(frozen=True)
 class LockStatus:
-    """A lock's state as ``GET /v1/locks/{name}`` reports it. Never a token."""
+    """A lock's state as ``GET /v1/locks/{name}`` reports it. Never a token.
+
+    While shared leases hold the lock, ``owner`` is ``None``, ``expires_in`` is
+    the latest of their expiries, and ``available_in`` is when an exclusive
+    acquire could succeed at the earliest; ``holders`` lists every lease."""
 
     name: str
     held: bool
+    #: The exclusive holder's label (``None`` while shared leases hold the lock).
     owner: Optional[str]
     #: The last fence issued for this lock (``None`` when it has none).
     fence: Optional[int]
@@ -130,15 +206,60 @@ class LockStatus:
     expires_in: float
     #: Seconds until the lock can next be granted (expiry plus lock-delay).
     available_in: float
+    #: ``"exclusive"`` or ``"shared"`` while held, ``None`` when not.
+    mode: Optional[str] = None
+    #: The valid leases (at most 100 of them; ``holder_count`` says how many).
+    holders: Tuple[Holder, ...] = ()
+    #: How many valid leases hold the lock.
+    holder_count: int = 0
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "LockStatus":
+        held = bool(data["held"])
+        holders = holders_from_json(data.get("holders"))
         return cls(
             name=data["name"],
-            held=bool(data["held"]),
+            held=held,
             owner=data.get("owner"),
             fence=data.get("fence"),
             expires_in=data.get("expires_in_ms", 0) / 1000.0,
+            available_in=data.get("available_in_ms", 0) / 1000.0,
+            # A broker without shared locks says neither: its one lease is exclusive.
+            mode=data.get("mode", EXCLUSIVE if held else None),
+            holders=holders,
+            holder_count=data.get("holder_count", len(holders) or int(held)),
+        )
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    """A semaphore's state as ``GET /v1/semaphores/{name}`` reports it. Never a
+    token."""
+
+    name: str
+    #: The limit the held permits were granted under (``None`` when none is held).
+    limit: Optional[int]
+    #: How many valid permits there are.
+    held: int
+    #: How many more permits could be granted now (``None`` without a limit;
+    #: expired permits in their lock-delay still count).
+    available: Optional[int]
+    #: The last fence issued for this semaphore (``None`` when it has none).
+    fence: Optional[int]
+    #: The valid permits (at most 100 of them).
+    holders: Tuple[Holder, ...]
+    #: Seconds until a permit can next be granted (0 when one is free now).
+    available_in: float
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SemaphoreStatus":
+        return cls(
+            name=data["name"],
+            limit=data.get("limit"),
+            held=int(data.get("held", 0)),
+            available=data.get("available"),
+            fence=data.get("fence"),
+            holders=holders_from_json(data.get("holders")),
             available_in=data.get("available_in_ms", 0) / 1000.0,
         )
 
@@ -169,16 +290,16 @@ class Renewal:
 Request = Tuple[str, str, Optional[Dict[str, Any]]]
 
 
-def extend_request(name: str, token: str, ttl: float) -> Request:
-    return "POST", lock_path(name, "extend"), {"token": token, "ttl_ms": millis(ttl)}
+def extend_request(name: str, token: str, ttl: float, kind: str = LOCKS) -> Request:
+    return "POST", resource_path(kind, name, "extend"), {"token": token, "ttl_ms": millis(ttl)}
 
 
-def release_request(name: str, token: str) -> Request:
-    return "POST", lock_path(name, "release"), {"token": token}
+def release_request(name: str, token: str, kind: str = LOCKS) -> Request:
+    return "POST", resource_path(kind, name, "release"), {"token": token}
 
 
-def status_request(name: str) -> Request:
-    return "GET", lock_path(name), None
+def status_request(name: str, kind: str = LOCKS) -> Request:
+    return "GET", resource_path(kind, name), None
 
 
 def released_fence(data: Dict[str, Any]) -> int:
@@ -198,9 +319,9 @@ def released_acknowledged(data: Dict[str, Any]) -> Optional[bool]:
 
 @dataclass(frozen=True)
 class LockOptions:
-    """The arguments of an acquire (and, with ``max_hold``, of a ``lock()``), checked
-    once where the caller passed them, so a bad value fails at the call that
-    carries it and nothing later has to check again."""
+    """The arguments of an acquire (and, with ``max_hold``, of a ``lock()`` or
+    ``semaphore()``), checked once where the caller passed them, so a bad value
+    fails at the call that carries it and nothing later has to check again."""
 
     ttl: float
     wait: float
@@ -210,6 +331,15 @@ class LockOptions:
     fair: bool
     #: How long ``lock()`` renews at most; ``None`` for a single acquire.
     max_hold: Optional[float] = None
+    #: A shared lease of a lock rather than an exclusive one.
+    shared: bool = False
+    #: The semaphore's limit: set for a permit, ``None`` for a lock's lease.
+    limit: Optional[int] = None
+
+    @property
+    def kind(self) -> str:
+        """The routes this acquire goes to: :data:`SEMAPHORES` or :data:`LOCKS`."""
+        return LOCKS if self.limit is None else SEMAPHORES
 
     @classmethod
     def check(
@@ -221,10 +351,13 @@ class LockOptions:
         lock_delay: Optional[Duration],
         fair: bool,
         max_hold: Optional[Duration] = None,
+        shared: bool = False,
+        limit: Optional[int] = None,
     ) -> "LockOptions":
         """Durations as seconds; raises :class:`TypeError` or :class:`ValueError`
-        for ``None``, negatives, NaN and infinity, and for a ``max_hold`` shorter
-        than the TTL (the first renewal could then not happen at all)."""
+        for ``None``, negatives, NaN and infinity, for a ``max_hold`` shorter
+        than the TTL (the first renewal could then not happen at all), and for a
+        ``limit`` that is not a whole number of at least 1."""
         ttl_s = seconds(ttl, "ttl")
         wait_s = seconds(wait, "wait", allow_zero=True)
         hold_s = None
@@ -233,7 +366,10 @@ class LockOptions:
             if hold_s < ttl_s:
                 raise ValueError(f"max_hold ({hold_s}s) must be at least ttl ({ttl_s}s)")
         delay_s = None if lock_delay is None else seconds(lock_delay, "lock_delay", allow_zero=True)
-        return cls(ttl_s, wait_s, owner, delay_s, fair, hold_s)
+        limit_n = None if limit is None else count(limit, "limit")
+        if shared and limit_n is not None:
+            raise ValueError("a semaphore's permits have no shared mode")
+        return cls(ttl_s, wait_s, owner, delay_s, fair, hold_s, bool(shared), limit_n)
 
 
 # -- acquiring ---------------------------------------------------------------------
@@ -254,7 +390,7 @@ class AcquireAttempts:
         self.options = options
         self.owner = default_owner() if options.owner is None else options.owner
         self.request_id = request_id or new_request_id()
-        self.path = lock_path(name, "acquire")
+        self.path = resource_path(options.kind, name, "acquire")
         self.timeout = timeout
         self.give_up_at = time.monotonic() + options.wait
         #: When the latest attempt was sent: the lease's deadline counts from here.
@@ -268,7 +404,9 @@ class AcquireAttempts:
         of the wait, which the broker may spend holding the request."""
         left = max(0.0, self.give_up_at - time.monotonic())
         o = self.options
-        body = acquire_body(o.ttl, left, self.owner, self.request_id, o.lock_delay, o.fair)
+        body = acquire_body(
+            o.ttl, left, self.owner, self.request_id, o.lock_delay, o.fair, o.shared, o.limit
+        )
         self.sent_at = time.monotonic()
         return ("POST", self.path, body), self.timeout + left
 
@@ -370,7 +508,8 @@ def tls_context(
 
 class LeaseBase:
     """The state of one granted lease; :class:`lockbroker.Lease` and
-    :class:`lockbroker.AsyncLease` add the calls.
+    :class:`lockbroker.AsyncLease` add the calls (and :class:`lockbroker.Permit`
+    and :class:`lockbroker.AsyncPermit` send them to a semaphore's routes).
 
     ``deadline`` is a :func:`time.monotonic` instant no later than the broker's own
     expiry (it is measured from when the request was *sent*), so a lease this
@@ -380,6 +519,9 @@ class LeaseBase:
     #: Set once the lease is (or may be) gone: replaced by a threading.Event or
     #: an asyncio.Event in the subclasses.
     lost: Any
+    #: The routes that extend and release this lease: :data:`LOCKS` or
+    #: :data:`SEMAPHORES`.
+    _kind: ClassVar[str] = LOCKS
 
     def __init__(
         self,
@@ -391,6 +533,9 @@ class LeaseBase:
         self.name: str = data["name"]
         self.fence: int = data["fence"]
         self.owner: Optional[str] = data.get("owner")
+        #: ``"exclusive"`` or ``"shared"`` for a lock's lease, ``"permit"`` for a
+        #: semaphore's permit.
+        self.mode: str = data.get("mode", EXCLUSIVE) if self._kind == LOCKS else PERMIT
         self.ttl: float = ttl
         #: The broker's expiry, in Unix milliseconds of the broker's clock.
         self.expires_at_ms: int = data["expires_at_ms"]
@@ -479,7 +624,7 @@ class LeaseBase:
         state = "lost" if self.lost.is_set() else ("released" if self.released else "held")
         return (
             f"<{type(self).__name__} name={self.name!r} fence={self.fence} "
-            f"owner={self.owner!r} {state} remaining={self.remaining():.3f}s>"
+            f"owner={self.owner!r} mode={self.mode} {state} remaining={self.remaining():.3f}s>"
         )
 
 
@@ -622,11 +767,14 @@ class Renewals:
 
 
 class LockBase:
-    """What :class:`lockbroker.Lock` and :class:`lockbroker.AsyncLock` share: the
-    checked options, single use, and what leaving the block means."""
+    """What :class:`lockbroker.Lock` and :class:`lockbroker.AsyncLock` (and their
+    semaphore subclasses) share: the checked options, single use, and what
+    leaving the block means."""
 
     #: How the class is named in the error for a second entry.
     _called: ClassVar[str]
+    #: The call that makes a fresh one, for the same error.
+    _made_by: ClassVar[str] = "client.lock()"
     lease: Optional[LeaseBase]
 
     def __init__(
@@ -640,11 +788,14 @@ class LockBase:
         max_hold: Duration,
         lock_delay: Optional[Duration],
         fair: bool = False,
+        shared: bool = False,
+        limit: Optional[int] = None,
     ) -> None:
         self.client = client
         self.name = name
         self.options = LockOptions.check(
-            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair, max_hold=max_hold
+            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair, max_hold=max_hold,
+            shared=shared, limit=limit,
         )
         self.ttl = self.options.ttl
         self.wait = self.options.wait
@@ -652,12 +803,13 @@ class LockBase:
         self.owner = owner
         self.lock_delay = lock_delay
         self.fair = fair
+        self.shared = self.options.shared
         self.lease = None
 
     def _check_unused(self) -> None:
         if self.lease is not None:
             raise RuntimeError(
-                f"{self._called} can be entered only once; call client.lock() again"
+                f"{self._called} can be entered only once; call {self._made_by} again"
             )
 
     def _wants_release(self) -> bool:

@@ -1,5 +1,6 @@
 """The blocking client: :class:`Client`, its :class:`Lease`, and ``client.lock()``,
-a context manager that renews the lease from a background thread.
+a context manager that renews the lease from a background thread; and the same
+for semaphores: :class:`Permit` and ``client.semaphore()``.
 
 The rules (options, retries, renewal, release on exit) live in :mod:`._common`;
 this module only blocks on them."""
@@ -10,11 +11,13 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, Optional, Type
+from typing import Any, Dict, Optional, Type, cast
 
 from ._common import (
     DEFAULT_MAX_HOLD,
     DEFAULT_TTL,
+    LOCKS,
+    SEMAPHORES,
     Action,
     AcquireAttempts,
     ClientBase,
@@ -25,6 +28,8 @@ from ._common import (
     LockStatus,
     Renewal,
     Renewals,
+    SemaphoreStatus,
+    count,
     extend_request,
     release_request,
     released_acknowledged,
@@ -77,6 +82,7 @@ class Client(ClientBase):
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
         fair: bool = False,
+        shared: bool = False,
     ) -> Lease:
         """Takes the lock for ``ttl`` seconds, waiting up to ``wait`` seconds for it.
 
@@ -86,17 +92,48 @@ class Client(ClientBase):
         within ``wait`` (transient failures are retried until then). ``lock_delay``
         keeps the lock unavailable that long after this lease *expires* unreleased;
         ``fair=True`` asks the broker to grant waiters in arrival order (brokers
-        without fair queueing answer :class:`InvalidRequest`).
+        without fair queueing answer :class:`InvalidRequest`). ``shared=True`` asks
+        for a shared lease, which other shared leases may hold at the same time
+        and an exclusive one excludes (brokers without shared locks answer
+        :class:`InvalidRequest`).
         """
         options = LockOptions.check(
-            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair
+            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair, shared=shared
         )
         return self._acquire(name, options, request_id)
+
+    def acquire_permit(
+        self,
+        name: str,
+        limit: int,
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        request_id: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+        fair: bool = False,
+    ) -> Permit:
+        """Takes one of the ``limit`` permits of the semaphore ``name`` for ``ttl``
+        seconds, waiting up to ``wait`` seconds for one; the other arguments are
+        :meth:`acquire`'s. Nothing renews the returned permit: call
+        :meth:`Permit.extend` in time, or use :meth:`semaphore`.
+
+        Raises :class:`LockBusy` (with ``holders`` and ``limit``) when every permit
+        is still taken after ``wait``, and :class:`LimitConflict` when the
+        semaphore's permits are held under another limit.
+        """
+        options = LockOptions.check(
+            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair,
+            limit=count(limit, "limit"),  # never None here: that would make it a lock
+        )
+        return cast(Permit, self._acquire(name, options, request_id))
 
     def _acquire(
         self, name: str, options: LockOptions, request_id: Optional[str] = None
     ) -> Lease:
         attempts = AcquireAttempts(name, options, request_id, self.timeout)
+        granted = Permit if options.kind == SEMAPHORES else Lease
         while True:
             request, timeout = attempts.next_request()
             try:
@@ -108,7 +145,7 @@ class Client(ClientBase):
                 time.sleep(pause)
                 continue
             waited = attempts.answered()
-            lease = Lease(self, data, attempts.sent_at, options.ttl, attempts.held_from)
+            lease = granted(self, data, attempts.sent_at, options.ttl, attempts.held_from)
             if waited:
                 lease._resync()
             return lease
@@ -124,16 +161,37 @@ class Client(ClientBase):
         return released_fence(self._release(name, token))
 
     def status(self, name: str) -> LockStatus:
-        """The lock's current state (holder, last fence, expiry)."""
+        """The lock's current state (holders, last fence, expiry)."""
         return LockStatus.from_json(self._transport.request(*status_request(name)))
 
-    def _extend(
-        self, name: str, token: str, ttl: float, timeout: Optional[float] = None
-    ) -> Dict[str, Any]:
-        return self._transport.request(*extend_request(name, token, ttl), timeout=timeout)
+    def extend_permit(self, name: str, token: str, ttl: Duration) -> Renewal:
+        """Sets the remaining TTL of the semaphore permit ``token`` holds to ``ttl``
+        seconds. Raises :class:`LeaseLost` or :class:`MaxHoldExceeded`."""
+        return Renewal.from_json(self._extend(name, token, seconds(ttl, "ttl"), kind=SEMAPHORES))
 
-    def _release(self, name: str, token: str) -> Dict[str, Any]:
-        return self._transport.request(*release_request(name, token))
+    def release_permit(self, name: str, token: str) -> int:
+        """Gives the semaphore permit back at once; returns its fence. Raises
+        :class:`LeaseLost` if ``token`` no longer holds it."""
+        return released_fence(self._release(name, token, kind=SEMAPHORES))
+
+    def semaphore_status(self, name: str) -> SemaphoreStatus:
+        """The semaphore's current state (limit, permits held and free, holders)."""
+        return SemaphoreStatus.from_json(
+            self._transport.request(*status_request(name, SEMAPHORES))
+        )
+
+    def _extend(
+        self,
+        name: str,
+        token: str,
+        ttl: float,
+        timeout: Optional[float] = None,
+        kind: str = LOCKS,
+    ) -> Dict[str, Any]:
+        return self._transport.request(*extend_request(name, token, ttl, kind), timeout=timeout)
+
+    def _release(self, name: str, token: str, kind: str = LOCKS) -> Dict[str, Any]:
+        return self._transport.request(*release_request(name, token, kind))
 
     # -- the managed lease -------------------------------------------------------------
 
@@ -147,6 +205,7 @@ class Client(ClientBase):
         max_hold: Duration = DEFAULT_MAX_HOLD,
         lock_delay: Optional[Duration] = None,
         fair: bool = False,
+        shared: bool = False,
     ) -> "Lock":
         """A context manager that holds ``name`` while its body runs::
 
@@ -164,9 +223,40 @@ class Client(ClientBase):
         cap. On exit the lease is released; if it was lost while the body ran,
         :class:`LeaseLost` is raised (even when the release still reached the
         broker in time) unless the body raised first.
+
+        ``shared=True`` holds a shared lease (``lease.mode == "shared"``), which
+        other shared leases may hold at the same time and an exclusive one
+        excludes; it is renewed and released the same way.
         """
         return Lock(self, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
-                    lock_delay=lock_delay, fair=fair)
+                    lock_delay=lock_delay, fair=fair, shared=shared)
+
+    def semaphore(
+        self,
+        name: str,
+        limit: int,
+        *,
+        ttl: Duration = DEFAULT_TTL,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        max_hold: Duration = DEFAULT_MAX_HOLD,
+        lock_delay: Optional[Duration] = None,
+        fair: bool = False,
+    ) -> "Semaphore":
+        """A context manager that holds one of the ``limit`` permits of the semaphore
+        ``name`` while its body runs::
+
+            with client.semaphore("exports", limit=3, ttl=30, wait=10) as permit:
+                run_export(fence=permit.fence)
+
+        Everything :meth:`lock` does, it does for the permit: renewal every
+        ``ttl / 3`` up to ``max_hold``, the ``lost`` event, release on exit and
+        :class:`LeaseLost` if the permit was lost while the body ran. Every holder
+        of the semaphore must ask with the same ``limit``: while permits are held
+        under another, the acquire raises :class:`LimitConflict`.
+        """
+        return Semaphore(self, name, limit, ttl=ttl, wait=wait, owner=owner,
+                         max_hold=max_hold, lock_delay=lock_delay, fair=fair)
 
 
 class Lease(LeaseBase):
@@ -192,7 +282,9 @@ class Lease(LeaseBase):
         ttl_s = self._extend_ttl(ttl)
         sent = time.monotonic()
         with self._tracking():
-            self._renewed(self._client._extend(self.name, self.token, ttl_s), sent)
+            self._renewed(
+                self._client._extend(self.name, self.token, ttl_s, kind=self._kind), sent
+            )
         return self
 
     def release(self) -> int:
@@ -202,7 +294,7 @@ class Lease(LeaseBase):
         (``None`` when it waits for none)."""
         self.releasing = True
         with self._tracking():
-            answer = self._client._release(self.name, self.token)
+            answer = self._client._release(self.name, self.token, kind=self._kind)
         self.release_acknowledged = released_acknowledged(answer)
         self.released = True
         return released_fence(answer)
@@ -212,7 +304,34 @@ class Lease(LeaseBase):
         deadline counted from the acquire's send time may be long past)."""
         sent = time.monotonic()
         with self._tracking(ignore=self._RESYNC_IGNORES):
-            self._renewed(self._client._extend(self.name, self.token, self.ttl), sent)
+            self._renewed(
+                self._client._extend(self.name, self.token, self.ttl, kind=self._kind), sent
+            )
+
+
+class Permit(Lease):
+    """A granted semaphore permit: a :class:`Lease` (``fence``, ``token``, ``lost``,
+    ``extend()``, ``release()``) on the semaphore's routes, with ``mode ==
+    "permit"`` and the ``limit`` it was granted under."""
+
+    _kind = SEMAPHORES
+
+    def __init__(
+        self,
+        client: Client,
+        data: Dict[str, Any],
+        sent_at: float,
+        ttl: float,
+        held_from: Optional[float] = None,
+    ) -> None:
+        super().__init__(client, data, sent_at, ttl, held_from)
+        #: The semaphore's limit this permit was granted under.
+        self.limit: int = int(data["limit"])
+
+    def extend(self, ttl: Optional[Duration] = None) -> "Permit":
+        """Sets the remaining TTL (default: the permit's TTL); see :meth:`Lease.extend`."""
+        super().extend(ttl)
+        return self
 
 
 class _Renewer:
@@ -250,7 +369,9 @@ class _Renewer:
                     self._stop.wait(step.delay)
                     continue
                 try:
-                    data = client._extend(lease.name, lease.token, step.ttl, timeout=step.timeout)
+                    data = client._extend(
+                        lease.name, lease.token, step.ttl, timeout=step.timeout, kind=lease._kind
+                    )
                 except LockBrokerError as error:
                     renewals.failed(error, time.monotonic())
                 else:
@@ -290,3 +411,32 @@ class Lock(LockBase):
             except LockBrokerError as caught:
                 error = caught
         self._leave(error, exc_type)
+
+
+class Semaphore(Lock):
+    """What :meth:`Client.semaphore` returns; use it once, in a ``with`` statement.
+    Entering it gives a :class:`Permit`."""
+
+    _called = "a Semaphore"
+    _made_by = "client.semaphore()"
+    lease: Optional[Permit]
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        limit: int,
+        *,
+        ttl: Duration,
+        wait: Duration,
+        owner: Optional[str],
+        max_hold: Duration,
+        lock_delay: Optional[Duration],
+        fair: bool = False,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
+                         lock_delay=lock_delay, fair=fair, limit=count(limit, "limit"))
+        self.limit: int = cast(int, self.options.limit)
+
+    def __enter__(self) -> Permit:
+        return cast(Permit, super().__enter__())

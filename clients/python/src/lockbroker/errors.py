@@ -7,7 +7,10 @@ failures (refused, reset, timed out) become :class:`BrokerUnavailable`.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Type
+
+if TYPE_CHECKING:
+    from ._common import Holder
 
 
 class LockBrokerError(Exception):
@@ -41,10 +44,13 @@ class LockBrokerError(Exception):
 
 
 class LockBusy(LockBrokerError):
-    """The lock is held by another lease (423 ``lock_busy``), also after waiting.
+    """The lock is held by other leases, or every permit of the semaphore is taken
+    (423 ``lock_busy``), also after waiting.
 
-    ``owner`` and ``fence`` describe the holder; ``available_in`` is when the lock
-    may be free again, in seconds (it includes any lock-delay).
+    ``owner`` and ``fence`` describe the holder (of several, the one whose end lets
+    this caller try again first); ``available_in`` is when the lock may be free
+    again, in seconds (it includes any lock-delay). ``holders`` lists every lease
+    in the way, and ``limit`` is a semaphore's limit.
     """
 
     @property
@@ -56,6 +62,19 @@ class LockBusy(LockBrokerError):
     def fence(self) -> Optional[int]:
         """The holder's fence."""
         return self.details.get("fence")
+
+    @property
+    def holders(self) -> "Tuple[Holder, ...]":
+        """Every lease (or permit) in the way, at most 100; empty from a broker
+        that does not list them."""
+        from ._common import holders_from_json  # _common imports this module
+
+        return holders_from_json(self.details.get("holders"))
+
+    @property
+    def limit(self) -> Optional[int]:
+        """The semaphore's limit (``None`` for a lock)."""
+        return self.details.get("limit")
 
     @property
     def expires_in(self) -> Optional[float]:
@@ -88,6 +107,16 @@ class MaxHoldExceeded(LockBrokerError):
         return _seconds(self.details.get("expires_in_ms"))
 
 
+class LimitConflict(LockBrokerError):
+    """The semaphore's permits are held under another limit (409
+    ``limit_conflict``): ``limit`` is the one to ask with. Nothing was granted."""
+
+    @property
+    def limit(self) -> Optional[int]:
+        """The limit the semaphore's permits are held under."""
+        return self.details.get("limit")
+
+
 class BrokerUnavailable(LockBrokerError):
     """The broker could not be reached or cannot serve now: connection failures,
     timeouts, ``backend_unavailable``, ``overloaded``, ``shutting_down``,
@@ -114,6 +143,7 @@ _BY_CODE: Dict[str, Type[LockBrokerError]] = {
     "lock_busy": LockBusy,
     "lease_lost": LeaseLost,
     "max_hold_exceeded": MaxHoldExceeded,
+    "limit_conflict": LimitConflict,
     "backend_unavailable": BrokerUnavailable,
     "shutting_down": BrokerUnavailable,
     "too_many_waiters": BrokerUnavailable,

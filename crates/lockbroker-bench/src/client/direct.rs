@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, LeaseToken, LockDelay, LockName, Principal, ReleaseOutcome, Ttl,
+    AcquireOutcome, AcquireParams, LeaseKind, LeaseToken, LockDelay, LockName, Principal,
+    ReleaseOutcome, Ttl,
 };
 use lockbroker_redis::scripts::calls::{AcquireCall, ReleaseCall};
 use lockbroker_redis::scripts::{
@@ -115,6 +116,8 @@ impl DirectClient {
             .map_err(|e| e.to_string())?;
         let params = AcquireParams {
             name: &self.name.clone(),
+            kind: LeaseKind::Exclusive,
+            limit: None,
             token: &token,
             ttl: Ttl::parse("ttl_ms", TTL_MS, TTL_MS).map_err(|e| e.to_string())?,
             owner: None,

@@ -3,12 +3,18 @@
 
 use std::time::Duration;
 
-use crate::lease::{Fence, LeaseToken, LockDelay, Owner, Principal, RequestId, Ttl};
-use crate::name::LockName;
+use crate::lease::{
+    Blockers, Fence, Holder, LeaseKind, LeaseToken, LockDelay, Owner, Principal, RequestId, Ttl,
+};
+use crate::name::{LockName, Space};
 use crate::store::{AcquireOutcome, AcquireParams, FairEntry, LockStore, ReleaseOutcome};
 
 pub(super) fn name(prefix: &str, lock: &str) -> LockName {
     LockName::parse(&format!("conf-{prefix}-{lock}")).expect("valid lock name")
+}
+
+pub(super) fn semaphore(prefix: &str, name: &str) -> LockName {
+    LockName::parse_in(Space::Semaphore, &format!("conf-{prefix}-{name}")).expect("valid name")
 }
 
 pub(super) fn ttl(ms: u64) -> Ttl {
@@ -29,8 +35,13 @@ pub(super) struct Ask {
     principal: Principal,
     lock_delay: LockDelay,
     fair: Option<String>,
+    /// A fair waiter joins the queue whenever it is turned away; another
+    /// waiter with an id only once the queue exists or shared leases block it.
+    always: bool,
     arrived_at_us: u64,
     waits: bool,
+    kind: LeaseKind,
+    limit: Option<u32>,
 }
 
 impl Ask {
@@ -43,8 +54,30 @@ impl Ask {
             principal: Principal::ANONYMOUS,
             lock_delay: LockDelay::default(),
             fair: None,
+            always: false,
             arrived_at_us: 0,
             waits: false,
+            kind: LeaseKind::Exclusive,
+            limit: None,
+        }
+    }
+
+    /// A shared lease on a lock.
+    pub(super) fn shared(ttl_ms: u64) -> Self {
+        Self {
+            token: LeaseToken::generate_for(LeaseKind::Shared),
+            kind: LeaseKind::Shared,
+            ..Self::new(ttl_ms)
+        }
+    }
+
+    /// A permit of a semaphore with `limit`.
+    pub(super) fn permit(ttl_ms: u64, limit: u32) -> Self {
+        Self {
+            token: LeaseToken::generate_for(LeaseKind::Permit),
+            kind: LeaseKind::Permit,
+            limit: Some(limit),
+            ..Self::new(ttl_ms)
         }
     }
 
@@ -73,7 +106,18 @@ impl Ask {
     /// A fair waiter that arrived now.
     pub(super) fn fair(mut self, waiter_id: &str) -> Self {
         self.fair = Some(waiter_id.to_owned());
+        self.always = true;
         self.arrived_at_us = crate::lease::unix_micros();
+        self
+    }
+
+    /// A waiter that is not fair, under `waiter_id`: it joins the queue only
+    /// once the queue exists or shared leases block it.
+    pub(super) fn waiting_as(mut self, waiter_id: &str) -> Self {
+        self.fair = Some(waiter_id.to_owned());
+        self.always = self.kind != LeaseKind::Exclusive;
+        self.arrived_at_us = crate::lease::unix_micros();
+        self.waits = true;
         self
     }
 
@@ -81,6 +125,8 @@ impl Ask {
         store
             .acquire(AcquireParams {
                 name: lock,
+                kind: self.kind,
+                limit: self.limit,
                 token: &self.token,
                 ttl: self.ttl,
                 owner: self.owner.as_ref(),
@@ -89,6 +135,7 @@ impl Ask {
                 lock_delay: self.lock_delay,
                 fair: self.fair.as_deref().map(|waiter_id| FairEntry {
                     waiter_id,
+                    always: self.always,
                     entry_ttl_ms: 5_000,
                     arrived_at_us: self.arrived_at_us,
                 }),
@@ -99,22 +146,28 @@ impl Ask {
     }
 }
 
-/// The fence of a grant; panics on a busy answer.
+/// The fence of a grant; panics on any other answer.
 pub(super) fn granted(outcome: AcquireOutcome, what: &str) -> Fence {
     match outcome {
         AcquireOutcome::Granted(lease) => lease.fence,
-        AcquireOutcome::Busy { holder, .. } => panic!("{what}: busy, held by {holder:?}"),
+        other => panic!("{what}: not granted but {other:?}"),
     }
 }
 
-/// The holder and queue position of a busy answer; panics on a grant.
-pub(super) fn busy(outcome: AcquireOutcome, what: &str) -> (crate::Holder, Option<u64>) {
+/// The holder and queue position of a busy answer; panics on any other answer.
+pub(super) fn busy(outcome: AcquireOutcome, what: &str) -> (Holder, Option<u64>) {
+    let (blockers, position) = blocked(outcome, what);
+    (blockers.holder, position)
+}
+
+/// Every lease in the way, and the queue position, of a busy answer.
+pub(super) fn blocked(outcome: AcquireOutcome, what: &str) -> (Blockers, Option<u64>) {
     match outcome {
         AcquireOutcome::Busy {
-            holder,
+            blockers,
             queue_position,
-        } => (holder, queue_position),
-        AcquireOutcome::Granted(lease) => panic!("{what}: granted fence {}", lease.fence),
+        } => (blockers, queue_position),
+        other => panic!("{what}: not busy but {other:?}"),
     }
 }
 

@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::holders::HolderSet;
 use crate::lease::LeaseToken;
 use crate::name::LockName;
+use crate::store::AcquireParams;
 use crate::wait::Wake;
 
 /// One lock's lease record, as the Redis lease hash holds it.
@@ -27,6 +29,26 @@ pub(super) struct Record {
     pub(super) kept_until_ms: u64,
 }
 
+impl Record {
+    /// The record of a lease `params` asked for, granted now with `fence`.
+    pub(super) fn granted(params: &AcquireParams<'_>, fence: u64, now_ms: u64) -> Self {
+        let expires_ms = now_ms + params.ttl.as_millis();
+        Self {
+            token: params.token.expose().to_owned(),
+            fence,
+            owner: params.owner.map_or("", |o| o.as_str()).to_owned(),
+            rid: params.request_id.map_or("", |r| r.as_str()).to_owned(),
+            by: params.principal.as_str().to_owned(),
+            acquired_ms: now_ms,
+            expires_ms,
+            delay_ms: params.lock_delay.as_millis(),
+            released: false,
+            watched: false,
+            kept_until_ms: expires_ms + params.lock_delay.as_millis(),
+        }
+    }
+}
+
 /// A lock's fair queue: waiter id and entry expiry (ms) by arrival (µs, then
 /// a sequence number that breaks ties).
 pub(super) type FairQueue = BTreeMap<(u64, u64), (String, u64)>;
@@ -34,6 +56,8 @@ pub(super) type FairQueue = BTreeMap<(u64, u64), (String, u64)>;
 #[derive(Default)]
 pub(super) struct Backend {
     pub(super) leases: BTreeMap<LockName, Record>,
+    /// Shared leases and permits, by name.
+    pub(super) holder_sets: BTreeMap<LockName, HolderSet>,
     /// The last fence issued per lock.
     pub(super) fences: HashMap<LockName, u64>,
     /// The fair queue of each lock that has one.
@@ -45,6 +69,12 @@ pub(super) struct Backend {
 }
 
 impl Backend {
+    /// The last fence issued for `name`, as far as the backend remembers.
+    pub(super) fn last_fence(&self, name: &LockName) -> u64 {
+        let recorded = self.leases.get(name).map_or(0, |r| r.fence);
+        self.fences.get(name).copied().unwrap_or(0).max(recorded)
+    }
+
     /// The record of `name` if `token` took it (released or not).
     pub(super) fn record_of(&mut self, name: &LockName, token: &LeaseToken) -> Option<&mut Record> {
         self.leases

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use lockbroker_core::{
-    AcquireOutcome, ExtendOutcome, Fence, ForceReleaseOutcome, Holder, Lease, LeaseToken,
-    LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
+    AcquireOutcome, Blockers, ExtendOutcome, Fence, ForceReleaseOutcome, Holder, Lease, LeaseKind,
+    LeaseToken, LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
 };
 
 /// How much the nodes' clocks may disagree: Redlock's drift allowance,
@@ -46,7 +46,9 @@ impl Drift {
 /// The nodes' answers to one acquire.
 pub struct Votes {
     grants: Vec<(usize, Lease)>,
-    busy: Vec<(Holder, Option<u64>)>,
+    busy: Vec<(Blockers, Option<u64>)>,
+    /// Limits in force on nodes that refused a permit under another limit.
+    conflicts: Vec<u32>,
     /// Nodes whose answer was lost: the acquire may have run there.
     unknown: Vec<usize>,
     answered: usize,
@@ -74,6 +76,7 @@ pub fn acquire(
     let mut votes = Votes {
         grants: Vec::new(),
         busy: Vec::new(),
+        conflicts: Vec::new(),
         unknown: Vec::new(),
         answered: 0,
         majority,
@@ -83,9 +86,10 @@ pub fn acquire(
         match answer {
             Ok(AcquireOutcome::Granted(lease)) => votes.grants.push((at, lease)),
             Ok(AcquireOutcome::Busy {
-                holder,
+                blockers,
                 queue_position,
-            }) => votes.busy.push((holder, queue_position)),
+            }) => votes.busy.push((blockers, queue_position)),
+            Ok(AcquireOutcome::LimitConflict { limit }) => votes.conflicts.push(limit),
             Err(StoreError::OutcomeUnknown(_)) => {
                 votes.unknown.push(at);
                 continue;
@@ -145,13 +149,18 @@ impl Votes {
                 self.answered, self.majority
             )));
         }
+        // A node that keeps another limit speaks for permits the caller
+        // cannot join, whatever the others say.
+        if let Some(limit) = self.conflicts.iter().copied().max() {
+            return Ok(AcquireOutcome::LimitConflict { limit });
+        }
         let in_the_way = self
             .busy
             .iter()
-            .max_by_key(|(holder, _)| (holder.expires_in_ms > 0, holder.fence));
+            .max_by_key(|(blockers, _)| (blockers.holder.expires_in_ms > 0, blockers.holder.fence));
         match in_the_way {
-            Some((holder, _)) => Ok(AcquireOutcome::Busy {
-                holder: holder.clone(),
+            Some((blockers, _)) => Ok(AcquireOutcome::Busy {
+                blockers: blockers.clone(),
                 queue_position: self.busy.iter().filter_map(|(_, p)| *p).min(),
             }),
             None => Err(StoreError::Unavailable(
@@ -176,6 +185,7 @@ impl Votes {
 pub fn extend(
     answers: Vec<Result<ExtendOutcome, StoreError>>,
     majority: usize,
+    needed: usize,
     validity: u64,
 ) -> Result<ExtendOutcome, StoreError> {
     let answered = answers.iter().filter(|a| a.is_ok()).count();
@@ -189,7 +199,7 @@ pub fn extend(
             ExtendOutcome::Lost => lost += 1,
         }
     }
-    if extended.len() >= majority && validity > 0 {
+    if extended.len() >= needed && validity > 0 {
         // A node the write-back missed still carries its own, smaller fence:
         // the lease's fence is the highest.
         let fence = extended.iter().map(|r| r.fence).max();
@@ -215,7 +225,7 @@ pub fn extend(
         // restarted empty): the lease stays valid until its expiry, but this
         // extend did not make it last longer.
         return Err(StoreError::Unavailable(format!(
-            "only {} of the {answered} nodes that answered extended the lease; a majority is {majority}",
+            "only {} of the {answered} nodes that answered extended the lease; {needed} must",
             extended.len()
         )));
     }
@@ -277,25 +287,36 @@ pub fn status(
     // Held when one lease holds a majority: a granted lease carries the same
     // (written back) fence on a majority of nodes, while a grant in flight or
     // being rolled back holds only a minority with fences of its own.
+    // Shared leases and permits are counted holder by holder below.
     let holding = |fence: Fence| {
         statuses
             .iter()
-            .filter(move |s| s.held && s.fence == Some(fence))
+            .filter(move |s| exclusive(s) && s.fence == Some(fence))
     };
     let held_fence = statuses
         .iter()
-        .filter(|s| s.held)
+        .filter(|s| exclusive(s))
         .filter_map(|s| s.fence)
         .find(|&fence| holding(fence).count() >= majority);
     if let Some(held_fence) = held_fence {
         let soonest = holding(held_fence).min_by_key(|s| s.expires_in_ms);
-        return Ok(LockStatus {
-            held: true,
-            owner: soonest.and_then(|s| s.owner.clone()),
-            fence: Some(held_fence),
-            expires_in_ms: soonest.map_or(0, |s| s.expires_in_ms),
+        let mut status = LockStatus::free(Some(held_fence));
+        status.held = true;
+        status.owner = soonest.and_then(|s| s.owner.clone());
+        status.expires_in_ms = soonest.map_or(0, |s| s.expires_in_ms);
+        status.available_in_ms = available_in_ms;
+        status.mode = Some(LeaseKind::Exclusive);
+        status.holder_count = 1;
+        status.holders = soonest.map(|s| s.holders.clone()).unwrap_or_default();
+        return Ok(status);
+    }
+    if statuses.iter().any(|s| s.occupied > 0) {
+        return Ok(holder_set_status(
+            &statuses,
+            majority,
+            fence,
             available_in_ms,
-        });
+        ));
     }
     // A lease held by fewer than a majority of the answers may still hold a
     // majority with the nodes that did not answer: "not held" would be a
@@ -303,7 +324,7 @@ pub fn status(
     let silent = answers.len() - statuses.len();
     let undecided = statuses
         .iter()
-        .filter(|s| s.held)
+        .filter(|s| exclusive(s))
         .filter_map(|s| s.fence)
         .any(|fence| holding(fence).count() + silent >= majority);
     if undecided {
@@ -311,13 +332,56 @@ pub fn status(
             "a lease holds some of the nodes that answered and {silent} did not answer"
         )));
     }
-    Ok(LockStatus {
-        held: false,
-        owner: None,
-        fence,
-        expires_in_ms: 0,
-        available_in_ms,
-    })
+    let mut status = LockStatus::free(fence);
+    status.available_in_ms = available_in_ms;
+    Ok(status)
+}
+
+/// The leases of a holder set as a majority sees them: a holder counts
+/// when its fence (written back to every node that granted it) is on a
+/// majority of the answers; a grant in flight or rolled back is not.
+fn holder_set_status(
+    statuses: &[&LockStatus],
+    majority: usize,
+    fence: Option<Fence>,
+    available_in_ms: u64,
+) -> LockStatus {
+    let mut seen: Vec<(&Holder, usize)> = Vec::new();
+    for holder in statuses.iter().flat_map(|s| &s.holders) {
+        match seen.iter_mut().find(|(h, _)| h.fence == holder.fence) {
+            // The soonest expiry among the nodes counts.
+            Some((kept, count)) => {
+                *count += 1;
+                if holder.expires_in_ms < kept.expires_in_ms {
+                    *kept = holder;
+                }
+            }
+            None => seen.push((holder, 1)),
+        }
+    }
+    let mut holders: Vec<Holder> = (seen.into_iter())
+        .filter(|(_, count)| *count >= majority)
+        .map(|(holder, _)| holder.clone())
+        .collect();
+    holders.sort_by_key(|h| (h.available_in_ms, h.fence));
+    let valid = holders.iter().filter(|h| h.expires_in_ms > 0).count() as u64;
+    let mut status = LockStatus::free(fence);
+    status.held = valid > 0;
+    status.mode = (valid > 0).then(|| holders[0].mode);
+    status.holder_count = valid;
+    status.occupied = holders.len() as u64;
+    status.limit = statuses.iter().filter_map(|s| s.limit).max();
+    status.expires_in_ms = holders.iter().map(|h| h.expires_in_ms).max().unwrap_or(0);
+    status.first_free_in_ms = holders.first().map_or(0, |h| h.available_in_ms);
+    status.available_in_ms = available_in_ms;
+    status.holders = holders;
+    status
+}
+
+/// Whether a node's status says an exclusive lease holds the lock (shared
+/// leases and permits are counted holder by holder instead).
+fn exclusive(status: &LockStatus) -> bool {
+    status.held && !matches!(status.mode, Some(LeaseKind::Shared | LeaseKind::Permit))
 }
 
 /// A force release ends the lease wherever it is; answered by a majority.
@@ -331,15 +395,34 @@ pub fn force_release(
             "only {answered} nodes answered the force release; a majority is {majority}"
         )));
     }
+    // Every node ended what it held: the answer of the node that ended the
+    // most, with the highest fence any of them ended.
     let ended = answers
         .into_iter()
         .flatten()
-        .filter(|outcome| matches!(outcome, ForceReleaseOutcome::Released { .. }))
-        .max_by_key(|outcome| match outcome {
-            ForceReleaseOutcome::Released { fence, .. } => fence.get(),
-            ForceReleaseOutcome::NotHeld => 0,
+        .filter_map(|outcome| match outcome {
+            ForceReleaseOutcome::Released {
+                fence,
+                owner,
+                leases_ended,
+            } => Some((fence, owner, leases_ended)),
+            ForceReleaseOutcome::NotHeld => None,
         });
-    Ok(ended.unwrap_or(ForceReleaseOutcome::NotHeld))
+    let (mut top, mut most) = (None::<Fence>, None::<(Option<String>, u64)>);
+    for (fence, owner, leases_ended) in ended {
+        top = top.max(Some(fence));
+        if most.as_ref().is_none_or(|(_, n)| leases_ended > *n) {
+            most = Some((owner, leases_ended));
+        }
+    }
+    Ok(match (top, most) {
+        (Some(fence), Some((owner, leases_ended))) => ForceReleaseOutcome::Released {
+            fence,
+            owner,
+            leases_ended,
+        },
+        _ => ForceReleaseOutcome::NotHeld,
+    })
 }
 
 #[cfg(test)]

@@ -3,14 +3,19 @@
 
 use lockbroker_core::lease::Renewal;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, Fence, ForceReleaseOutcome, Holder,
-    Lease, LeaseToken, LockName, LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
+    ExtendOutcome, FairEntry, Fence, ForceReleaseOutcome, Holder, LeaseKind, LeaseToken, LockName,
+    LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
 };
 
 use super::{Reply, ScriptCall, ScriptContext, ScriptName};
 
+mod acquire;
+mod holders;
 mod quorum;
 
+use acquire::{holder_kind, read_holders};
+pub use acquire::{AcquireCall, Acquired, HoldCall};
+pub use holders::{HoldExtendCall, HoldReleaseCall};
 pub use quorum::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 
 /// The keys of the scripts that may free a lock: its lease and fair queue.
@@ -29,120 +34,9 @@ fn with_announcement(
     args.extend([
         context.wake_channel_of(name),
         context.broker_id.clone(),
-        name.as_str().to_owned(),
+        name.wire(),
     ]);
     args
-}
-
-/// `acquire.lua`: grants the lock or reports what is in the way.
-pub struct AcquireCall<'a> {
-    /// The request.
-    pub params: &'a AcquireParams<'a>,
-    /// The highest fence the caller has seen; the fence will exceed it.
-    pub fence_floor: u64,
-    /// Quorum mode: the node's epoch as the broker knows it. A node with
-    /// another, or one still out of majorities, grants nothing.
-    pub epoch: Option<&'a str>,
-}
-
-/// What an acquire answered, and whether the caller's floor (rather than
-/// Redis's counter or clock) set the fence.
-pub struct Acquired {
-    /// Granted or busy.
-    pub outcome: AcquireOutcome,
-    /// Redis lost its data and its clock runs behind the last fence.
-    pub floor_raised: bool,
-}
-
-impl ScriptCall for AcquireCall<'_> {
-    type Output = Acquired;
-    const SCRIPT: ScriptName = ScriptName::Acquire;
-
-    fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let (keys, name) = (&context.keys, self.params.name);
-        let mut all = vec![
-            keys.lease(name),
-            keys.fence(name),
-            keys.queue(name),
-            keys.queue_expiry(name),
-        ];
-        if self.epoch.is_some() {
-            all.extend([keys.horizon(), keys.epoch()]);
-        }
-        all
-    }
-
-    fn args(&self, context: &ScriptContext) -> Vec<String> {
-        let params = self.params;
-        let fair = params.fair;
-        vec![
-            params.token.expose().to_owned(),
-            params.ttl.as_millis().to_string(),
-            params.owner.map_or("", |o| o.as_str()).to_owned(),
-            params.request_id.map_or("", |r| r.as_str()).to_owned(),
-            params.lock_delay.as_millis().to_string(),
-            context.fence_idle_ms.to_string(),
-            self.fence_floor.to_string(),
-            fair.map_or("", |f| f.waiter_id).to_owned(),
-            fair.map_or(0, |f| f.entry_ttl_ms).to_string(),
-            context.wake_channel_of(params.name),
-            context.broker_id.clone(),
-            params.name.as_str().to_owned(),
-            params.principal.as_str().to_owned(),
-            // One server orders its queue by its own clock; the copies on a
-            // quorum's nodes all order by the broker's, so they agree.
-            match fair {
-                Some(fair) if context.quorum_node => fair.arrived_at_us.to_string(),
-                _ => String::new(),
-            },
-            self.epoch.unwrap_or("").to_owned(),
-            if params.waits { "1" } else { "" }.to_owned(),
-        ]
-    }
-
-    fn decode(&self, reply: &mut Reply) -> Result<Acquired, StoreError> {
-        let name = self.params.name;
-        let granted = reply.int()?;
-        if granted == -1 {
-            return Err(StoreError::Unavailable(
-                "the node restarted without its data and is out of majorities".into(),
-            ));
-        }
-        if granted == 1 {
-            let token = LeaseToken::parse(&reply.text()?)
-                .map_err(|_| StoreError::Protocol("stored token is malformed".into()))?;
-            let fence = Fence::new(reply.uint()?);
-            let ttl_ms = reply.uint()?;
-            let lease = Lease {
-                name: name.clone(),
-                token,
-                fence,
-                ttl_ms,
-                expires_at_ms: reply.uint()?,
-                validity_ms: ttl_ms,
-                owner: reply.optional_text()?,
-            };
-            // A re-sent acquire answers without the flag: it raised nothing.
-            let floor_raised = reply.has_more() && reply.int()? == 1;
-            return Ok(Acquired {
-                outcome: AcquireOutcome::Granted(lease),
-                floor_raised,
-            });
-        }
-        let holder = Holder {
-            owner: reply.optional_text()?,
-            fence: Fence::new(reply.uint()?),
-            expires_in_ms: reply.uint()?,
-            available_in_ms: reply.uint()?,
-        };
-        Ok(Acquired {
-            outcome: AcquireOutcome::Busy {
-                holder,
-                queue_position: u64::try_from(reply.int()?).ok(),
-            },
-            floor_raised: false,
-        })
-    }
 }
 
 /// `extend.lua`: sets the remaining TTL of a held lease.
@@ -178,25 +72,38 @@ impl ScriptCall for ExtendCall<'_> {
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<ExtendOutcome, StoreError> {
-        Ok(match reply.int()? {
-            1 => {
-                let fence = Fence::new(reply.uint()?);
-                let ttl_ms = reply.uint()?;
-                ExtendOutcome::Extended(Renewal {
-                    fence,
-                    ttl_ms,
-                    expires_at_ms: reply.uint()?,
-                    validity_ms: ttl_ms,
-                    owner: reply.optional_text()?,
-                })
-            }
-            -1 => ExtendOutcome::MaxHoldExceeded {
-                expires_in_ms: reply.uint()?,
-            },
-            -2 => ExtendOutcome::Released,
-            _ => ExtendOutcome::Lost,
-        })
+        decode_extended(reply)
     }
+}
+
+/// Reads what an extend answered, of any kind of lease.
+fn decode_extended(reply: &mut Reply) -> Result<ExtendOutcome, StoreError> {
+    Ok(match reply.int()? {
+        1 => {
+            let fence = Fence::new(reply.uint()?);
+            let ttl_ms = reply.uint()?;
+            let expires_at_ms = reply.uint()?;
+            let owner = reply.optional_text()?;
+            // hold_extend.lua adds the limit in force.
+            let limit = match reply.has_more() {
+                true => u32::try_from(reply.int()?).ok(),
+                false => None,
+            };
+            ExtendOutcome::Extended(Renewal {
+                fence,
+                ttl_ms,
+                expires_at_ms,
+                validity_ms: ttl_ms,
+                owner,
+                limit,
+            })
+        }
+        -1 => ExtendOutcome::MaxHoldExceeded {
+            expires_in_ms: reply.uint()?,
+        },
+        -2 => ExtendOutcome::Released,
+        _ => ExtendOutcome::Lost,
+    })
 }
 
 /// `release.lua`: frees a held lock and announces it.
@@ -235,20 +142,25 @@ impl ScriptCall for ReleaseCall<'_> {
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<ReleaseOutcome, StoreError> {
-        Ok(match reply.int()? {
-            1 => ReleaseOutcome::Released(Release {
-                fence: Fence::new(reply.uint()?),
-                held_ms: u64::try_from(reply.int()?).ok(),
-                acknowledged: None,
-            }),
-            _ => ReleaseOutcome::Lost,
-        })
+        decode_released(reply)
     }
 }
 
-/// `status.lua`: reads a lock's state.
+/// Reads what a release answered, of any kind of lease.
+fn decode_released(reply: &mut Reply) -> Result<ReleaseOutcome, StoreError> {
+    Ok(match reply.int()? {
+        1 => ReleaseOutcome::Released(Release {
+            fence: Fence::new(reply.uint()?),
+            held_ms: u64::try_from(reply.int()?).ok(),
+            acknowledged: None,
+        }),
+        _ => ReleaseOutcome::Lost,
+    })
+}
+
+/// `status.lua`: reads a lock's or a semaphore's state.
 pub struct StatusCall<'a> {
-    /// The lock.
+    /// The lock or semaphore.
     pub name: &'a LockName,
 }
 
@@ -257,7 +169,13 @@ impl ScriptCall for StatusCall<'_> {
     const SCRIPT: ScriptName = ScriptName::Status;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        vec![context.keys.lease(self.name), context.keys.fence(self.name)]
+        let (keys, name) = (&context.keys, self.name);
+        vec![
+            keys.lease(name),
+            keys.fence(name),
+            keys.holders(name),
+            keys.members(name),
+        ]
     }
 
     fn args(&self, _: &ScriptContext) -> Vec<String> {
@@ -265,13 +183,34 @@ impl ScriptCall for StatusCall<'_> {
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<LockStatus, StoreError> {
-        Ok(LockStatus {
-            held: reply.int()? == 1,
-            owner: reply.optional_text()?,
-            fence: u64::try_from(reply.int()?).ok().map(Fence::new),
-            expires_in_ms: reply.uint()?,
-            available_in_ms: reply.uint()?,
-        })
+        let mut status = LockStatus::free(None);
+        status.held = reply.int()? == 1;
+        status.owner = reply.optional_text()?;
+        status.fence = u64::try_from(reply.int()?).ok().map(Fence::new);
+        status.expires_in_ms = reply.uint()?;
+        status.available_in_ms = reply.uint()?;
+        let kind = holder_kind(self.name);
+        status.mode = match reply.text()?.as_str() {
+            "exclusive" => Some(LeaseKind::Exclusive),
+            "holders" => Some(kind),
+            _ => None,
+        };
+        status.holder_count = reply.uint()?;
+        status.occupied = reply.uint()?;
+        status.limit = u32::try_from(reply.int()?).ok();
+        status.first_free_in_ms = reply.uint()?;
+        status.holders = read_holders(reply, kind)?;
+        if status.mode == Some(LeaseKind::Exclusive) {
+            status.holder_count = 1;
+            status.holders = vec![Holder {
+                mode: LeaseKind::Exclusive,
+                owner: status.owner.clone(),
+                fence: status.fence.unwrap_or(Fence::new(0)),
+                expires_in_ms: status.expires_in_ms,
+                available_in_ms: status.available_in_ms,
+            }];
+        }
+        Ok(status)
     }
 }
 
@@ -300,9 +239,9 @@ impl ScriptCall for LeaveQueueCall<'_> {
     }
 }
 
-/// `force_release.lua`: ends whatever lease holds a lock.
+/// `force_release.lua`: ends every lease of a lock or a semaphore.
 pub struct ForceReleaseCall<'a> {
-    /// The lock.
+    /// The lock or semaphore.
     pub name: &'a LockName,
 }
 
@@ -311,7 +250,10 @@ impl ScriptCall for ForceReleaseCall<'_> {
     const SCRIPT: ScriptName = ScriptName::ForceRelease;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        queue_keys(context, self.name)
+        let (keys, name) = (&context.keys, self.name);
+        let mut all = queue_keys(context, name);
+        all.extend([keys.holders(name), keys.members(name), keys.released(name)]);
+        all
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
@@ -319,12 +261,16 @@ impl ScriptCall for ForceReleaseCall<'_> {
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<ForceReleaseOutcome, StoreError> {
-        Ok(match reply.int()? {
-            1 => ForceReleaseOutcome::Released {
-                fence: Fence::new(reply.uint()?),
-                owner: reply.optional_text()?,
+        let leases_ended = reply.uint()?;
+        let fence = Fence::new(reply.uint()?);
+        let owner = reply.optional_text()?;
+        Ok(match leases_ended {
+            0 => ForceReleaseOutcome::NotHeld,
+            _ => ForceReleaseOutcome::Released {
+                fence,
+                owner,
+                leases_ended,
             },
-            _ => ForceReleaseOutcome::NotHeld,
         })
     }
 }

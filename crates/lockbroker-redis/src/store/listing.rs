@@ -1,4 +1,4 @@
-//! The operator listing: `SCAN` over the lease keys a page at a time, on the
+//! The operator listing: `SCAN` over the keys of held names a page at a time, on the
 //! one Redis or on every primary of a cluster in turn.
 
 use fred::interfaces::KeysInterface;
@@ -32,7 +32,7 @@ impl RedisLockStore {
         } else {
             vec![None]
         };
-        let pattern = keys.lease_pattern(&request.prefix);
+        let pattern = keys.held_pattern(request.space, &request.prefix);
         let limit = request.limit.get();
         let count = u32::try_from(limit).unwrap_or(u32::MAX);
         let start = request.cursor.get();
@@ -63,7 +63,8 @@ impl RedisLockStore {
             }
             .map_err(store_error)?;
             let (next, found) = scan_reply(reply)?;
-            names.extend(found.iter().filter_map(|key| keys.lock_of_lease_key(key)));
+            names
+                .extend((found.iter()).filter_map(|key| keys.name_of_held_key(request.space, key)));
             cursor = next;
             if cursor == 0 {
                 node = node.saturating_add(1);

@@ -97,6 +97,8 @@ pub struct LockConfig {
     pub max_waiters: usize,
     /// Waiting acquires on one lock on this broker.
     pub max_waiters_per_lock: usize,
+    /// The highest limit a semaphore may have.
+    pub max_semaphore_limit: u32,
 }
 
 /// Log output settings (`LOCKBROKER_LOG_*`).
@@ -202,6 +204,7 @@ impl Default for LockConfig {
             fair_entry_ttl_ms: policy.fair_entry_ttl_ms,
             max_waiters: policy.waiters.max_waiters,
             max_waiters_per_lock: policy.waiters.max_waiters_per_lock,
+            max_semaphore_limit: policy.max_semaphore_limit,
         }
     }
 }

@@ -67,6 +67,9 @@ impl Settings {
         if locks.fair_entry_ttl_ms < 30 {
             return Err(invalid("locks.fair_entry_ttl_ms must be at least 30"));
         }
+        if locks.max_semaphore_limit == 0 {
+            return Err(invalid("locks.max_semaphore_limit must be at least 1"));
+        }
         if locks.max_waiters_per_lock > locks.max_waiters {
             return Err(invalid(
                 "locks.max_waiters_per_lock must not exceed locks.max_waiters",
@@ -169,6 +172,7 @@ impl Settings {
                 max_waiters: locks.max_waiters,
                 max_waiters_per_lock: locks.max_waiters_per_lock,
             },
+            max_semaphore_limit: locks.max_semaphore_limit,
         }
     }
 

@@ -1,15 +1,17 @@
-//! Operator routes (`admin` scope): list held locks, force-release a lock.
+//! Operator routes (`admin` scope): list held locks, force-release a lock;
+//! the semaphore routes share both.
 
 use axum::extract::State;
 use axum::Json;
 use lockbroker_api::{ForceReleaseResponse, ListQuery, ListResponse};
 use lockbroker_core::{
-    Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockPage, LockPrefix,
+    Fence, ForceReleaseOutcome, ListCursor, ListLimit, ListRequest, LockName, LockPage, LockPrefix,
+    Space,
 };
 
 use super::error::ApiError;
 use super::extract::{LockPath, QueryParams};
-use super::locks::status_response;
+use super::views::status_response;
 use super::AppState;
 use crate::auth::Caller;
 
@@ -19,21 +21,38 @@ pub async fn list(
     caller: Caller,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<ListResponse>, ApiError> {
-    let prefix = LockPrefix::parse("prefix", query.prefix.as_deref().unwrap_or(""))?;
-    if !caller.may_list(&prefix) {
-        return Err(ApiError::Forbidden(format!(
-            "this API key may not list locks under {:?}",
-            prefix.as_str()
-        )));
-    }
-    let request = list_request(prefix, &query)?;
-    let page = app.service.list(&request).await.map_err(ApiError::Store)?;
+    let page = listed_page(&app, &caller, Space::Lock, &query).await?;
     Ok(Json(list_response(page)))
 }
 
+/// One page of the held names of `space` that `query` asks for, if the
+/// caller may list under its prefix.
+pub(super) async fn listed_page(
+    app: &AppState,
+    caller: &Caller,
+    space: Space,
+    query: &ListQuery,
+) -> Result<LockPage, ApiError> {
+    let prefix = LockPrefix::parse("prefix", query.prefix.as_deref().unwrap_or(""))?;
+    if !caller.may_list(&prefix) {
+        return Err(ApiError::Forbidden(format!(
+            "this API key may not list {}s under {:?}",
+            space.noun(),
+            prefix.as_str()
+        )));
+    }
+    let request = list_request(space, prefix, query)?;
+    app.service.list(&request).await.map_err(ApiError::Store)
+}
+
 /// The rest of the listing's query, checked once the prefix is allowed.
-fn list_request(prefix: LockPrefix, query: &ListQuery) -> Result<ListRequest, ApiError> {
+fn list_request(
+    space: Space,
+    prefix: LockPrefix,
+    query: &ListQuery,
+) -> Result<ListRequest, ApiError> {
     Ok(ListRequest {
+        space,
         prefix,
         limit: query
             .limit
@@ -60,38 +79,55 @@ fn list_response(page: LockPage) -> ListResponse {
     }
 }
 
-/// `DELETE /v1/locks/{name}`: ends whatever lease holds the lock, wakes its
-/// waiters, and writes an audit line naming the key, the lock and the fence.
+/// `DELETE /v1/locks/{name}`: ends every lease that holds the lock, wakes
+/// its waiters, and writes an audit line naming the key, the lock and the
+/// fence.
 pub async fn force_release(
     State(app): State<AppState>,
     caller: Caller,
     LockPath(name): LockPath,
 ) -> Result<Json<ForceReleaseResponse>, ApiError> {
+    end_all(&app, &caller, &name).await.map(Json)
+}
+
+/// Ends every lease of `name` for the operator `caller`, with its audit line.
+pub(super) async fn end_all(
+    app: &AppState,
+    caller: &Caller,
+    name: &LockName,
+) -> Result<ForceReleaseResponse, ApiError> {
     let outcome = app
         .service
-        .force_release(&name)
+        .force_release(name)
         .await
         .map_err(|e| ApiError::Lock(name.clone(), e))?;
-    let (fence, owner) = match outcome {
-        ForceReleaseOutcome::Released { fence, owner } => (Some(fence), owner),
-        ForceReleaseOutcome::NotHeld => (None, None),
+    let (fence, owner, leases_ended) = match outcome {
+        ForceReleaseOutcome::Released {
+            fence,
+            owner,
+            leases_ended,
+        } => (Some(fence), owner, leases_ended),
+        ForceReleaseOutcome::NotHeld => (None, None, 0),
     };
-    if fence.is_some() {
-        app.metrics.leases_held.dec();
-    }
+    app.metrics
+        .leases_held
+        .sub(i64::try_from(leases_ended).unwrap_or(i64::MAX));
     tracing::info!(
         target: "lockbroker::audit",
         key = caller.id(),
+        space = name.space().noun(),
         lock = %name,
         fence = fence.map(Fence::get),
         holder = owner.as_deref(),
+        leases_ended,
         released = fence.is_some(),
         "force release"
     );
-    Ok(Json(ForceReleaseResponse {
+    Ok(ForceReleaseResponse {
         name: name.to_string(),
         released: fence.is_some(),
         fence: fence.map(Fence::get),
         owner,
-    }))
+        leases_ended,
+    })
 }

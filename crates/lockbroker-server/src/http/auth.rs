@@ -21,11 +21,15 @@ use crate::auth::{Caller, KeyRing, Scope};
 pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match (method, path) {
         (_, "/healthz" | "/readyz") => None,
-        (&Method::GET | &Method::HEAD, "/v1/locks") | (&Method::DELETE, "/v1/locks/{name}") => {
-            Some(Scope::Admin)
-        }
+        (&Method::GET | &Method::HEAD, "/v1/locks" | "/v1/semaphores")
+        | (&Method::DELETE, "/v1/locks/{name}" | "/v1/semaphores/{name}") => Some(Scope::Admin),
         (_, "/metrics") => Some(Scope::Metrics),
-        (_, path) if path.starts_with("/v1/locks/{name}") => Some(Scope::Lock),
+        (_, path)
+            if path.starts_with("/v1/locks/{name}")
+                || path.starts_with("/v1/semaphores/{name}") =>
+        {
+            Some(Scope::Lock)
+        }
         _ => Some(Scope::Admin),
     }
 }
@@ -147,6 +151,24 @@ mod tests {
             (Method::GET, "/v1/locks/{name}", Some(Scope::Lock)),
             (Method::DELETE, "/v1/locks/{name}", Some(Scope::Admin)),
             (Method::GET, "/v1/locks", Some(Scope::Admin)),
+            (
+                Method::POST,
+                "/v1/semaphores/{name}/acquire",
+                Some(Scope::Lock),
+            ),
+            (
+                Method::POST,
+                "/v1/semaphores/{name}/extend",
+                Some(Scope::Lock),
+            ),
+            (
+                Method::POST,
+                "/v1/semaphores/{name}/release",
+                Some(Scope::Lock),
+            ),
+            (Method::GET, "/v1/semaphores/{name}", Some(Scope::Lock)),
+            (Method::DELETE, "/v1/semaphores/{name}", Some(Scope::Admin)),
+            (Method::GET, "/v1/semaphores", Some(Scope::Admin)),
             (Method::GET, "/metrics", Some(Scope::Metrics)),
             (Method::GET, "/healthz", None),
             (Method::GET, "/readyz", None),

@@ -13,7 +13,11 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lockbroker_api::{ErrorCode, ErrorDetail, ErrorResponse};
-use lockbroker_core::{Holder, LockError, LockName, StoreError, ValidationError};
+use lockbroker_core::{
+    Blockers, LeaseKind, LockError, LockName, Space, StoreError, ValidationError,
+};
+
+use super::views::holder_response;
 
 /// Every way an HTTP request can fail.
 #[derive(Debug)]
@@ -102,9 +106,18 @@ impl ApiError {
                 Code::InvalidRequest,
                 "Authorization: send one Authorization header, not several",
             ),
-            Self::Lock(name, LockError::Busy(holder)) => {
-                Answer::new(Code::LockBusy, busy_message(name, holder)).holder(holder)
+            Self::Lock(name, LockError::Busy(blockers)) => {
+                Answer::new(Code::LockBusy, busy_message(name, blockers)).blockers(blockers)
             }
+            Self::Lock(name, LockError::LimitConflict { limit }) => Answer::new(
+                Code::LimitConflict,
+                format!(
+                    "semaphore {name:?} has limit {limit} while permits are held; ask with \
+                     \"limit\": {limit}"
+                ),
+            )
+            .field("limit")
+            .limit(*limit),
             Self::Lock(name, LockError::LeaseLost) => Answer::new(
                 Code::LeaseLost,
                 format!(
@@ -217,13 +230,22 @@ impl<'a> Answer<'a> {
         self
     }
 
-    /// Describes the lease in the way; come back when it can free.
-    fn holder(mut self, holder: &Holder) -> Self {
+    /// Describes the leases in the way; come back when the first that
+    /// matters can free.
+    fn blockers(mut self, blockers: &Blockers) -> Self {
+        let holder = &blockers.holder;
         self.detail.owner = Some(holder.owner.clone());
         self.detail.fence = Some(holder.fence.get());
         self.detail.expires_in_ms = Some(holder.expires_in_ms);
         self.detail.available_in_ms = Some(holder.available_in_ms);
+        self.detail.holders = Some(blockers.holders.iter().map(holder_response).collect());
         self.retry_after(u128::from(holder.available_in_ms))
+    }
+
+    /// The semaphore's limit in force.
+    fn limit(mut self, limit: u32) -> Self {
+        self.detail.limit = Some(limit);
+        self
     }
 
     /// How long the caller's own lease stays valid as it is.
@@ -311,21 +333,31 @@ fn store_failed(error: &StoreError) -> Answer<'_> {
     Answer::new(code, store_message(error))
 }
 
-/// What a `lock_busy` answer says is in the way: a live lease, the
-/// lock-delay of one that expired unreleased, or an earlier fair waiter.
-fn busy_message(name: &LockName, holder: &Holder) -> String {
-    if holder.expires_in_ms > 0 {
-        format!("lock {name:?} is held by another lease")
-    } else if holder.available_in_ms > 0 {
-        format!(
+/// What a `lock_busy` answer says is in the way: live leases, the
+/// lock-delay of one that expired unreleased, or an earlier waiter.
+fn busy_message(name: &LockName, blockers: &Blockers) -> String {
+    let holder = &blockers.holder;
+    let noun = name.space().noun();
+    match (name.space(), holder.mode) {
+        (Space::Semaphore, _) if holder.available_in_ms > 0 => format!(
+            "every permit of semaphore {name:?} is taken ({} held); the first frees in {} ms",
+            blockers.holders.len(),
+            holder.available_in_ms
+        ),
+        (_, LeaseKind::Shared) if holder.available_in_ms > 0 => format!(
+            "lock {name:?} is held by {} shared lease(s); it frees for an exclusive lease in {} ms",
+            blockers.holders.len(),
+            holder.available_in_ms
+        ),
+        _ if holder.expires_in_ms > 0 => format!("lock {name:?} is held by another lease"),
+        _ if holder.available_in_ms > 0 => format!(
             "lock {name:?} is in its lock-delay after a lease expired unreleased; it frees in {} ms",
             holder.available_in_ms
-        )
-    } else {
-        format!(
-            "lock {name:?} is free but promised to an earlier fair waiter; wait with \
-             `\"fair\": true` to take a place in line"
-        )
+        ),
+        _ => format!(
+            "{noun} {name:?} is free but promised to an earlier waiter in its queue; wait with \
+             `wait_ms` to take a place in line"
+        ),
     }
 }
 

@@ -7,41 +7,63 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use lockbroker_core::LockName;
+use lockbroker_core::{LockName, Space};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 use crate::auth::Caller;
 
-/// The `{name}` path segment, checked against the lock name rules and against
-/// the lock-name prefixes of the caller's API key, so no lock route can forget
-/// the prefix check.
+/// The `{name}` path segment of a lock route, checked against the name
+/// rules and against the name prefixes of the caller's API key, so no lock
+/// route can forget the prefix check.
 pub struct LockPath(pub LockName);
+
+/// The `{name}` path segment of a semaphore route, checked as [`LockPath`]
+/// is: a key's prefixes cover semaphore names as they cover lock names.
+pub struct SemaphorePath(pub LockName);
 
 impl<S: Send + Sync> FromRequestParts<S> for LockPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let Path(raw) = Path::<String>::from_request_parts(parts, state)
-            .await
-            .map_err(|_| ApiError::BadBody {
-                field: "name".into(),
-                message: "is not valid UTF-8 after percent-decoding".into(),
-            })?;
-        let name = LockName::parse(&raw)?;
-        // The authentication layer puts a caller on every routed request;
-        // none here means the route was wired without it, so refuse.
-        let allowed = parts
-            .extensions
-            .get::<Caller>()
-            .is_some_and(|caller| caller.may_touch(&name));
-        if !allowed {
-            return Err(ApiError::Forbidden(format!(
-                "this API key may not touch lock {name:?}"
-            )));
-        }
-        Ok(Self(name))
+        name_in(Space::Lock, parts, state).await.map(Self)
     }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for SemaphorePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        name_in(Space::Semaphore, parts, state).await.map(Self)
+    }
+}
+
+/// The checked `{name}` of a route of `space`.
+async fn name_in<S: Send + Sync>(
+    space: Space,
+    parts: &mut Parts,
+    state: &S,
+) -> Result<LockName, ApiError> {
+    let Path(raw) = Path::<String>::from_request_parts(parts, state)
+        .await
+        .map_err(|_| ApiError::BadBody {
+            field: "name".into(),
+            message: "is not valid UTF-8 after percent-decoding".into(),
+        })?;
+    let name = LockName::parse_in(space, &raw)?;
+    // The authentication layer puts a caller on every routed request;
+    // none here means the route was wired without it, so refuse.
+    let allowed = parts
+        .extensions
+        .get::<Caller>()
+        .is_some_and(|caller| caller.may_touch(&name));
+    if !allowed {
+        return Err(ApiError::Forbidden(format!(
+            "this API key may not touch {} {name:?}",
+            space.noun()
+        )));
+    }
+    Ok(name)
 }
 
 /// How long a request body may take to arrive, set on each request by the

@@ -6,15 +6,15 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
 use lockbroker_api::{
-    AcquireBody, ExtendBody, LeaseResponse, ReleaseBody, ReleaseResponse, RenewalResponse,
+    AcquireBody, ExtendBody, LockMode, ReleaseBody, ReleaseResponse, RenewalResponse,
     StatusResponse,
 };
-use lockbroker_core::lease::Renewal;
-use lockbroker_core::{AcquireRequest, Fence, Lease, LeaseToken, LockError, LockName, LockStatus};
+use lockbroker_core::{AcquireRequest, LeaseKind, LeaseToken, LockError, LockName};
 
 use super::delivery;
 use super::error::ApiError;
 use super::extract::{JsonBody, LockPath};
+use super::views::{lease_response, renewal_response, status_response};
 use super::AppState;
 use crate::auth::Caller;
 
@@ -27,13 +27,12 @@ pub async fn acquire(
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let waits = body.wait_ms.is_some_and(|ms| ms > 0);
-    let result = app
-        .service
-        .acquire(&name, acquire_request(body, &caller))
-        .await;
+    let request = acquire_request(body, &caller);
+    let kind = request.kind;
+    let result = app.service.acquire(&name, request).await;
     let waited = waits.then(|| started.elapsed());
     app.metrics
-        .acquire_finished(&name, result.as_ref().map(|_| ()), waited);
+        .acquire_finished(&name, kind, result.as_ref().map(|_| ()), waited);
     let grant = result.map_err(in_lock(&name))?;
     let lease = grant.lease();
     tracing::info!(lock = %name, fence = %lease.fence, "lease granted");
@@ -47,15 +46,7 @@ pub async fn extend(
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<ExtendBody>,
 ) -> Result<Json<RenewalResponse>, ApiError> {
-    let token = required_token(body.token)?;
-    let result = app.service.extend(&name, &token, body.ttl_ms).await;
-    app.metrics
-        .extend_finished(&name, result.as_ref().map(|_| ()));
-    if let Err(LockError::LeaseLost) = &result {
-        tracing::warn!(lock = %name, "extend found the lease lost: its holder overran it");
-    }
-    let renewal = result.map_err(in_lock(&name))?;
-    Ok(Json(renewal_response(&name, renewal)))
+    extend_lease(&app, &name, body).await.map(Json)
 }
 
 /// `POST /v1/locks/{name}/release`
@@ -64,23 +55,49 @@ pub async fn release(
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<ReleaseBody>,
 ) -> Result<Json<ReleaseResponse>, ApiError> {
+    release_lease(&app, &name, body).await.map(Json)
+}
+
+/// Extends the lease or permit of `body`'s token on `name`.
+pub(super) async fn extend_lease(
+    app: &AppState,
+    name: &LockName,
+    body: ExtendBody,
+) -> Result<RenewalResponse, ApiError> {
     let token = required_token(body.token)?;
-    let result = app.service.release(&name, &token).await;
+    let result = app.service.extend(name, &token, body.ttl_ms).await;
+    app.metrics
+        .extend_finished(name, token.kind(), result.as_ref().map(|_| ()));
+    if let Err(LockError::LeaseLost) = &result {
+        tracing::warn!(lock = %name, "extend found the lease lost: its holder overran it");
+    }
+    let renewal = result.map_err(in_lock(name))?;
+    Ok(renewal_response(name, renewal))
+}
+
+/// Releases the lease or permit of `body`'s token on `name`.
+pub(super) async fn release_lease(
+    app: &AppState,
+    name: &LockName,
+    body: ReleaseBody,
+) -> Result<ReleaseResponse, ApiError> {
+    let token = required_token(body.token)?;
+    let result = app.service.release(name, &token).await;
     let held = result
         .as_ref()
         .map(|r| r.held_ms.map(Duration::from_millis));
-    app.metrics.release_finished(&name, held);
+    app.metrics.release_finished(name, token.kind(), held);
     if let Err(LockError::LeaseLost) = &result {
         tracing::warn!(lock = %name, "release found the lease lost: its holder overran it");
     }
-    let release = result.map_err(in_lock(&name))?;
+    let release = result.map_err(in_lock(name))?;
     tracing::info!(lock = %name, fence = %release.fence, "lease released");
-    Ok(Json(ReleaseResponse {
+    Ok(ReleaseResponse {
         name: name.to_string(),
         released: true,
         fence: release.fence.get(),
         acknowledged: release.acknowledged,
-    }))
+    })
 }
 
 /// `GET /v1/locks/{name}`
@@ -102,6 +119,11 @@ fn acquire_request(body: AcquireBody, caller: &Caller) -> AcquireRequest {
         principal: caller.principal(),
         lock_delay_ms: body.lock_delay_ms,
         fair: body.fair.unwrap_or(false),
+        kind: match body.mode.unwrap_or_default() {
+            LockMode::Exclusive => LeaseKind::Exclusive,
+            LockMode::Shared => LeaseKind::Shared,
+        },
+        limit: None,
     }
 }
 
@@ -113,42 +135,6 @@ fn required_token(token: Option<String>) -> Result<LeaseToken, ApiError> {
     Ok(LeaseToken::parse(&token)?)
 }
 
-fn in_lock(name: &LockName) -> impl FnOnce(LockError) -> ApiError + '_ {
+pub(super) fn in_lock(name: &LockName) -> impl FnOnce(LockError) -> ApiError + '_ {
     move |error| ApiError::Lock(name.clone(), error)
-}
-
-/// A granted lease as its acquirer sees it: the only answer with a token.
-fn lease_response(lease: &Lease) -> LeaseResponse {
-    LeaseResponse {
-        name: lease.name.to_string(),
-        token: lease.token.expose().to_owned(),
-        fence: lease.fence.get(),
-        ttl_ms: lease.ttl_ms,
-        expires_at_ms: lease.expires_at_ms,
-        validity_ms: lease.validity_ms,
-        owner: lease.owner.clone(),
-    }
-}
-
-fn renewal_response(name: &LockName, renewal: Renewal) -> RenewalResponse {
-    RenewalResponse {
-        name: name.to_string(),
-        fence: renewal.fence.get(),
-        ttl_ms: renewal.ttl_ms,
-        expires_at_ms: renewal.expires_at_ms,
-        validity_ms: renewal.validity_ms,
-        owner: renewal.owner,
-    }
-}
-
-/// The state of `name` as read from the store.
-pub(super) fn status_response(name: &LockName, status: LockStatus) -> StatusResponse {
-    StatusResponse {
-        name: name.to_string(),
-        held: status.held,
-        owner: status.owner,
-        fence: status.fence.map(Fence::get),
-        expires_in_ms: status.expires_in_ms,
-        available_in_ms: status.available_in_ms,
-    }
 }

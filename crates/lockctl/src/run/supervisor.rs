@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::signals::Signals;
-use crate::client::{Broker, BrokerError};
+use crate::client::{Broker, BrokerError, Family, LeaseKind};
 use crate::duration::millis;
 
 /// How long to wait, after a renewal found the lease gone, for the command's
@@ -58,6 +58,8 @@ pub type Exited = oneshot::Receiver<std::io::Result<ExitStatus>>;
 /// The lease being held and the clock that goes with it.
 pub struct Supervisor<'a> {
     pub broker: &'a Broker,
+    /// What is held: it picks the routes renewals and the release go to.
+    pub kind: LeaseKind,
     pub name: String,
     pub token: String,
     pub fence: u64,
@@ -90,6 +92,7 @@ pub struct Supervisor<'a> {
 
 /// What [`Supervisor::new`] needs beyond the broker.
 pub struct Held {
+    pub kind: LeaseKind,
     pub name: String,
     pub token: String,
     pub fence: u64,
@@ -109,6 +112,7 @@ impl<'a> Supervisor<'a> {
     pub fn new(broker: &'a Broker, held: Held) -> Self {
         Self {
             broker,
+            kind: held.kind,
             name: held.name,
             token: held.token,
             fence: held.fence,
@@ -126,6 +130,11 @@ impl<'a> Supervisor<'a> {
             failing: false,
             running: false,
         }
+    }
+
+    /// The routes of the lease: the lock's, or the semaphore's for a permit.
+    pub fn family(&self) -> Family {
+        self.kind.family()
     }
 
     /// A request sent at `sent` left the lease with `ttl` to live: stop the
@@ -174,12 +183,12 @@ impl<'a> Supervisor<'a> {
                 u64::try_from(fits).unwrap_or(u64::MAX),
             ));
         }
-        let broker = self.broker;
+        let (broker, family) = (self.broker, self.family());
         let (name, token) = (self.name.clone(), self.token.clone());
         let timeout = (self.ttl / 5).clamp(Duration::from_millis(250), Duration::from_secs(10));
         Some(Box::pin(async move {
             let sent = Instant::now();
-            let result = broker.extend(&name, &token, ttl, timeout).await;
+            let result = broker.extend(family, &name, &token, ttl, timeout).await;
             (sent, ttl, result)
         }))
     }

@@ -19,12 +19,13 @@ fn lease(fence: u64, ttl_ms: u64) -> Lease {
 
 fn busy(fence: u64, expires_in_ms: u64) -> Result<AcquireOutcome, StoreError> {
     Ok(AcquireOutcome::Busy {
-        holder: Holder {
+        blockers: Blockers::one(Holder {
+            mode: LeaseKind::Exclusive,
             owner: Some("w".into()),
             fence: Fence::new(fence),
             expires_in_ms,
             available_in_ms: expires_in_ms,
-        },
+        }),
         queue_position: None,
     })
 }
@@ -89,7 +90,7 @@ fn without_a_majority_the_answer_is_busy_or_unavailable() {
     let votes = acquire(answers, 3, &token);
     assert!(votes.granted().is_none());
     match votes.busy_answer() {
-        Ok(AcquireOutcome::Busy { holder, .. }) => assert_eq!(holder.fence.get(), 8),
+        Ok(AcquireOutcome::Busy { blockers, .. }) => assert_eq!(blockers.holder.fence.get(), 8),
         other => panic!("{other:?}"),
     }
     let answers = vec![
@@ -125,10 +126,11 @@ fn extends_and_releases_need_a_majority() {
             expires_at_ms,
             validity_ms: 1_000,
             owner: None,
+            limit: None,
         }))
     };
     let two_of_three = vec![renewal(2_000), renewal(1_990), Ok(ExtendOutcome::Lost)];
-    match extend(two_of_three, 2, 900) {
+    match extend(two_of_three, 2, 2, 900) {
         Ok(ExtendOutcome::Extended(r)) => {
             assert_eq!(
                 (r.ttl_ms, r.expires_at_ms, r.validity_ms),
@@ -142,9 +144,9 @@ fn extends_and_releases_need_a_majority() {
         Ok(ExtendOutcome::Lost),
         Ok(ExtendOutcome::Lost),
     ];
-    assert!(matches!(extend(one, 2, 900), Ok(ExtendOutcome::Lost)));
+    assert!(matches!(extend(one, 2, 2, 900), Ok(ExtendOutcome::Lost)));
     let silent = vec![renewal(2_000), Err(down()), Err(down())];
-    assert!(extend(silent, 2, 900).is_err());
+    assert!(extend(silent, 2, 2, 900).is_err());
 
     let released = |held| {
         Ok(ReleaseOutcome::Released(Release {
@@ -173,9 +175,9 @@ fn status_is_held_when_a_majority_holds_and_free_when_a_majority_is() {
         Ok(LockStatus {
             held,
             owner: held.then(|| "w".to_owned()),
-            fence: Some(Fence::new(fence)),
             expires_in_ms: if held { available_in_ms } else { 0 },
             available_in_ms,
+            ..LockStatus::free(Some(Fence::new(fence)))
         })
     };
     let answers = vec![
@@ -216,4 +218,61 @@ fn status_is_held_when_a_majority_holds_and_free_when_a_majority_is() {
         Err(down()),
     ];
     assert!(!super::status(&answers, 3).expect("decided").held);
+}
+
+#[test]
+fn a_permit_extend_needs_as_many_nodes_as_its_grant() {
+    let renewal = || {
+        Ok(ExtendOutcome::Extended(Renewal {
+            fence: Fence::new(5),
+            ttl_ms: 1_000,
+            expires_at_ms: 2_000,
+            validity_ms: 1_000,
+            owner: None,
+            limit: Some(2),
+        }))
+    };
+    // Two of three nodes are a majority, but a permit of limit 2 needs three.
+    let two_of_three = vec![renewal(), renewal(), Err(down())];
+    assert!(extend(two_of_three, 2, 3, 900).is_err());
+    let all = vec![renewal(), renewal(), renewal()];
+    assert!(matches!(
+        extend(all, 2, 3, 900),
+        Ok(ExtendOutcome::Extended(_))
+    ));
+}
+
+#[test]
+fn a_holder_counts_in_a_status_when_a_majority_carries_its_fence() {
+    let holder = |fence: u64, expires_in_ms: u64| Holder {
+        mode: LeaseKind::Permit,
+        owner: None,
+        fence: Fence::new(fence),
+        expires_in_ms,
+        available_in_ms: expires_in_ms,
+    };
+    let node = |holders: Vec<Holder>| {
+        let mut status = LockStatus::free(Some(Fence::new(9)));
+        status.held = !holders.is_empty();
+        status.mode = status.held.then_some(LeaseKind::Permit);
+        status.occupied = holders.len() as u64;
+        status.holder_count = holders.len() as u64;
+        status.limit = Some(3);
+        status.holders = holders;
+        Ok(status)
+    };
+    // Fence 7 stands on two nodes; fence 8 (a grant rolled back) on one.
+    let answers = vec![
+        node(vec![holder(7, 900), holder(8, 950)]),
+        node(vec![holder(7, 880)]),
+        node(Vec::new()),
+    ];
+    let status = status(&answers, 2).expect("a majority answered");
+    assert_eq!((status.holder_count, status.limit), (1, Some(3)));
+    assert_eq!(
+        status.holders,
+        vec![holder(7, 880)],
+        "the soonest expiry counts"
+    );
+    assert_eq!(status.mode, Some(LeaseKind::Permit));
 }

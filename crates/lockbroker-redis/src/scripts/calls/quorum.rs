@@ -1,7 +1,7 @@
 //! The calls only quorum mode makes: a fence write-back, a node's epoch, and
 //! a node's readmission after a restart without its data.
 
-use lockbroker_core::{Fence, LeaseToken, LockName, StoreError};
+use lockbroker_core::{Fence, LeaseKind, LeaseToken, LockName, StoreError};
 
 use super::super::{Reply, ScriptCall, ScriptContext, ScriptName};
 
@@ -34,12 +34,16 @@ impl ScriptCall for AdoptFenceCall<'_> {
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
         let keys = &context.keys;
-        vec![
+        let mut all = vec![
             keys.lease(self.name),
             keys.fence(self.name),
             keys.horizon(),
             keys.epoch(),
-        ]
+        ];
+        if self.token.kind() != LeaseKind::Exclusive {
+            all.push(keys.members(self.name));
+        }
+        all
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {

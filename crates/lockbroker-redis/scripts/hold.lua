@@ -1,0 +1,152 @@
+-- Grants a place in a holder set: a shared lease on a lock, or a semaphore
+-- permit. Shared leases coexist with each other and never with a valid
+-- exclusive lease (or its lock-delay); permits coexist up to the limit.
+--
+-- KEYS[1] the exclusive lease hash (a semaphore has none; the key is never
+--         written)  KEYS[2] last issued fence  KEYS[3] queue  KEYS[4] queue expiries
+-- KEYS[5] holders  KEYS[6] holder leases  KEYS[7] released holders
+-- KEYS[8] lease horizon  KEYS[9] epoch hash (quorum mode only)
+-- ARGV[1..16] as acquire.lua
+-- ARGV[17] '1' when the caller joins the queue whenever it is turned away
+--          (every waiting shared or permit request does)
+-- ARGV[18] the semaphore's limit ('' for a shared lease: no limit)
+--
+-- Returns as acquire.lua, and {-3, limit} when permits take places under
+-- another limit.
+
+local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local holders_key, members_key, released_key = KEYS[5], KEYS[6], KEYS[7]
+local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local delay, fence_idle, floor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
+local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+local limit = tonumber(ARGV[18])
+
+local now_us, now_ms = clock()
+local arrival_us = tonumber(ARGV[14]) or now_us
+local epoch_id = ARGV[15] or ''
+local waits = ARGV[16] == '1'
+
+local node_max = 0
+if epoch_id ~= '' then
+  local standing = quorum_standing(KEYS[9], epoch_id, now_ms)
+  if not standing then
+    return {-1}
+  end
+  floor = math.max(floor, standing[1])
+  node_max = standing[2]
+end
+
+holders_prune(holders_key, members_key, released_key, now_ms)
+
+-- The same request again, by token or by request_id within its principal.
+local mine = token
+if rid ~= '' then
+  mine = redis.call('HGET', members_key, 'r:' .. principal .. ':' .. rid) or token
+end
+local held = holder_read(members_key, mine)
+if held and held.x ~= '1' and tonumber(held.e) > now_ms and (mine == token or held.o == owner) then
+  return {1, mine, tonumber(held.f), tonumber(held.e) - now_ms, tonumber(held.e), held.o}
+end
+
+local occupying = redis.call('ZCARD', holders_key)
+if limit and occupying > 0 then
+  local in_force = tonumber(redis.call('HGET', members_key, '#limit') or limit)
+  if in_force ~= limit then
+    return {-3, in_force}
+  end
+end
+
+local function wait_in_line()
+  if waiter_id == '' then
+    return -1
+  end
+  if ARGV[17] ~= '1' and redis.call('EXISTS', queue_key) == 0 then
+    return -1
+  end
+  return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
+end
+
+-- A valid exclusive lease, or its lock-delay, is in the way.
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'w')
+if cur[1] and cur[5] ~= '1' then
+  local available_in = redis.call('PTTL', lease_key)
+  local exp = tonumber(cur[4])
+  if exp > now_ms or available_in > 0 then
+    if waits and exp > now_ms and cur[6] ~= '1' then
+      redis.call('HSET', lease_key, 'w', '1')
+    end
+    return {0, cur[3], tonumber(cur[2]), math.max(exp - now_ms, 0), available_in,
+      wait_in_line(), 'exclusive'}
+  end
+end
+
+local last = math.max(tonumber(redis.call('GET', fence_key) or '0'), tonumber(cur[2] or '0'))
+
+-- Every permit is taken: the first to free decides when to look again.
+if limit and occupying >= limit then
+  if waits then
+    redis.call('HSET', members_key, '#w', '1')
+  end
+  local busy = {0, '', last, 0, 0, wait_in_line(), 'holders'}
+  local shown = holders_view(holders_key, members_key, now_ms, 20)
+  if #shown > 0 then
+    busy[2], busy[3], busy[4], busy[5] = shown[1], shown[2], shown[3], shown[4]
+  end
+  for _, value in ipairs(shown) do
+    busy[#busy + 1] = value
+  end
+  return busy
+end
+
+-- Waiters queue for the name: they go first, in arrival order.
+if redis.call('EXISTS', queue_key) == 1 then
+  local head = queue_head(queue_key, expiry_key, now_ms)
+  if head and head ~= waiter_id then
+    return {0, '', last, 0, 0, wait_in_line(), 'queue'}
+  end
+  if head then
+    queue_leave(queue_key, expiry_key, waiter_id)
+  end
+end
+
+local fence = math.max(last + 1, now_us, floor + 1)
+local floor_raised = 0
+if floor + 1 > last + 1 and floor + 1 > now_us then
+  floor_raised = 1
+end
+if fence >= 9007199254740992 then
+  return redis.error_reply('ERR lockbroker fence would exceed 2^53')
+end
+local fence_text = string.format('%d', fence)
+local exp = now_ms + ttl
+
+redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
+redis.call('ZREM', released_key, token)
+redis.call('ZADD', holders_key, exp + delay, token)
+holder_write(members_key, token, {
+  f = fence_text, o = owner, r = rid, b = principal, a = string.format('%d', now_ms),
+  e = string.format('%d', exp), d = string.format('%d', delay), x = '0'})
+if rid ~= '' then
+  redis.call('HSET', members_key, 'r:' .. principal .. ':' .. rid, token)
+end
+if limit then
+  redis.call('HSET', members_key, '#limit', string.format('%d', limit))
+end
+keep_for(holders_key, ttl + delay)
+keep_for(members_key, ttl + delay)
+if epoch_id ~= '' then
+  raise_horizon(KEYS[8], exp + delay)
+  if fence > node_max then
+    redis.call('HSET', KEYS[9], 'max', fence_text)
+  end
+end
+
+-- The waiter now first in line learns it: a free place may be its already.
+if waiter_id ~= '' then
+  local next_head = queue_head(queue_key, expiry_key, now_ms)
+  if next_head then
+    announce(channel, broker_id, 'turn', name, next_head)
+  end
+end
+return {1, token, fence, ttl, exp, owner, floor_raised}

@@ -1,0 +1,42 @@
+#!lua flags=allow-oom
+-- Sets the remaining validity of a shared lease or a permit to ttl_ms, as
+-- extend.lua does for an exclusive lease.
+--
+-- KEYS[1] holders  KEYS[2] holder leases  KEYS[3] lease horizon (quorum mode only)
+-- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] max_hold_ms (0: no limit)
+--
+-- Returns as extend.lua, with the semaphore's limit in force (-1 for none)
+-- after an extended lease's owner.
+
+local holders_key, members_key = KEYS[1], KEYS[2]
+local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+
+local _, now_ms = clock()
+
+local lease = holder_read(members_key, token)
+if not lease then
+  return {0}
+end
+if lease.x == '1' then
+  return {-2}
+end
+local exp = tonumber(lease.e)
+if exp <= now_ms then
+  return {0}
+end
+local new_exp = now_ms + ttl
+if max_hold > 0 and new_exp > tonumber(lease.a) + max_hold then
+  return {-1, exp - now_ms}
+end
+
+local delay = tonumber(lease.d)
+lease.e = string.format('%d', new_exp)
+holder_write(members_key, token, lease)
+redis.call('ZADD', holders_key, 'XX', new_exp + delay, token)
+keep_for(holders_key, ttl + delay)
+keep_for(members_key, ttl + delay)
+if KEYS[3] then
+  raise_horizon(KEYS[3], new_exp + delay)
+end
+return {1, tonumber(lease.f), ttl, new_exp, lease.o,
+  tonumber(redis.call('HGET', members_key, '#limit') or '-1')}

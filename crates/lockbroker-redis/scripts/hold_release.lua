@@ -1,0 +1,50 @@
+#!lua flags=allow-oom
+-- Gives back a shared lease or a permit at once, as release.lua does for an
+-- exclusive lease, and announces it when somebody waits for the name: each
+-- release frees one place and wakes one waiter.
+--
+-- KEYS[1] holders  KEYS[2] holder leases  KEYS[3] released holders
+-- KEYS[4] queue  KEYS[5] queue expiries
+-- ARGV[1..8] as release.lua
+--
+-- Returns as release.lua.
+
+local holders_key, members_key, released_key = KEYS[1], KEYS[2], KEYS[3]
+local queue_key, expiry_key = KEYS[4], KEYS[5]
+local token, memo_ms = ARGV[1], tonumber(ARGV[2])
+local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
+
+local _, now_ms = clock()
+
+if (ARGV[6] or '') ~= '' then
+  queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
+end
+
+local lease = holder_read(members_key, token)
+if not lease then
+  return {0}
+end
+if lease.x == '1' then
+  return {1, tonumber(lease.f), -1}
+end
+if tonumber(lease.e) <= now_ms then
+  return {0}
+end
+
+-- Keep the lease as a memo marked released until memo_ms from now.
+redis.call('ZREM', holders_key, token)
+lease.x = '1'
+lease.e = string.format('%d', now_ms)
+holder_write(members_key, token, lease)
+redis.call('ZADD', released_key, now_ms + memo_ms, token)
+keep_for(released_key, memo_ms)
+keep_for(members_key, memo_ms)
+
+local head
+if redis.call('EXISTS', queue_key) == 1 then
+  head = queue_head(queue_key, expiry_key, now_ms)
+end
+if head or redis.call('HGET', members_key, '#w') == '1' then
+  announce(channel, broker_id, 'released', name, head)
+end
+return {1, tonumber(lease.f), now_ms - tonumber(lease.a)}

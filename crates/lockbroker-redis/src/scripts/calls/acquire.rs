@@ -1,0 +1,214 @@
+//! The grant scripts: `acquire.lua` for an exclusive lease, `hold.lua` for a
+//! shared lease or a permit. Both take the same arguments and answer alike.
+
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, LockName,
+    Space, StoreError,
+};
+
+use super::super::{Reply, ScriptCall, ScriptContext, ScriptName};
+
+/// `acquire.lua`: grants the lock or reports what is in the way.
+pub struct AcquireCall<'a> {
+    /// The request.
+    pub params: &'a AcquireParams<'a>,
+    /// The highest fence the caller has seen; the fence will exceed it.
+    pub fence_floor: u64,
+    /// Quorum mode: the node's epoch as the broker knows it. A node with
+    /// another, or one still out of majorities, grants nothing.
+    pub epoch: Option<&'a str>,
+}
+
+/// `hold.lua`: grants a shared lease or a permit, with the arguments of
+/// [`AcquireCall`].
+pub struct HoldCall<'a>(pub AcquireCall<'a>);
+
+/// What an acquire answered, and whether the caller's floor (rather than
+/// Redis's counter or clock) set the fence.
+pub struct Acquired {
+    /// Granted or busy.
+    pub outcome: AcquireOutcome,
+    /// Redis lost its data and its clock runs behind the last fence.
+    pub floor_raised: bool,
+}
+
+impl AcquireCall<'_> {
+    /// The name's keys both scripts share, then those of `hold.lua` alone,
+    /// then the node's own in quorum mode.
+    fn keys_with(&self, context: &ScriptContext, released: bool) -> Vec<String> {
+        let (keys, name) = (&context.keys, self.params.name);
+        let mut all = vec![
+            keys.lease(name),
+            keys.fence(name),
+            keys.queue(name),
+            keys.queue_expiry(name),
+            keys.holders(name),
+            keys.members(name),
+        ];
+        if released {
+            all.push(keys.released(name));
+        }
+        if self.epoch.is_some() {
+            all.extend([keys.horizon(), keys.epoch()]);
+        }
+        all
+    }
+}
+
+impl ScriptCall for AcquireCall<'_> {
+    type Output = Acquired;
+    const SCRIPT: ScriptName = ScriptName::Acquire;
+
+    fn keys(&self, context: &ScriptContext) -> Vec<String> {
+        self.keys_with(context, false)
+    }
+
+    fn args(&self, context: &ScriptContext) -> Vec<String> {
+        let params = self.params;
+        let fair = params.fair;
+        vec![
+            params.token.expose().to_owned(),
+            params.ttl.as_millis().to_string(),
+            params.owner.map_or("", |o| o.as_str()).to_owned(),
+            params.request_id.map_or("", |r| r.as_str()).to_owned(),
+            params.lock_delay.as_millis().to_string(),
+            context.fence_idle_ms.to_string(),
+            self.fence_floor.to_string(),
+            fair.map_or("", |f| f.waiter_id).to_owned(),
+            fair.map_or(0, |f| f.entry_ttl_ms).to_string(),
+            context.wake_channel_of(params.name),
+            context.broker_id.clone(),
+            params.name.wire(),
+            params.principal.as_str().to_owned(),
+            // One server orders its queue by its own clock; the copies on a
+            // quorum's nodes all order by the broker's, so they agree.
+            match fair {
+                Some(fair) if context.quorum_node => fair.arrived_at_us.to_string(),
+                _ => String::new(),
+            },
+            self.epoch.unwrap_or("").to_owned(),
+            if params.waits { "1" } else { "" }.to_owned(),
+            if fair.is_some_and(|f| f.always) {
+                "1"
+            } else {
+                ""
+            }
+            .to_owned(),
+        ]
+    }
+
+    fn decode(&self, reply: &mut Reply) -> Result<Acquired, StoreError> {
+        decode_acquired(self.params.name, reply)
+    }
+}
+
+impl ScriptCall for HoldCall<'_> {
+    type Output = Acquired;
+    const SCRIPT: ScriptName = ScriptName::Hold;
+
+    fn keys(&self, context: &ScriptContext) -> Vec<String> {
+        self.0.keys_with(context, true)
+    }
+
+    fn args(&self, context: &ScriptContext) -> Vec<String> {
+        let mut args = self.0.args(context);
+        args.push(self.0.params.limit.map_or(String::new(), |l| l.to_string()));
+        args
+    }
+
+    fn decode(&self, reply: &mut Reply) -> Result<Acquired, StoreError> {
+        decode_acquired(self.0.params.name, reply)
+    }
+}
+
+/// Reads a grant, a busy answer, a limit conflict or a refusal by a node
+/// out of good standing.
+fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, StoreError> {
+    let outcome = match reply.int()? {
+        -1 => {
+            return Err(StoreError::Unavailable(
+                "the node restarted without its data and is out of majorities".into(),
+            ))
+        }
+        -3 => AcquireOutcome::LimitConflict {
+            limit: u32::try_from(reply.uint()?)
+                .map_err(|_| StoreError::Protocol("limit out of range".into()))?,
+        },
+        1 => {
+            let token = LeaseToken::parse(&reply.text()?)
+                .map_err(|_| StoreError::Protocol("stored token is malformed".into()))?;
+            let fence = Fence::new(reply.uint()?);
+            let ttl_ms = reply.uint()?;
+            let lease = Lease {
+                name: name.clone(),
+                token,
+                fence,
+                ttl_ms,
+                expires_at_ms: reply.uint()?,
+                validity_ms: ttl_ms,
+                owner: reply.optional_text()?,
+            };
+            // A re-sent acquire answers without the flag: it raised nothing.
+            let floor_raised = reply.has_more() && reply.int()? == 1;
+            return Ok(Acquired {
+                outcome: AcquireOutcome::Granted(lease),
+                floor_raised,
+            });
+        }
+        _ => {
+            let holder = read_holder(reply, LeaseKind::Exclusive)?;
+            let queue_position = u64::try_from(reply.int()?).ok();
+            let blockers = match reply.text()?.as_str() {
+                "exclusive" => Blockers::one(holder),
+                "queue" => Blockers::queue(holder.fence),
+                _ => {
+                    let kind = holder_kind(name);
+                    let holders = read_holders(reply, kind)?;
+                    Blockers {
+                        holder: Holder {
+                            mode: kind,
+                            ..holder
+                        },
+                        holders,
+                    }
+                }
+            };
+            AcquireOutcome::Busy {
+                blockers,
+                queue_position,
+            }
+        }
+    };
+    Ok(Acquired {
+        outcome,
+        floor_raised: false,
+    })
+}
+
+/// The kind of the leases in a name's holder set.
+pub(super) fn holder_kind(name: &LockName) -> LeaseKind {
+    match name.space() {
+        Space::Lock => LeaseKind::Shared,
+        Space::Semaphore => LeaseKind::Permit,
+    }
+}
+
+/// One holder as the scripts list it: owner, fence, expires in, available in.
+pub(super) fn read_holder(reply: &mut Reply, mode: LeaseKind) -> Result<Holder, StoreError> {
+    Ok(Holder {
+        mode,
+        owner: reply.optional_text()?,
+        fence: Fence::new(reply.uint()?),
+        expires_in_ms: reply.uint()?,
+        available_in_ms: reply.uint()?,
+    })
+}
+
+/// Every holder left in the reply.
+pub(super) fn read_holders(reply: &mut Reply, mode: LeaseKind) -> Result<Vec<Holder>, StoreError> {
+    let mut holders = Vec::new();
+    while reply.has_more() {
+        holders.push(read_holder(reply, mode)?);
+    }
+    Ok(holders)
+}
