@@ -17,6 +17,7 @@ mod outage;
 mod quorum;
 mod retries;
 mod security;
+mod semaphores;
 mod sentinel;
 mod validation;
 mod waiting;

@@ -1,6 +1,8 @@
 //! The checker's load: clients that take locks and then hold, stall past
 //! their TTL, extend, release, walk away or probe, at random, recording every
-//! answer in a [`History`].
+//! answer in a [`History`]. By default every client takes exclusive leases;
+//! a [`Mix`] gives some of them shared leases of the same locks, or permits
+//! of semaphores named like the locks, which they drive the same way.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::{sleep, Instant};
 
 use crate::client::{now_us, BrokerClient, Outcome, Timed};
-use crate::history::{Event, History, LeaseId, Op};
+use crate::history::{Event, History, Kind, LeaseId, Op};
 
 /// What the load does, and for how long.
 #[derive(Clone, Debug)]
@@ -31,6 +33,44 @@ pub struct LoadPlan {
     pub lock_prefix: String,
 }
 
+/// Which kinds of lease the load's clients take, out of the plan's
+/// `clients`. The default, every client exclusive, is the load as it was
+/// before shared leases and semaphores, so [`run`] keeps its callers' load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mix {
+    /// Clients that take shared leases of the plan's locks, beside the
+    /// exclusive ones: their leases must overlap only one another.
+    pub shared_clients: usize,
+    /// Clients that take permits of semaphores named like the plan's locks
+    /// (`<prefix>-<n>`, another name than the lock), at most `limit` valid
+    /// at once per semaphore. Counted before `shared_clients` when the two
+    /// ask for more clients than the plan has.
+    pub permit_clients: usize,
+    /// Every semaphore's limit; 0 reads as 1, the lowest the broker takes.
+    pub limit: u32,
+}
+
+impl Mix {
+    /// The kind of lease client `i` of `clients` takes: the last
+    /// `permit_clients` take permits, the `shared_clients` before them
+    /// shared leases, and the rest exclusive leases. Kinds are contiguous
+    /// while brokers go round (`i % brokers`), so each kind reaches every
+    /// broker once it has as many clients as there are brokers.
+    pub fn kind_of(&self, i: usize, clients: usize) -> Kind {
+        let permits = self.permit_clients.min(clients);
+        let shared = self.shared_clients.min(clients - permits);
+        if i >= clients - permits {
+            Kind::Permit {
+                limit: self.limit.max(1),
+            }
+        } else if i >= clients - permits - shared {
+            Kind::Shared
+        } else {
+            Kind::Exclusive
+        }
+    }
+}
+
 /// Stalls taken, alongside the history.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LoadStats {
@@ -38,8 +78,16 @@ pub struct LoadStats {
     pub stalls: u64,
 }
 
-/// Runs `plan` against `brokers` and returns what everyone was told.
+/// Runs `plan` against `brokers`, every client taking exclusive leases,
+/// and returns what everyone was told.
 pub async fn run(brokers: &[String], plan: &LoadPlan) -> (History, LoadStats) {
+    run_mixed(brokers, plan, &Mix::default()).await
+}
+
+/// Runs `plan` against `brokers` with its clients taking the kinds of lease
+/// `mix` gives them, and returns what everyone was told. Check the history
+/// with [`check`](crate::check) as any other: it knows every kind.
+pub async fn run_mixed(brokers: &[String], plan: &LoadPlan, mix: &Mix) -> (History, LoadStats) {
     let history = Arc::new(History::new());
     let deadline = Instant::now() + plan.duration;
     let mut tasks = Vec::new();
@@ -47,6 +95,7 @@ pub async fn run(brokers: &[String], plan: &LoadPlan) -> (History, LoadStats) {
         let client = BrokerClient::new(&brokers[i % brokers.len()], Duration::from_secs(15));
         let worker = Client {
             id: i,
+            kind: mix.kind_of(i, plan.clients),
             client,
             history: Arc::clone(&history),
             plan: plan.clone(),
@@ -71,6 +120,8 @@ pub async fn run(brokers: &[String], plan: &LoadPlan) -> (History, LoadStats) {
 
 struct Client {
     id: usize,
+    /// The kind of lease this client takes, and so the routes it calls.
+    kind: Kind,
     client: BrokerClient,
     history: Arc<History>,
     plan: LoadPlan,
@@ -83,6 +134,7 @@ impl Client {
         self.history.record(Event {
             client: self.id,
             lock: lock.to_owned(),
+            kind: self.kind,
             op,
             lease,
             timed: timed.clone(),
@@ -113,7 +165,9 @@ impl Client {
     /// One acquire; `None` unless granted. Backs off a little after an error
     /// so a broker without Redis is not hammered.
     async fn acquire(&mut self, lock: &str, wait_ms: u64) -> Option<(LeaseId, String, i64)> {
-        let (timed, token) = self.client.acquire(lock, self.plan.ttl_ms, wait_ms).await;
+        let (timed, token) = (self.client)
+            .acquire_kind(lock, self.kind, self.plan.ttl_ms, wait_ms)
+            .await;
         let lease =
             matches!(timed.outcome, Outcome::Granted { .. }).then(|| self.history.new_lease());
         self.record(lock, Op::Acquire, lease, &timed);
@@ -130,6 +184,7 @@ impl Client {
 
     async fn hold(&mut self, lock: &str, lease: LeaseId, token: &str, granted_at: i64) {
         let ttl = self.plan.ttl_ms;
+        let space = self.kind.space();
         if self.rng.gen_bool(self.plan.stall_rate.clamp(0.0, 1.0)) {
             // A holder that froze past its TTL wakes and carries on as if it
             // still held the lock; the broker must tell it otherwise.
@@ -138,15 +193,15 @@ impl Client {
                 ttl + self.rng.gen_range(10..=ttl.max(10)),
             ))
             .await;
-            let timed = self.client.extend(lock, token, 2 * ttl).await;
+            let timed = self.client.extend_in(space, lock, token, 2 * ttl).await;
             self.record(lock, Op::Extend, Some(lease), &timed);
-            let timed = self.client.release(lock, token).await;
+            let timed = self.client.release_in(space, lock, token).await;
             self.record(lock, Op::Release, Some(lease), &timed);
             return;
         }
         sleep(Duration::from_millis(self.rng.gen_range(0..=ttl / 4))).await;
         if self.rng.gen_bool(0.5) {
-            let timed = self.client.extend(lock, token, 2 * ttl).await;
+            let timed = self.client.extend_in(space, lock, token, 2 * ttl).await;
             self.record(lock, Op::Extend, Some(lease), &timed);
             if matches!(timed.outcome, Outcome::Renewed { .. }) && self.rng.gen_bool(0.5) {
                 // Outlive the grant's TTL, then extend again: this only works
@@ -154,18 +209,18 @@ impl Client {
                 let past_first = granted_at + i64::try_from(ttl + 20).unwrap_or(0) * 1000;
                 let wait_us = (past_first - now_us()).max(0);
                 sleep(Duration::from_micros(wait_us.unsigned_abs())).await;
-                let timed = self.client.extend(lock, token, 2 * ttl).await;
+                let timed = self.client.extend_in(space, lock, token, 2 * ttl).await;
                 self.record(lock, Op::Extend, Some(lease), &timed);
             }
         }
         if self.rng.gen_bool(0.3) {
-            let timed = self.client.status(lock).await;
+            let timed = self.client.status_in(space, lock).await;
             self.record(lock, Op::Status, Some(lease), &timed);
         }
         if self.rng.gen_bool(0.1) {
             return; // Walk away: the lease expires on its own.
         }
-        let timed = self.client.release(lock, token).await;
+        let timed = self.client.release_in(space, lock, token).await;
         self.record(lock, Op::Release, Some(lease), &timed);
         if !matches!(timed.outcome, Outcome::Released { .. }) {
             return;
@@ -173,20 +228,67 @@ impl Client {
         // Probe that the release took effect.
         match self.rng.gen_range(0..3) {
             0 => {
-                let timed = self.client.status(lock).await;
+                let timed = self.client.status_in(space, lock).await;
                 self.record(lock, Op::Status, Some(lease), &timed);
             }
             1 => {
-                let timed = self.client.extend(lock, token, ttl).await;
+                let timed = self.client.extend_in(space, lock, token, ttl).await;
                 self.record(lock, Op::Extend, Some(lease), &timed);
             }
             _ => {
-                // The lock is free at once after a release: take it again.
+                // An exclusive lease's lock is free at once after its
+                // release: take it again. Another kind may find the name
+                // still held, or owed to a waiter: a busy answer must then
+                // not name the released lease.
                 if let Some((again, token, _)) = self.acquire(lock, 0).await {
-                    let timed = self.client.release(lock, &token).await;
+                    let timed = self.client.release_in(space, lock, &token).await;
                     self.record(lock, Op::Release, Some(again), &timed);
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_mix_is_all_exclusive() {
+        let mix = Mix::default();
+        assert!((0..8).all(|i| mix.kind_of(i, 8) == Kind::Exclusive));
+    }
+
+    #[test]
+    fn a_mix_gives_the_last_clients_permits_and_those_before_shared_leases() {
+        let mix = Mix {
+            shared_clients: 2,
+            permit_clients: 3,
+            limit: 2,
+        };
+        let kinds: Vec<Kind> = (0..6).map(|i| mix.kind_of(i, 6)).collect();
+        let permit = Kind::Permit { limit: 2 };
+        assert_eq!(
+            kinds,
+            [
+                Kind::Exclusive,
+                Kind::Shared,
+                Kind::Shared,
+                permit,
+                permit,
+                permit
+            ]
+        );
+        // Asking for more than there are: permits first, limit at least 1.
+        let greedy = Mix {
+            shared_clients: 5,
+            permit_clients: 1,
+            limit: 0,
+        };
+        let kinds: Vec<Kind> = (0..3).map(|i| greedy.kind_of(i, 3)).collect();
+        assert_eq!(
+            kinds,
+            [Kind::Shared, Kind::Shared, Kind::Permit { limit: 1 }]
+        );
     }
 }

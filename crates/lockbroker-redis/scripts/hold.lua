@@ -39,6 +39,15 @@ end
 
 holders_prune(holders_key, members_key, released_key, now_ms)
 
+-- A permit under another limit conflicts, a retry's included.
+local occupying = redis.call('ZCARD', holders_key)
+if limit and occupying > 0 then
+  local in_force = tonumber(redis.call('HGET', members_key, '#limit') or limit)
+  if in_force ~= limit then
+    return {-3, in_force}
+  end
+end
+
 -- The same request again, by token or by request_id within its principal.
 local mine = token
 if rid ~= '' then
@@ -47,14 +56,6 @@ end
 local held = holder_read(members_key, mine)
 if held and held.x ~= '1' and tonumber(held.e) > now_ms and (mine == token or held.o == owner) then
   return {1, mine, tonumber(held.f), tonumber(held.e) - now_ms, tonumber(held.e), held.o}
-end
-
-local occupying = redis.call('ZCARD', holders_key)
-if limit and occupying > 0 then
-  local in_force = tonumber(redis.call('HGET', members_key, '#limit') or limit)
-  if in_force ~= limit then
-    return {-3, in_force}
-  end
 end
 
 local function wait_in_line()

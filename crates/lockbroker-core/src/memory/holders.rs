@@ -61,6 +61,12 @@ impl MemoryStore {
         let name = params.name;
         let set = backend.holder_sets.entry(name.clone()).or_default();
         set.prune(now_ms);
+        let occupying = set.occupying(now_ms, params.kind);
+        if let (Some(limit), Some(in_force)) = (params.limit, set.limit) {
+            if !occupying.is_empty() && limit != in_force {
+                return Ok(AcquireOutcome::LimitConflict { limit: in_force });
+            }
+        }
         let owner = params.owner.map_or("", |o| o.as_str());
         let by = params.principal.as_str();
         let retried = set.leases.iter().find(|(token, r)| {
@@ -74,15 +80,12 @@ impl MemoryStore {
         if let Some((token, r)) = retried {
             return Ok(AcquireOutcome::Granted(lease_of(name, token, r, now_ms)?));
         }
-        let occupying = set.occupying(now_ms, params.kind);
-        if let (Some(limit), Some(in_force)) = (params.limit, set.limit) {
-            if !occupying.is_empty() && limit != in_force {
-                return Ok(AcquireOutcome::LimitConflict { limit: in_force });
-            }
-        }
+        // As hold.lua: a waiter joins whenever it is turned away, or (not
+        // asked to) once the queue exists.
         let wait_in_line = |backend: &mut Backend| {
             params
                 .fair
+                .filter(|fair| fair.always || backend.queues.contains_key(name))
                 .map(|fair| backend.queue_join(name, fair.waiter_id, now_us, fair.entry_ttl_ms))
         };
         if let Some(cur) = backend.leases.get_mut(name).filter(|r| !r.released) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lockbroker_lab::args::Args;
 use lockbroker_lab::history::{Backend, Drift};
-use lockbroker_lab::load::{self, LoadPlan};
+use lockbroker_lab::load::{self, LoadPlan, Mix};
 use lockbroker_lab::stack::{broker_binary, Stack};
 use lockbroker_lab::{check_against, client::now_us};
 
@@ -41,12 +41,18 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --seconds S        how long to run (default 20)
   --ttl-ms MS        lease TTL (default 200)
   --stall-rate R     share of holders that stall past their TTL (default 0.1)
+  --shared N         of the clients, N take shared leases of the locks (default 0)
+  --permits N        of the clients, N take permits of semaphores named like the
+                     locks (default 0)
+  --limit L          the semaphores' limit (default 2)
+  --mix              a mixed load: a third of the clients shared, a third on
+                     semaphores (unless --shared or --permits say otherwise)
   --seed N           seed for the clients' choices (default: the time)";
 
 fn main() -> ExitCode {
     let args = match Args::parse(
         std::env::args().skip(1),
-        &["help", "chaos", "quorum", "sentinel", "cluster"],
+        &["help", "chaos", "quorum", "sentinel", "cluster", "mix"],
     ) {
         Ok(args) => args,
         Err(e) => return usage_error(&e),
@@ -71,6 +77,10 @@ fn main() -> ExitCode {
         "seconds",
         "ttl-ms",
         "stall-rate",
+        "shared",
+        "permits",
+        "limit",
+        "mix",
         "seed",
     ];
     if let Err(e) = args.only(&known) {
@@ -111,6 +121,21 @@ async fn run(args: &Args) -> Result<bool, String> {
     };
     if plan.clients == 0 || plan.ttl_ms < 20 {
         return Err("--clients must be at least 1 and --ttl-ms at least 20".into());
+    }
+    let third = if args.flag("mix") {
+        plan.clients / 3
+    } else {
+        0
+    };
+    let mix = Mix {
+        shared_clients: args.get("shared", third)?,
+        permit_clients: args.get("permits", third)?,
+        limit: args.get("limit", 2)?,
+    };
+    if mix.limit == 0 || mix.shared_clients + mix.permit_clients > plan.clients {
+        return Err(
+            "--limit must be at least 1, and --shared plus --permits at most --clients".into(),
+        );
     }
     let mut urls: Vec<String> = args
         .raw("url")
@@ -165,8 +190,8 @@ async fn run(args: &Args) -> Result<bool, String> {
         other => (None, other),
     };
     println!(
-        "load: {} clients, {} locks, {:.0} s, ttl {} ms, stall rate {}, {} broker(s), seed {seed}",
-        plan.clients,
+        "load: {}, {} locks, {:.0} s, ttl {} ms, stall rate {}, {} broker(s), seed {seed}",
+        clients(&plan, &mix),
         plan.locks,
         plan.duration.as_secs_f64(),
         plan.ttl_ms,
@@ -186,7 +211,7 @@ async fn run(args: &Args) -> Result<bool, String> {
              failover; fences grow across it"
         );
     }
-    let (history, stats) = load::run(&urls, &plan).await;
+    let (history, stats) = load::run_mixed(&urls, &plan, &mix).await;
     if let Some(chaos) = chaos {
         let (faults, chaos_stack) = chaos.await.map_err(|e| e.to_string())??;
         println!("chaos: {faults}");
@@ -209,6 +234,18 @@ async fn run(args: &Args) -> Result<bool, String> {
     }
     println!("{}", if report.ok() { "PASS" } else { "FAIL" });
     Ok(report.ok())
+}
+
+/// The load's clients by kind, as the summary prints them.
+fn clients(plan: &LoadPlan, mix: &Mix) -> String {
+    let exclusive = plan.clients - mix.shared_clients - mix.permit_clients;
+    if exclusive == plan.clients {
+        return format!("{} clients", plan.clients);
+    }
+    format!(
+        "{} clients ({exclusive} exclusive, {} shared, {} on semaphores of limit {})",
+        plan.clients, mix.shared_clients, mix.permit_clients, mix.limit
+    )
 }
 
 /// For `duration`, disturbs a minority of the stack's nodes in turn: one is

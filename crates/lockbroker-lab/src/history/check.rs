@@ -10,13 +10,18 @@
 //!
 //! Quorum mode ([`Backend::Quorum`]) reads the answers differently and holds
 //! three rules to what a quorum lease promises; see [`check_against`].
+//!
+//! Every kind of lease (exclusive, shared, permit) is followed the same way;
+//! only who may hold a name beside whom differs (`check/exclusion.rs`). A
+//! lock and a semaphore of the same name are two names.
 
 use std::collections::HashMap;
 
-use super::{Event, Op};
+use super::{Event, Op, Space};
 use crate::client::Outcome;
 
 mod backend;
+mod exclusion;
 mod lease;
 mod report;
 
@@ -31,11 +36,14 @@ pub fn check(events: &[Event]) -> Report {
 
 /// Checks a history against the broker's promises:
 ///
-/// 1. fences strictly increase in grant order per lock, and every grant's
-///    fence exceeds every fence of that lock seen before it was asked for;
-/// 2. no two leases of one lock were valid at the same Redis instant;
+/// 1. fences strictly increase in grant order per name, whatever the kinds
+///    of its leases, and every grant's fence exceeds every fence of that
+///    name seen before it was asked for;
+/// 2. no exclusive lease of a lock was valid at the same Redis instant as
+///    any other lease of it (shared leases may share the lock), and no more
+///    permits of a semaphore than its limit were;
 /// 3. an acknowledged release took effect: the released lease never again
-///    blocks an acquire, shows as held, or extends;
+///    stands in the way of an acquire, shows as held, or extends;
 /// 4. an acknowledged extend took effect: no other lease is granted before
 ///    the new expiry, and the holder can still extend after the old one;
 /// 5. no step says a valid lease is lost, and none succeeds on a lease that
@@ -110,6 +118,7 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
             ) => leases.push(Lease {
                 id,
                 lock: &e.lock,
+                kind: e.kind,
                 fence: *fence,
                 start: if backend.is_quorum() {
                     Start::answered(&e.timed, (lo, hi))
@@ -150,59 +159,21 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
             if n == 1 { "" } else { "s" }
         )),
     }
+    exclusion::judge(&leases, backend, &mut report);
     let v = &mut report.violations;
 
-    // Per lock: fence order, overlap, and fences above everything seen before.
-    let mut by_lock: HashMap<&str, Vec<&Lease<'_>>> = HashMap::new();
-    for lease in &leases {
-        by_lock.entry(lease.lock).or_default().push(lease);
-    }
-    report.stats.locks = by_lock.len();
-    for (lock, list) in &mut by_lock {
-        list.sort_by(|a, b| (a.fence.cmp(&b.fence)).then(a.start.lower.total_cmp(&b.start.lower)));
-        let mut latest_end: Option<&Lease<'_>> = None;
-        for pair in list.windows(2) {
-            let (a, b) = (pair[0], pair[1]);
-            if a.fence == b.fence {
-                v.push(format!("lock {lock}: two grants carry fence {}", a.fence));
-            } else if b.start.upper <= a.start.lower {
-                v.push(format!(
-                    "lock {lock}: fence {} was granted {}, before fence {} {}",
-                    b.fence, b.start, a.fence, a.start
-                ));
-            }
-        }
-        for b in list.iter() {
-            if let Some(a) = latest_end {
-                if b.start.upper <= a.end_lower
-                    && backend.failed_over_between(a.grant.send_us, b.grant.recv_us)
-                {
-                    report.stats.undone_by_failover += 1;
-                } else if b.start.upper <= a.end_lower {
-                    v.push(format!(
-                        "lock {lock}: fence {} was granted {} while fence {} was valid until at least {:.0} ms",
-                        b.fence, b.start, a.fence, a.end_lower
-                    ));
-                }
-            }
-            if latest_end.is_none_or(|a| b.end_lower > a.end_lower) {
-                latest_end = Some(b);
-            }
-        }
-    }
-
-    // Every grant's fence exceeds every fence of its lock already seen.
-    let mut seen: HashMap<&str, Vec<(i64, u64)>> = HashMap::new();
+    // Every grant's fence exceeds every fence of its name already seen.
+    let mut seen: HashMap<(Space, &str), Vec<(i64, u64)>> = HashMap::new();
     for e in &events {
         let fence = match e.timed.outcome {
             Outcome::Granted { fence, .. }
             | Outcome::Renewed { fence, .. }
             | Outcome::Released { fence } => Some(fence),
-            Outcome::Busy { fence } | Outcome::Status { fence, .. } => fence,
+            Outcome::Busy { fence, .. } | Outcome::Status { fence, .. } => fence,
             _ => None,
         };
         if let Some(fence) = fence {
-            seen.entry(&e.lock)
+            seen.entry((e.kind.space(), &e.lock))
                 .or_default()
                 .push((e.timed.recv_us, fence));
         }
@@ -211,35 +182,47 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
         list.sort_unstable();
     }
     for lease in &leases {
-        let Some(list) = seen.get(lease.lock) else {
+        let Some(list) = seen.get(&lease.name()) else {
             continue;
         };
         let before = list.partition_point(|(recv, _)| *recv < lease.grant.send_us);
         if let Some(max) = list[..before].iter().map(|(_, f)| *f).max() {
             if max >= lease.fence {
                 v.push(format!(
-                    "lock {}: fence {} was granted after fence {max} had already been seen",
-                    lease.lock, lease.fence
+                    "{} {}: {} was granted after fence {max} had already been seen",
+                    lease.kind.space(),
+                    lease.lock,
+                    lease.label()
                 ));
             }
         }
     }
 
-    // A released lease never blocks an acquire again.
-    let by_fence: HashMap<(&str, u64), &Lease<'_>> =
-        leases.iter().map(|l| ((l.lock, l.fence), l)).collect();
+    // A released lease never stands in the way of an acquire again. Only
+    // the leases a busy answer says are in the way are judged: the fence it
+    // names for an earlier waiter in the queue is the last one issued, which
+    // may well be a released lease's.
+    let by_fence: HashMap<((Space, &str), u64), &Lease<'_>> =
+        leases.iter().map(|l| ((l.name(), l.fence), l)).collect();
     for e in &events {
-        if let (Op::Acquire, Outcome::Busy { fence: Some(fence) }) = (e.op, &e.timed.outcome) {
-            if let Some(holder) = by_fence.get(&(e.lock.as_str(), *fence)) {
-                let released = holder.released_ack.filter(|r| *r < e.timed.send_us);
-                if released.is_some_and(|r| backend.failed_over_between(r, e.timed.recv_us)) {
-                    report.stats.undone_by_failover += 1;
-                } else if released.is_some() {
-                    v.push(format!(
-                        "lock {}: an acquire sent after fence {fence} was released was told that lease holds the lock",
-                        e.lock
-                    ));
-                }
+        let (Op::Acquire, Outcome::Busy { in_the_way, .. }) = (e.op, &e.timed.outcome) else {
+            continue;
+        };
+        let name = (e.kind.space(), e.lock.as_str());
+        for fence in in_the_way {
+            let Some(holder) = by_fence.get(&(name, *fence)) else {
+                continue;
+            };
+            let released = holder.released_ack.filter(|r| *r < e.timed.send_us);
+            if released.is_some_and(|r| backend.failed_over_between(r, e.timed.recv_us)) {
+                report.stats.undone_by_failover += 1;
+            } else if released.is_some() {
+                v.push(format!(
+                    "{} {}: an acquire sent after {} was released was told that lease is in its way",
+                    name.0,
+                    e.lock,
+                    holder.label()
+                ));
             }
         }
     }

@@ -7,7 +7,7 @@ use std::fmt;
 use super::report::Stats;
 use super::Backend;
 use crate::client::{Outcome, Timed};
-use crate::history::{Event, LeaseId, Op};
+use crate::history::{Event, Kind, LeaseId, Op, Space};
 
 /// Local µs to ms.
 pub(super) fn ms(us: i64) -> f64 {
@@ -66,7 +66,9 @@ impl fmt::Display for Start {
 /// One lease: a granted acquire and what became of it.
 pub(super) struct Lease<'a> {
     pub id: LeaseId,
+    /// The lock's or semaphore's name; `kind` says which.
     pub lock: &'a str,
+    pub kind: Kind,
     pub fence: u64,
     pub start: Start,
     pub grant: &'a Timed,
@@ -76,6 +78,24 @@ pub(super) struct Lease<'a> {
     pub end_lower: f64,
     /// Local µs when an acknowledged release came back.
     pub released_ack: Option<i64>,
+}
+
+impl<'a> Lease<'a> {
+    /// The name the lease holds: a lock and a semaphore may share a name
+    /// and still have fences and holders of their own.
+    pub fn name(&self) -> (Space, &'a str) {
+        (self.kind.space(), self.lock)
+    }
+
+    /// How a violation names the lease among others of its name: by fence,
+    /// with its kind when a lock's leases may be of either.
+    pub fn label(&self) -> String {
+        match self.kind {
+            Kind::Exclusive => format!("fence {}", self.fence),
+            Kind::Shared => format!("shared fence {}", self.fence),
+            Kind::Permit { .. } => format!("permit fence {}", self.fence),
+        }
+    }
 }
 
 /// What [`follow`] needs besides the lease and its steps.
@@ -122,7 +142,7 @@ impl Context<'_> {
 /// each against what must be true of the lease at that moment, and settles
 /// the lease's `end_lower` and `released_ack`.
 pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'_>) {
-    let name = format!("lock {} fence {}", lease.lock, lease.fence);
+    let name = format!("{} {} {}", lease.kind.space(), lease.lock, lease.label());
     let (lo, hi) = cx.offset;
     let quorum = cx.backend.is_quorum();
     // The lease is certainly valid until `certain_end` (Redis ms) unless a
@@ -214,8 +234,23 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
             (Op::Release, Outcome::Failed { .. }) => {
                 release_sent.get_or_insert(send + lo);
             }
-            (Op::Status, Outcome::Status { held, fence }) => {
-                let shows_lease = *held && *fence == Some(lease.fence);
+            (
+                Op::Status,
+                Outcome::Status {
+                    held,
+                    fence,
+                    holders,
+                    all_listed,
+                },
+            ) => {
+                // An exclusive lease that holds its lock carries the last
+                // fence issued; a shared lease or a permit need not, so only
+                // the listed holders show it, and only a complete list shows
+                // it is missing.
+                let exclusive = lease.kind == Kind::Exclusive;
+                let shows_lease = holders.contains(&lease.fence)
+                    || (exclusive && *held && *fence == Some(lease.fence));
+                let shows_absence = !shows_lease && (exclusive || *all_listed);
                 if release_undone && shows_lease {
                     cx.stats.undone_by_failover += 1;
                 } else if released_before {
@@ -226,7 +261,7 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                     } else {
                         cx.stats.release_probes += 1;
                     }
-                } else if valid_at_recv && t.send_us > lease.grant.recv_us && !shows_lease {
+                } else if valid_at_recv && t.send_us > lease.grant.recv_us && shows_absence {
                     let violation = format!(
                         "{name}: status did not show the lease while it was valid (held {held}, fence {fence:?})"
                     );

@@ -13,8 +13,20 @@ pub struct Stats {
     pub outcomes: BTreeMap<(Op, &'static str), u64>,
     /// Distinct locks.
     pub locks: usize,
-    /// Leases granted.
+    /// Distinct semaphores (a semaphore named like a lock is another name).
+    pub semaphores: usize,
+    /// Leases granted, of every kind.
     pub leases: usize,
+    /// Of those, shared lock leases.
+    pub shared_leases: usize,
+    /// Of those, semaphore permits.
+    pub permits: usize,
+    /// The most shared leases of one lock certainly valid at one instant:
+    /// above 1, the load made shared leases overlap.
+    pub most_shared_at_once: usize,
+    /// The most permits of one semaphore certainly valid at one instant:
+    /// at the limit, the load filled a semaphore.
+    pub most_permits_at_once: usize,
     /// Acknowledged releases followed by a probe that confirmed they took effect.
     pub release_probes: u64,
     /// Acknowledged extends later confirmed by an extend past the old expiry.
@@ -55,6 +67,18 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.stats;
         writeln!(f, "locks: {}  leases granted: {}", s.locks, s.leases)?;
+        if s.shared_leases > 0 || s.semaphores > 0 {
+            writeln!(
+                f,
+                "shared leases: {} (at most {} valid at once)  semaphores: {}  permits: {} \
+                 (at most {} valid at once)",
+                s.shared_leases,
+                s.most_shared_at_once,
+                s.semaphores,
+                s.permits,
+                s.most_permits_at_once
+            )?;
+        }
         for op in [Op::Acquire, Op::Extend, Op::Release, Op::Status] {
             let parts: Vec<String> = s
                 .outcomes

@@ -2,12 +2,16 @@
 
 use super::*;
 use crate::client::Timed;
+use crate::history::Kind;
+
+mod mixed;
 
 /// An answer the broker gave `at_ms` (local = Redis clock), 1 ms round trip.
 fn event(op: Op, lease: u64, at_ms: i64, outcome: Outcome) -> Event {
     Event {
         client: 0,
         lock: "job".into(),
+        kind: Kind::Exclusive,
         op,
         lease: Some(lease),
         timed: Timed {
@@ -30,6 +34,17 @@ fn grant(lease: u64, at_ms: i64, fence: u64, ttl_ms: u64) -> Event {
             expires_at_ms,
         },
     )
+}
+
+/// A status answer listing every valid lease, by fence, after `last` was
+/// issued.
+fn status(holders: &[u64], last: u64) -> Outcome {
+    Outcome::Status {
+        held: !holders.is_empty(),
+        fence: Some(last),
+        holders: holders.to_vec(),
+        all_listed: true,
+    }
 }
 
 #[test]
@@ -92,17 +107,17 @@ fn a_released_lease_that_still_blocks_is_a_violation() {
         event(Op::Release, 0, 1_010, Outcome::Released { fence: 10 }),
         Event {
             lease: None,
-            ..event(Op::Acquire, 9, 1_020, Outcome::Busy { fence: Some(10) })
+            ..event(
+                Op::Acquire,
+                9,
+                1_020,
+                Outcome::Busy {
+                    fence: Some(10),
+                    in_the_way: vec![10],
+                },
+            )
         },
-        event(
-            Op::Status,
-            0,
-            1_030,
-            Outcome::Status {
-                held: true,
-                fence: Some(10),
-            },
-        ),
+        event(Op::Status, 0, 1_030, status(&[10], 10)),
     ];
     assert_eq!(check(&events).violations.len(), 2);
 }
@@ -194,15 +209,7 @@ fn a_quorum_lease_lost_early_is_allowed_only_after_a_node_restart() {
     let events = [
         quorum_grant(0, (1_000, 1_000, 1_001), 10),
         event(Op::Extend, 0, 1_020, Outcome::Lost),
-        event(
-            Op::Status,
-            0,
-            1_030,
-            Outcome::Status {
-                held: false,
-                fence: Some(10),
-            },
-        ),
+        event(Op::Status, 0, 1_030, status(&[], 10)),
     ];
     let report = check_against(&events, &quorum(&[1_010]));
     assert!(report.ok(), "{report}");
@@ -269,15 +276,7 @@ fn in_sentinel_mode_a_release_may_be_undone_only_by_a_failover() {
     let events = [
         grant(0, 1_000, 10, 100),
         event(Op::Release, 0, 1_020, Outcome::Released { fence: 10 }),
-        event(
-            Op::Status,
-            0,
-            1_040,
-            Outcome::Status {
-                held: true,
-                fence: Some(10),
-            },
-        ),
+        event(Op::Status, 0, 1_040, status(&[10], 10)),
     ];
     assert!(!check_against(&events, &sentinel(&[])).ok());
     let report = check_against(&events, &sentinel(&[1_030_000]));
