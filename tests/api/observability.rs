@@ -104,52 +104,61 @@ async fn counters_and_histograms_count_exactly_what_happened() {
     let text = scrape(&app).await;
     let expect = [
         (
-            r#"lockbroker_acquires_total{family="billing:*",outcome="acquired"}"#,
+            r#"lockbroker_acquires_total{family="billing:*",kind="lock",outcome="acquired"}"#,
             2.0,
         ),
         (
-            r#"lockbroker_acquires_total{family="billing:*",outcome="busy"}"#,
+            r#"lockbroker_acquires_total{family="billing:*",kind="lock",outcome="busy"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_acquires_total{family="billing:*",outcome="wait_timeout"}"#,
+            r#"lockbroker_acquires_total{family="billing:*",kind="lock",outcome="wait_timeout"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_acquires_total{family="other",outcome="acquired"}"#,
+            r#"lockbroker_acquires_total{family="other",kind="lock",outcome="acquired"}"#,
             2.0,
         ),
         (
-            r#"lockbroker_extends_total{family="other",outcome="extended"}"#,
+            r#"lockbroker_extends_total{family="other",kind="lock",outcome="extended"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_extends_total{family="other",outcome="lease_lost"}"#,
+            r#"lockbroker_extends_total{family="other",kind="lock",outcome="lease_lost"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_releases_total{family="billing:*",outcome="released"}"#,
+            r#"lockbroker_releases_total{family="billing:*",kind="lock",outcome="released"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_releases_total{family="other",outcome="released"}"#,
+            r#"lockbroker_releases_total{family="other",kind="lock",outcome="released"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_releases_total{family="other",outcome="lease_lost"}"#,
+            r#"lockbroker_releases_total{family="other",kind="lock",outcome="lease_lost"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_leases_lost_total{family="other",operation="extend"}"#,
+            r#"lockbroker_leases_lost_total{family="other",kind="lock",operation="extend"}"#,
             1.0,
         ),
         (
-            r#"lockbroker_leases_lost_total{family="other",operation="release"}"#,
+            r#"lockbroker_leases_lost_total{family="other",kind="lock",operation="release"}"#,
             1.0,
         ),
-        (r#"lockbroker_wait_seconds_count{family="billing:*"}"#, 1.0),
-        (r#"lockbroker_hold_seconds_count{family="billing:*"}"#, 1.0),
-        (r#"lockbroker_hold_seconds_count{family="other"}"#, 1.0),
+        (
+            r#"lockbroker_wait_seconds_count{family="billing:*",kind="lock"}"#,
+            1.0,
+        ),
+        (
+            r#"lockbroker_hold_seconds_count{family="billing:*",kind="lock"}"#,
+            1.0,
+        ),
+        (
+            r#"lockbroker_hold_seconds_count{family="other",kind="lock"}"#,
+            1.0,
+        ),
         (
             r#"lockbroker_http_request_duration_seconds_count{method="POST",route="/v1/locks/{name}/acquire",status="423"}"#,
             2.0,

@@ -29,9 +29,6 @@ pub enum LockMode {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
-    /// `exclusive` (when absent) or `shared`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mode: Option<LockMode>,
     /// How long the lease is valid, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
@@ -50,6 +47,10 @@ pub struct AcquireBody {
     /// With `wait_ms` > 0, wait in the lock's queue shared by every broker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fair: Option<bool>,
+    /// `exclusive` (when absent) or `shared`. Last of the fields, so that a
+    /// short JSON array still fails as a whole body (see above), not on it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
 }
 
 /// Body of `POST /v1/semaphores/{name}/acquire` (`SemaphoreAcquireRequest`

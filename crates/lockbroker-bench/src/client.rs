@@ -12,7 +12,9 @@ mod minimal;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use lockbroker_api::{AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, ReleaseResponse};
+use lockbroker_api::{
+    AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, ReleaseResponse, SemaphoreAcquireBody,
+};
 use serde::de::DeserializeOwned;
 
 use crate::http1;
@@ -23,13 +25,14 @@ use minimal::MinimalClient;
 /// TTL of every benchmark lease: long enough never to expire mid-pair.
 const TTL_MS: u64 = 30_000;
 /// The broker's acquire body with the same TTL, serialized once.
-static ACQUIRE_BODY: LazyLock<Vec<u8>> = LazyLock::new(|| {
-    let body = AcquireBody {
-        ttl_ms: Some(TTL_MS),
-        ..AcquireBody::default()
-    };
-    serde_json::to_vec(&body).unwrap_or_default()
-});
+static ACQUIRE_BODY: LazyLock<Vec<u8>> = LazyLock::new(|| acquire_body(None, None));
+
+/// What the benchmark reads of a lease or a permit.
+#[derive(serde::Deserialize)]
+struct PermitOrLease {
+    token: String,
+    fence: u64,
+}
 
 /// What a benchmark talks to.
 #[derive(Clone)]
@@ -44,6 +47,23 @@ pub enum Target {
     Brokers {
         /// The brokers' ports.
         ports: Arc<[u16]>,
+    },
+    /// A broker's locks, each caller waiting (up to the TTL) for its lock
+    /// while another caller holds it.
+    Waiting {
+        /// The broker's port.
+        port: u16,
+    },
+    /// A broker's semaphore `name` with `limit`: every caller takes a permit
+    /// of that one semaphore, whatever lock it was given, waiting for a
+    /// free one.
+    Semaphore {
+        /// The broker's port.
+        port: u16,
+        /// The semaphore.
+        name: Arc<str>,
+        /// Its limit.
+        limit: u32,
     },
     /// A Redis on this loopback port, running the broker's scripts by these
     /// SHAs (acquire, release).
@@ -113,6 +133,16 @@ impl PairClient {
             Target::Broker { port } => {
                 PairClient::Broker(BrokerClient::connect(*port, lock).await?)
             }
+            Target::Waiting { port } => {
+                let base = format!("/v1/locks/{lock}");
+                let body = acquire_body(None, Some(TTL_MS));
+                PairClient::Broker(BrokerClient::connect_to(*port, base, body).await?)
+            }
+            Target::Semaphore { port, name, limit } => {
+                let base = format!("/v1/semaphores/{name}");
+                let body = acquire_body(Some(*limit), Some(TTL_MS));
+                PairClient::Broker(BrokerClient::connect_to(*port, base, body).await?)
+            }
             Target::Brokers { ports } => {
                 let spread = lock.bytes().fold(0usize, |hash, byte| {
                     hash.wrapping_mul(31).wrapping_add(usize::from(byte))
@@ -163,16 +193,41 @@ impl PairClient {
 pub struct BrokerClient {
     connection: http1::Connection,
     acquire_path: String,
+    acquire_body: Vec<u8>,
     release_path: String,
     release_body: Vec<u8>,
 }
 
+/// An acquire body with the benchmark's TTL: for a permit of a semaphore
+/// with `limit`, and waiting up to `wait_ms`.
+fn acquire_body(limit: Option<u32>, wait_ms: Option<u64>) -> Vec<u8> {
+    let body = match limit {
+        Some(limit) => serde_json::to_vec(&SemaphoreAcquireBody {
+            limit: Some(u64::from(limit)),
+            ttl_ms: Some(TTL_MS),
+            wait_ms,
+            ..SemaphoreAcquireBody::default()
+        }),
+        None => serde_json::to_vec(&AcquireBody {
+            ttl_ms: Some(TTL_MS),
+            wait_ms,
+            ..AcquireBody::default()
+        }),
+    };
+    body.unwrap_or_default()
+}
+
 impl BrokerClient {
     async fn connect(port: u16, lock: &str) -> Result<Self, String> {
-        let base = format!("/v1/locks/{lock}");
+        Self::connect_to(port, format!("/v1/locks/{lock}"), ACQUIRE_BODY.clone()).await
+    }
+
+    /// A caller of the lock or semaphore at `base`, acquiring with `body`.
+    async fn connect_to(port: u16, base: String, body: Vec<u8>) -> Result<Self, String> {
         Ok(Self {
             connection: http1::Connection::connect(port).await?,
             acquire_path: format!("{base}/acquire"),
+            acquire_body: body,
             release_path: format!("{base}/release"),
             release_body: Vec::with_capacity(64),
         })
@@ -181,10 +236,11 @@ impl BrokerClient {
     async fn acquire(&mut self) -> Result<Lease, String> {
         let (status, body) = self
             .connection
-            .post(&self.acquire_path, &ACQUIRE_BODY)
+            .post(&self.acquire_path, &self.acquire_body)
             .await
             .map_err(|e| format!("acquire: {e}"))?;
-        let lease: LeaseResponse = success("acquire", status, &body)?;
+        // A permit's answer has every field a lease's has but `mode`.
+        let lease: PermitOrLease = success("acquire", status, &body)?;
         Ok(Lease {
             token: lease.token,
             fence: lease.fence,

@@ -20,6 +20,8 @@
 //! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode.
 //! - `cluster`: cluster mode over a 3-primary Redis Cluster beside single
 //!   mode, two brokers each.
+//! - `semaphore`: 64 callers on the 8 permits of one semaphore beside 64
+//!   callers on 8 exclusive locks: cycles/s and Redis CPU per cycle.
 //! - `all`: each of the above in one run (`--huge` left out unless given),
 //!   then one table.
 //! - `compare A.json B.json`: the ratio B/A of every figure two `--json`
@@ -41,6 +43,7 @@ mod pairs;
 mod procs;
 mod quorum;
 mod resp;
+mod semaphore;
 mod stats;
 
 use std::path::PathBuf;
@@ -51,7 +54,7 @@ use pairs::Servers;
 use stats::Table;
 
 const USAGE: &str = "\
-Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum|cluster [OPTIONS]
+Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum|cluster|semaphore [OPTIONS]
        lockbroker-bench compare A.json B.json
 
 Options:
@@ -151,10 +154,11 @@ async fn main() -> ExitCode {
             "churn",
             "quorum",
             "cluster",
+            "semaphore",
         ],
         Some(
-            one
-            @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum" | "cluster"),
+            one @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum" | "cluster"
+            | "semaphore"),
         ) => &[one],
         Some("-h" | "--help") => {
             println!("{USAGE}");
@@ -233,6 +237,7 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
             "memory" => memory::run(&redis, settings, &mut table).await,
             "quorum" => quorum::run(&first, settings, &mut table).await,
             "cluster" => cluster::run(&redis, [&first, &second], settings, &mut table).await,
+            "semaphore" => semaphore::run(&redis, &first, settings, &mut table).await,
             _ => memory::churn(&redis, settings, &mut table).await,
         };
         if let Err(error) = result {

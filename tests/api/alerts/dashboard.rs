@@ -113,20 +113,26 @@ async fn series_exist_from_the_start(mode: Mode) {
     let has = |series: &str| text.lines().any(|line| line == series);
 
     // Each family and `other`, crossed with each outcome the alerts read.
+    // Each family, and each kind of lease, crossed with each outcome the
+    // alerts read.
     for family in ["billing:*", "nightly-report", "other"] {
-        for operation in ["extend", "release"] {
-            let lost = format!(
-                r#"lockbroker_leases_lost_total{{family="{family}",operation="{operation}"}} 0"#
-            );
-            assert!(has(&lost), "{lost} missing:\n{text}");
+        for kind in ["lock", "shared", "semaphore"] {
+            for operation in ["extend", "release"] {
+                let lost = format!(
+                    r#"lockbroker_leases_lost_total{{family="{family}",kind="{kind}",operation="{operation}"}} 0"#
+                );
+                assert!(has(&lost), "{lost} missing:\n{text}");
+            }
+            for counter in ["acquires", "extends", "releases"] {
+                let errors = format!(
+                    r#"lockbroker_{counter}_total{{family="{family}",kind="{kind}",outcome="error"}} 0"#
+                );
+                assert!(has(&errors), "{errors} missing:\n{text}");
+            }
+            let waits =
+                format!(r#"lockbroker_wait_seconds_count{{family="{family}",kind="{kind}"}} 0"#);
+            assert!(has(&waits), "{waits} missing");
         }
-        for counter in ["acquires", "extends", "releases"] {
-            let errors =
-                format!(r#"lockbroker_{counter}_total{{family="{family}",outcome="error"}} 0"#);
-            assert!(has(&errors), "{errors} missing:\n{text}");
-        }
-        let waits = format!(r#"lockbroker_wait_seconds_count{{family="{family}"}} 0"#);
-        assert!(has(&waits), "{waits} missing");
     }
     // The scrapes that waited for the node check above count as requests.
     let requests = r#"lockbroker_requests_total{key="dashboard"} "#;
