@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use lockbroker_lab::client::{now_us, BrokerClient, Outcome};
 use lockbroker_lab::history::Event;
-use lockbroker_lab::load::{self, LoadPlan};
+use lockbroker_lab::load::{self, LoadPlan, Mix};
 use lockbroker_lab::{check, Report};
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::proxy::Proxy;
@@ -370,6 +370,43 @@ async fn two_brokers_on_one_redis_never_grant_a_lock_twice() {
     }
 }
 
+/// Shared leases and permits beside exclusive leases on two brokers, with
+/// Redis paused past the command timeout mid-run: every answer is a grant, a
+/// busy, or a 503, and the history keeps every promise of every kind.
+#[tokio::test]
+async fn a_mixed_load_of_shared_leases_and_permits_keeps_its_promises_through_a_redis_pause() {
+    let redis = RedisServer::start();
+    let settings = test_settings(&redis);
+    let one = TestApp::spawn_with(settings.clone()).await;
+    let two = TestApp::spawn_with(settings).await;
+    let urls = vec![one.base.clone(), two.base.clone()];
+    let mut plan = plan(15, 5.0);
+    plan.locks = 2;
+    let mix = Mix {
+        shared_clients: 5,
+        permit_clients: 5,
+        limit: 2,
+    };
+    let load = tokio::spawn(async move { load::run_mixed(&urls, &plan, &mix).await });
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    redis.pause();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    redis.resume();
+    let (history, _) = load.await.expect("load task");
+    let events = history.events();
+    assert_only_unavailable_errors(&events);
+    let report = assert_history_holds(&events);
+    let stats = &report.stats;
+    assert!(
+        stats.most_shared_at_once >= 2,
+        "shared leases overlapped:\n{report}"
+    );
+    assert!(
+        stats.most_permits_at_once == 2,
+        "the semaphores filled up to their limit:\n{report}"
+    );
+}
+
 #[tokio::test]
 async fn latency_and_cuts_between_broker_and_redis_cause_errors_but_no_double_grant() {
     let redis = RedisServer::start();
@@ -425,7 +462,7 @@ fn the_history_checker_passes_a_short_run_on_two_brokers() {
     let output = Command::new(&checker)
         .arg("--broker-bin")
         .arg(&broker)
-        .args(["--brokers", "2", "--clients", "12", "--locks", "2"])
+        .args(["--brokers", "2", "--clients", "12", "--locks", "2", "--mix"])
         .args(["--seconds", "6"])
         .output()
         .expect("run lockbroker-check");
