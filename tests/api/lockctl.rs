@@ -9,6 +9,8 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+mod kinds;
+
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{lockctl_binary, RedisServer, TestApp};
 use serde_json::Value;

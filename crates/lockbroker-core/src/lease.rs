@@ -366,6 +366,8 @@ pub struct Blockers {
     /// Every lease in the way, the first to free first, at most
     /// [`MAX_SHOWN_BLOCKERS`].
     pub holders: Vec<Holder>,
+    /// For a semaphore: its limit in force.
+    pub limit: Option<u32>,
 }
 
 /// How many leases a busy answer shows at most.
@@ -379,6 +381,7 @@ impl Blockers {
         Self {
             holders: vec![holder.clone()],
             holder,
+            limit: None,
         }
     }
 
@@ -393,6 +396,7 @@ impl Blockers {
                 available_in_ms: 0,
             },
             holders: Vec::new(),
+            limit: None,
         }
     }
 }

@@ -237,7 +237,11 @@ impl LockStore for MemoryStore {
             holders.truncate(MAX_SHOWN_BLOCKERS);
             if let Some(holder) = last_to_free {
                 return Ok(AcquireOutcome::Busy {
-                    blockers: Blockers { holder, holders },
+                    blockers: Blockers {
+                        holder,
+                        holders,
+                        limit: None,
+                    },
                     queue_position: wait_in_line(&mut backend, true),
                 });
             }

@@ -276,10 +276,13 @@ impl<S: LockStore> LockService<S> {
                 Ok(Ok(grant))
             }
             Ok(AcquireOutcome::Busy {
-                blockers,
+                mut blockers,
                 queue_position,
             }) => {
                 grant.armed = false;
+                // A busy permit asked under the limit in force (any other
+                // limit is a conflict instead).
+                blockers.limit = plan.limit;
                 Ok(Err((blockers, queue_position)))
             }
             Ok(AcquireOutcome::LimitConflict { limit }) => {

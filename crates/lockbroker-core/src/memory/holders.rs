@@ -119,6 +119,7 @@ impl MemoryStore {
             let blockers = Blockers {
                 holder: holders[0].clone(),
                 holders,
+                limit: None,
             };
             return Ok(AcquireOutcome::Busy {
                 blockers,

@@ -239,6 +239,7 @@ impl<'a> Answer<'a> {
         self.detail.expires_in_ms = Some(holder.expires_in_ms);
         self.detail.available_in_ms = Some(holder.available_in_ms);
         self.detail.holders = Some(blockers.holders.iter().map(holder_response).collect());
+        self.detail.limit = blockers.limit;
         self.retry_after(u128::from(holder.available_in_ms))
     }
 

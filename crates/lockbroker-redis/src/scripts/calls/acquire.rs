@@ -170,6 +170,7 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
                             ..holder
                         },
                         holders,
+                        limit: None,
                     }
                 }
             };
