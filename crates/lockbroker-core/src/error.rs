@@ -32,7 +32,7 @@ pub enum LockError {
     /// Other leases hold the lock or the semaphore's places (after
     /// waiting, if the caller asked to wait).
     #[error("lock is held by another lease")]
-    Busy(Blockers),
+    Busy(Box<Blockers>),
     /// The semaphore's permits take places under another limit.
     #[error("the semaphore's limit in force is {limit}")]
     LimitConflict {

@@ -127,7 +127,7 @@ impl<S: LockStore> LockService<S> {
         if attempt.plan.wait.is_zero() {
             return match self.attempt(&attempt, None, false).await? {
                 Ok(grant) => Ok(grant),
-                Err((blockers, _)) => Err(LockError::Busy(blockers)),
+                Err((blockers, _)) => Err(LockError::Busy(Box::new(blockers))),
             };
         }
         self.wait_for(&attempt).await
@@ -189,7 +189,7 @@ impl<S: LockStore> LockService<S> {
                         }
                         let now = Instant::now();
                         if now >= deadline {
-                            return Err(LockError::Busy(blockers));
+                            return Err(LockError::Busy(Box::new(blockers)));
                         }
                         // The holder's expiry (plus lock-delay) frees the lock
                         // without a release to announce it: the next in line

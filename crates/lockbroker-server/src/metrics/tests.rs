@@ -58,7 +58,7 @@ fn every_outcome_of_every_family_exists_at_zero_from_the_start() {
     };
     let errors = || {
         [
-            LockError::Busy(Blockers::one(holder.clone())),
+            LockError::Busy(Box::new(Blockers::one(holder.clone()))),
             LockError::LimitConflict { limit: 3 },
             LockError::LeaseLost,
             LockError::LeaseReleased,
