@@ -10,6 +10,7 @@
 //! gone, by which time the first fence was written there: so every fence
 //! exceeds all before it without trusting any clock. See docs/quorum.md.
 
+mod permits;
 mod standing;
 mod tally;
 
@@ -30,6 +31,7 @@ use tokio::time::Instant;
 use crate::connection::{redelivery_window, RedisSettings};
 use crate::scripts::calls::{AdoptFenceCall, Adoption};
 use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
+use permits::permit_quorum;
 use standing::Standing;
 pub use tally::Drift;
 
@@ -426,13 +428,6 @@ impl LockStore for QuorumStore {
     }
 }
 
-/// How many of `nodes` must hold each permit of a semaphore with `limit` so
-/// that no more than `limit` permits are ever valid together.
-fn permit_quorum(limit: u32, nodes: usize) -> usize {
-    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-    (limit.saturating_mul(nodes) / limit.saturating_add(1) + 1).min(nodes)
-}
-
 /// How far ahead of this broker's clock (µs) a grant's fence is proposed, so
 /// that it exceeds every node's clock and mark and the nodes agree on it at
 /// once, unless a node's clock runs more than this ahead of the broker's.
@@ -440,28 +435,3 @@ const FENCE_LEAD_US: u64 = 1_000_000;
 
 /// The bits of a listing cursor that hold a node's own `SCAN` cursor.
 const NODE_CURSOR: u64 = (1 << 56) - 1;
-
-#[cfg(test)]
-mod tests {
-    use super::permit_quorum;
-
-    #[test]
-    fn a_permit_needs_enough_nodes_that_limit_plus_one_permits_must_meet() {
-        // (limit, nodes, needed)
-        for (limit, nodes, needed) in [
-            (1, 3, 2),
-            (2, 3, 3),
-            (10, 3, 3),
-            (1, 5, 3),
-            (2, 5, 4),
-            (3, 5, 4),
-            (4, 5, 5),
-            (10_000, 5, 5),
-        ] {
-            let q = permit_quorum(limit, nodes);
-            assert_eq!(q, needed, "limit {limit} on {nodes} nodes");
-            // limit + 1 permits on q nodes each overfill some node.
-            assert!((limit as usize + 1) * q > limit as usize * nodes);
-        }
-    }
-}

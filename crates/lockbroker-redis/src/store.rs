@@ -21,15 +21,15 @@ use crate::cluster::{self, Versions};
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
-    AcquireCall, AdoptFenceCall, Adoption, Epoch, EpochCall, ExtendCall, ForceReleaseCall,
-    HoldCall, HoldExtendCall, HoldReleaseCall, LeaveQueueCall, ProbeCall, ReadmitCall, ReleaseCall,
-    StatusCall,
+    AcquireCall, ExtendCall, ForceReleaseCall, HoldCall, HoldExtendCall, HoldReleaseCall,
+    LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
 };
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
 use crate::wakes::{forward_wakes, Subscription};
 use watches::Watches;
 
 mod listing;
+mod node;
 mod replicas;
 pub(crate) mod watches;
 
@@ -196,7 +196,7 @@ impl RedisLockStore {
         }
     }
 
-    fn client(&self) -> &Client {
+    pub(super) fn client(&self) -> &Client {
         self.inner.connections.pool.next()
     }
 
@@ -204,12 +204,6 @@ impl RedisLockStore {
     /// highest fence, which this node may not have seen).
     pub fn raise_floor(&self, fence: u64) {
         self.inner.fence_floor.fetch_max(fence, Ordering::Relaxed);
-    }
-
-    /// Quorum mode: writes a majority grant's `fence` back to this node, if
-    /// it still holds the lease; whether it did.
-    pub async fn adopt_fence(&self, call: &AdoptFenceCall<'_>) -> Result<Adoption, StoreError> {
-        self.call(call).await
     }
 
     /// Quorum mode: an acquire on this node, which grants only while the
@@ -258,19 +252,8 @@ impl RedisLockStore {
         Box::pin(self.grant_acknowledged(client, params.name, acquired.outcome)).await
     }
 
-    /// Quorum mode: undoes a grant that no majority made: releases `token`
-    /// and puts the fair waiter it went to back in line at its arrival.
-    pub async fn undo_grant(
-        &self,
-        name: &LockName,
-        token: &LeaseToken,
-        waiter: Option<FairEntry<'_>>,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        self.release_call(self.client(), name, token, waiter).await
-    }
-
     /// Releases `token`'s lease of `name` by the script of its kind.
-    async fn release_call(
+    pub(super) async fn release_call(
         &self,
         client: &Client,
         name: &LockName,
@@ -290,20 +273,8 @@ impl RedisLockStore {
         }
     }
 
-    /// Quorum mode: raises this node's fence floor after it restarted
-    /// without its data; whether the node's epoch was still `call.epoch`.
-    pub async fn readmit(&self, call: &ReadmitCall<'_>) -> Result<bool, StoreError> {
-        self.call(call).await
-    }
-
-    /// Quorum mode: this node's epoch (made now, as `call` says, if it has
-    /// none) and lease horizon.
-    pub async fn epoch(&self, call: &EpochCall<'_>) -> Result<Epoch, StoreError> {
-        self.call(call).await
-    }
-
     /// Runs `call`'s script by SHA on a connection of the pool.
-    async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
+    pub(super) async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
         self.call_on(self.client(), call).await
     }
 
