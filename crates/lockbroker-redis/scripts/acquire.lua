@@ -124,30 +124,15 @@ end
 
 -- The lock is free. Once fair waiters queue for it, they go first, in arrival
 -- order, whoever else asks.
-if redis.call('EXISTS', queue_key) == 1 then
-  local head = queue_head(queue_key, expiry_key, now_ms)
-  if head and head ~= waiter_id then
-    return {0, '', last, 0, 0, wait_in_line(), 'queue'}
-  end
-  if head then
-    queue_leave(queue_key, expiry_key, waiter_id)
-  end
+if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
+  return {0, '', last, 0, 0, wait_in_line(), 'queue'}
 end
 
 -- The fence exceeds the last one issued, the time in microseconds and the
 -- broker's floor, so it grows even when Redis lost the counter.
-local fence = math.max(last + 1, now_us, floor + 1)
-local floor_raised = 0
-if floor + 1 > last + 1 and floor + 1 > now_us then
-  floor_raised = 1
-end
-if fence >= 9007199254740992 then
-  return redis.error_reply('ERR lockbroker fence would exceed 2^53')
-end
-local fence_text = string.format('%d', fence)
+local fence, fence_text, floor_raised = issue_fence(fence_key, last, now_us, floor, fence_idle)
 local exp = now_ms + ttl
 
-redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
 -- A released or expired lease's hash may still be there with fields this
 -- grant does not set; a free lock that was never taken (or long gone) has none.
 if cur[1] then
@@ -159,20 +144,7 @@ redis.call('HSET', lease_key,
   'delay', string.format('%d', delay))
 redis.call('PEXPIRE', lease_key, ttl + delay)
 if epoch_id ~= '' then
-  raise_horizon(KEYS[7], exp + delay)
-  -- The node's highest fence, from which a node that restarts empty is
-  -- readmitted.
-  if fence > node_max then
-    redis.call('HSET', KEYS[8], 'max', fence_text)
-  end
+  record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max)
 end
-
--- The fair waiter now first in line learns it, so it can sleep until this
--- lease frees instead of until its next refresh.
-if waiter_id ~= '' then
-  local next_head = queue_head(queue_key, expiry_key, now_ms)
-  if next_head then
-    announce(channel, broker_id, 'turn', name, next_head)
-  end
-end
+queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
 return {1, token, fence, ttl, exp, owner, floor_raised}

@@ -101,28 +101,13 @@ if limit and occupying >= limit then
 end
 
 -- Waiters queue for the name: they go first, in arrival order.
-if redis.call('EXISTS', queue_key) == 1 then
-  local head = queue_head(queue_key, expiry_key, now_ms)
-  if head and head ~= waiter_id then
-    return {0, '', last, 0, 0, wait_in_line(), 'queue'}
-  end
-  if head then
-    queue_leave(queue_key, expiry_key, waiter_id)
-  end
+if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
+  return {0, '', last, 0, 0, wait_in_line(), 'queue'}
 end
 
-local fence = math.max(last + 1, now_us, floor + 1)
-local floor_raised = 0
-if floor + 1 > last + 1 and floor + 1 > now_us then
-  floor_raised = 1
-end
-if fence >= 9007199254740992 then
-  return redis.error_reply('ERR lockbroker fence would exceed 2^53')
-end
-local fence_text = string.format('%d', fence)
+local fence, fence_text, floor_raised = issue_fence(fence_key, last, now_us, floor, fence_idle)
 local exp = now_ms + ttl
 
-redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
 redis.call('ZREM', released_key, token)
 redis.call('ZADD', holders_key, exp + delay, token)
 holder_write(members_key, token, {
@@ -137,17 +122,7 @@ end
 keep_for(holders_key, ttl + delay)
 keep_for(members_key, ttl + delay)
 if epoch_id ~= '' then
-  raise_horizon(KEYS[8], exp + delay)
-  if fence > node_max then
-    redis.call('HSET', KEYS[9], 'max', fence_text)
-  end
+  record_grant(KEYS[8], KEYS[9], exp + delay, fence, node_max)
 end
-
--- The waiter now first in line learns it: a free place may be its already.
-if waiter_id ~= '' then
-  local next_head = queue_head(queue_key, expiry_key, now_ms)
-  if next_head then
-    announce(channel, broker_id, 'turn', name, next_head)
-  end
-end
+queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
 return {1, token, fence, ttl, exp, owner, floor_raised}

@@ -43,3 +43,32 @@ local function quorum_standing(epoch_key, epoch_id, now_ms)
   end
   return {tonumber(epoch[4] or '0'), tonumber(epoch[5] or '0')}
 end
+
+-- Issues the fence of a grant: above the last one issued (`last`), the time
+-- in microseconds and the broker's floor, so it grows even when Redis lost
+-- the counter; it becomes the name's last fence for `fence_idle` ms. Returns
+-- the fence, its text, and 1 when the broker's floor set it (Redis lost its
+-- data and its clock runs behind), else 0.
+local function issue_fence(fence_key, last, now_us, floor, fence_idle)
+  local fence = math.max(last + 1, now_us, floor + 1)
+  if fence >= 9007199254740992 then
+    error('lockbroker fence would exceed 2^53')
+  end
+  local floor_raised = 0
+  if floor + 1 > last + 1 and floor + 1 > now_us then
+    floor_raised = 1
+  end
+  local fence_text = string.format('%d', fence)
+  redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
+  return fence, fence_text, floor_raised
+end
+
+-- Quorum mode: after a grant valid until `until_ms`, raises the node's lease
+-- horizon, and its highest fence (from which a node that restarts empty is
+-- readmitted).
+local function record_grant(horizon_key, epoch_key, until_ms, fence, node_max)
+  raise_horizon(horizon_key, until_ms)
+  if fence > node_max then
+    redis.call('HSET', epoch_key, 'max', string.format('%d', fence))
+  end
+end

@@ -37,3 +37,33 @@ local function queue_leave(queue_key, expiry_key, waiter_id)
   redis.call('ZREM', queue_key, waiter_id)
   redis.call('HDEL', expiry_key, waiter_id)
 end
+
+-- Before a grant: waiters queued for the name go first, in arrival order.
+-- Returns false when an earlier waiter is first in line (the caller is
+-- busy); otherwise takes the caller's own entry out if it was first.
+local function queue_lets_in(queue_key, expiry_key, waiter_id, now_ms)
+  if redis.call('EXISTS', queue_key) == 0 then
+    return true
+  end
+  local head = queue_head(queue_key, expiry_key, now_ms)
+  if head and head ~= waiter_id then
+    return false
+  end
+  if head then
+    queue_leave(queue_key, expiry_key, waiter_id)
+  end
+  return true
+end
+
+-- After a grant to a waiter: the waiter now first in line learns it, so it
+-- can sleep until a lease frees instead of until its next refresh (or take
+-- a place that is still free).
+local function queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
+  if waiter_id == '' then
+    return
+  end
+  local next_head = queue_head(queue_key, expiry_key, now_ms)
+  if next_head then
+    announce(channel, broker_id, 'turn', name, next_head)
+  end
+end

@@ -329,24 +329,16 @@ impl LockStore for RedisLockStore {
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
         let client = self.client();
+        let call = ExtendCall {
+            name,
+            token,
+            ttl,
+            max_hold_ms,
+        };
         let outcome = match token.kind() {
-            LeaseKind::Exclusive => {
-                let call = ExtendCall {
-                    name,
-                    token,
-                    ttl,
-                    max_hold_ms,
-                };
-                self.call_on(client, &call).await?
-            }
+            LeaseKind::Exclusive => self.call_on(client, &call).await?,
             LeaseKind::Shared | LeaseKind::Permit => {
-                let call = HoldExtendCall {
-                    name,
-                    token,
-                    ttl,
-                    max_hold_ms,
-                };
-                self.call_on(client, &call).await?
+                self.call_on(client, &HoldExtendCall(call)).await?
             }
         };
         self.extend_acknowledged(client, name, outcome).await

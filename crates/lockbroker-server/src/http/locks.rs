@@ -9,7 +9,7 @@ use lockbroker_api::{
     AcquireBody, ExtendBody, LockMode, ReleaseBody, ReleaseResponse, RenewalResponse,
     StatusResponse,
 };
-use lockbroker_core::{AcquireRequest, LeaseKind, LeaseToken, LockError, LockName};
+use lockbroker_core::{AcquireRequest, Lease, LeaseKind, LeaseToken, LockError, LockName};
 
 use super::delivery;
 use super::error::ApiError;
@@ -25,18 +25,33 @@ pub async fn acquire(
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<AcquireBody>,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let waits = body.wait_ms.is_some_and(|ms| ms > 0);
     let request = acquire_request(body, &caller);
+    grant_answer(&app, &name, request, |lease| {
+        serde_json::to_vec(&lease_response(lease))
+    })
+    .await
+}
+
+/// Acquires `name` as `request` asks, counts it, and answers the lease as
+/// `json` writes it, confirming delivery (a grant whose answer never
+/// reaches the caller is released).
+pub(super) async fn grant_answer(
+    app: &AppState,
+    name: &LockName,
+    request: AcquireRequest,
+    json: impl FnOnce(&Lease) -> serde_json::Result<Vec<u8>>,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let waits = request.wait_ms.is_some_and(|ms| ms > 0);
     let kind = request.kind;
-    let result = app.service.acquire(&name, request).await;
+    let result = app.service.acquire(name, request).await;
     let waited = waits.then(|| started.elapsed());
     app.metrics
-        .acquire_finished(&name, kind, result.as_ref().map(|_| ()), waited);
-    let grant = result.map_err(in_lock(&name))?;
+        .acquire_finished(name, kind, result.as_ref().map(|_| ()), waited);
+    let grant = result.map_err(in_lock(name))?;
     let lease = grant.lease();
-    tracing::info!(lock = %name, fence = %lease.fence, "lease granted");
-    let json = serde_json::to_vec(&lease_response(lease)).unwrap_or_default();
+    tracing::info!(lock = %name, kind = kind.as_str(), fence = %lease.fence, "lease granted");
+    let json = json(lease).unwrap_or_default();
     Ok(delivery::json_confirming(json, grant))
 }
 

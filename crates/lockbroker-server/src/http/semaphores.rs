@@ -2,8 +2,6 @@
 //! once. Extend and release run as for locks; the rest maps the semaphore's
 //! own shapes.
 
-use std::time::Instant;
-
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
@@ -14,10 +12,9 @@ use lockbroker_api::{
 use lockbroker_core::{AcquireRequest, LeaseKind, Space};
 
 use super::admin::{end_all, listed_page};
-use super::delivery;
 use super::error::ApiError;
 use super::extract::{JsonBody, QueryParams, SemaphorePath};
-use super::locks::{extend_lease, in_lock, release_lease};
+use super::locks::{extend_lease, grant_answer, in_lock, release_lease};
 use super::views::{permit_response, semaphore_status_response};
 use super::AppState;
 use crate::auth::Caller;
@@ -29,8 +26,9 @@ pub async fn acquire(
     SemaphorePath(name): SemaphorePath,
     JsonBody(body): JsonBody<SemaphoreAcquireBody>,
 ) -> Result<Response, ApiError> {
-    let started = Instant::now();
-    let waits = body.wait_ms.is_some_and(|ms| ms > 0);
+    // A grant is made under the limit asked for: under any other limit in
+    // force, the answer is a conflict instead.
+    let limit = body.limit.and_then(|l| u32::try_from(l).ok()).unwrap_or(0);
     let request = AcquireRequest {
         ttl_ms: body.ttl_ms,
         wait_ms: body.wait_ms,
@@ -42,19 +40,10 @@ pub async fn acquire(
         kind: LeaseKind::Permit,
         limit: body.limit,
     };
-    let result = app.service.acquire(&name, request).await;
-    let waited = waits.then(|| started.elapsed());
-    let kind = LeaseKind::Permit;
-    app.metrics
-        .acquire_finished(&name, kind, result.as_ref().map(|_| ()), waited);
-    let grant = result.map_err(in_lock(&name))?;
-    let lease = grant.lease();
-    tracing::info!(semaphore = %name, fence = %lease.fence, "permit granted");
-    // The limit was checked and is the one in force: a grant under another
-    // limit is a conflict instead.
-    let limit = body.limit.and_then(|l| u32::try_from(l).ok()).unwrap_or(0);
-    let json = serde_json::to_vec(&permit_response(lease, limit)).unwrap_or_default();
-    Ok(delivery::json_confirming(json, grant))
+    grant_answer(&app, &name, request, |lease| {
+        serde_json::to_vec(&permit_response(lease, limit))
+    })
+    .await
 }
 
 /// `POST /v1/semaphores/{name}/extend`

@@ -2,43 +2,30 @@
 //! grant: `hold_extend.lua` and `hold_release.lua`. They answer as their
 //! exclusive counterparts do.
 
-use lockbroker_core::{ExtendOutcome, LeaseToken, LockName, ReleaseOutcome, Ttl};
-use lockbroker_core::{FairEntry, StoreError};
+use lockbroker_core::{ExtendOutcome, ReleaseOutcome, StoreError};
 
 use super::super::{Reply, ScriptCall, ScriptContext, ScriptName};
-use super::{decode_extended, decode_released, ReleaseCall};
+use super::{decode_extended, decode_released, ExtendCall, ReleaseCall};
 
-/// `hold_extend.lua`: sets the remaining TTL of a shared lease or a permit.
-pub struct HoldExtendCall<'a> {
-    /// The lock or semaphore.
-    pub name: &'a LockName,
-    /// The lease's token.
-    pub token: &'a LeaseToken,
-    /// The new remaining TTL.
-    pub ttl: Ttl,
-    /// No expiry past acquisition plus this; 0 for no limit.
-    pub max_hold_ms: u64,
-}
+/// `hold_extend.lua`: sets the remaining TTL of a shared lease or a permit,
+/// with the arguments of [`ExtendCall`].
+pub struct HoldExtendCall<'a>(pub ExtendCall<'a>);
 
 impl ScriptCall for HoldExtendCall<'_> {
     type Output = ExtendOutcome;
     const SCRIPT: ScriptName = ScriptName::HoldExtend;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let keys = &context.keys;
-        let mut all = vec![keys.holders(self.name), keys.members(self.name)];
+        let (keys, name) = (&context.keys, self.0.name);
+        let mut all = vec![keys.holders(name), keys.members(name)];
         if context.quorum_node {
             all.push(keys.horizon());
         }
         all
     }
 
-    fn args(&self, _: &ScriptContext) -> Vec<String> {
-        vec![
-            self.token.expose().to_owned(),
-            self.ttl.as_millis().to_string(),
-            self.max_hold_ms.to_string(),
-        ]
+    fn args(&self, context: &ScriptContext) -> Vec<String> {
+        self.0.args(context)
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<ExtendOutcome, StoreError> {
@@ -49,18 +36,6 @@ impl ScriptCall for HoldExtendCall<'_> {
 /// `hold_release.lua`: gives back a shared lease or a permit, with the
 /// arguments of [`ReleaseCall`].
 pub struct HoldReleaseCall<'a>(pub ReleaseCall<'a>);
-
-impl<'a> HoldReleaseCall<'a> {
-    /// Releases `token`'s lease of `name`; in quorum mode, undoing a grant a
-    /// majority did not make, puts the waiter it went to back in line.
-    pub fn new(name: &'a LockName, token: &'a LeaseToken, requeue: Option<FairEntry<'a>>) -> Self {
-        Self(ReleaseCall {
-            name,
-            token,
-            requeue,
-        })
-    }
-}
 
 impl ScriptCall for HoldReleaseCall<'_> {
     type Output = ReleaseOutcome;
