@@ -15,7 +15,7 @@
 // Lock renews the lease in the background every TTL/3 and stops at MaxHold.
 // Acquire, Extend, Release and Status are the single calls of the HTTP API.
 // Errors are typed for errors.As and errors.Is: *LockBusy, ErrLeaseLost
-// (*LeaseLost), *MaxHoldExceeded, *Unavailable, *InvalidRequest, *AuthError,
+// (*LeaseLost), *MaxHoldExceeded, *LimitConflict, *Unavailable, *InvalidRequest, *AuthError,
 // all unwrapping to *BrokerError.
 package lockbroker
 

@@ -96,6 +96,18 @@ type MaxHoldExceeded struct {
 // Unwrap gives the common BrokerError.
 func (e *MaxHoldExceeded) Unwrap() error { return &e.BrokerError }
 
+// LimitConflict is 409 limit_conflict: a semaphore's permits are held under
+// another limit than the one asked for. Retrying with the same limit fails the
+// same way; ask with Limit.
+type LimitConflict struct {
+	BrokerError
+	// Limit is the limit in force.
+	Limit int
+}
+
+// Unwrap gives the common BrokerError.
+func (e *LimitConflict) Unwrap() error { return &e.BrokerError }
+
 // Unavailable means nothing was done and trying again later is safe: the broker
 // could not be reached (Code "transport"), or answered backend_unavailable,
 // shutting_down, overloaded, too_many_waiters, rate_limited, request_timeout,
@@ -135,6 +147,7 @@ type errorBody struct {
 	Fence         int64   `json:"fence"`
 	ExpiresInMs   int64   `json:"expires_in_ms"`
 	AvailableInMs int64   `json:"available_in_ms"`
+	Limit         int     `json:"limit"`
 }
 
 // kinds is the one table from error code to error type.
@@ -142,6 +155,7 @@ var kinds = map[string]string{
 	"lock_busy":           "busy",
 	"lease_lost":          "lost",
 	"max_hold_exceeded":   "max_hold",
+	"limit_conflict":      "limit",
 	"backend_unavailable": "unavailable",
 	"shutting_down":       "unavailable",
 	"overloaded":          "unavailable",
@@ -200,6 +214,8 @@ func errorFromAnswer(status int, body *errorBody, retryAfter string) error {
 		return &LeaseLost{BrokerError: base, Reason: "lease_lost"}
 	case "max_hold":
 		return &MaxHoldExceeded{BrokerError: base, ExpiresIn: millis(body.ExpiresInMs)}
+	case "limit":
+		return &LimitConflict{BrokerError: base, Limit: body.Limit}
 	case "unavailable":
 		return &Unavailable{BrokerError: base}
 	case "invalid":

@@ -85,6 +85,17 @@ export class MaxHoldExceeded extends LockBrokerError {
 }
 
 /**
+ * 409 `limit_conflict`: a semaphore's permits are held under another limit
+ * than the one asked for; retrying with the same limit fails the same way.
+ */
+export class LimitConflict extends LockBrokerError {
+  /** The limit in force. */
+  get limit(): number | undefined {
+    return numberOr(this.details["limit"]);
+  }
+}
+
+/**
  * Nothing was done and retrying later is safe: the broker could not be reached
  * (`code` `"transport"`), or answered `backend_unavailable`, `shutting_down`,
  * `overloaded`, `too_many_waiters`, `rate_limited`, `request_timeout`,
@@ -113,6 +124,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   lock_busy: LockBusy,
   lease_lost: LeaseLost,
   max_hold_exceeded: MaxHoldExceeded,
+  limit_conflict: LimitConflict,
   backend_unavailable: BrokerUnavailable,
   shutting_down: BrokerUnavailable,
   overloaded: BrokerUnavailable,

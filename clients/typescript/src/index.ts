@@ -33,6 +33,7 @@ export {
   ERROR_CLASSES,
   InvalidRequest,
   LeaseLost,
+  LimitConflict,
   LockBrokerError,
   LockBusy,
   MaxHoldExceeded,
