@@ -22,6 +22,7 @@ pub mod process;
 pub mod proxy;
 pub mod redis;
 pub mod sentinel;
+pub mod sse;
 
 pub use app::{Reply, TestApp};
 pub use redis::RedisServer;

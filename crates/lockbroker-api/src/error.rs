@@ -94,6 +94,8 @@ pub enum ErrorCode {
     TooManyWaiters,
     /// `429`: the API key sent more requests than its rate limit allows.
     RateLimited,
+    /// `429`: this broker already has as many event streams open as it allows.
+    TooManyStreams,
     /// `401`: no API key, or one the broker does not accept.
     Unauthorized,
     /// `403`: the API key lacks the route's scope or the lock's prefix.
@@ -124,7 +126,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the spec's list.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         Self::InvalidRequest,
         Self::LockBusy,
         Self::LeaseLost,
@@ -132,6 +134,7 @@ impl ErrorCode {
         Self::LimitConflict,
         Self::TooManyWaiters,
         Self::RateLimited,
+        Self::TooManyStreams,
         Self::Unauthorized,
         Self::Forbidden,
         Self::RequestTimeout,
@@ -156,6 +159,7 @@ impl ErrorCode {
             Self::LimitConflict => "limit_conflict",
             Self::TooManyWaiters => "too_many_waiters",
             Self::RateLimited => "rate_limited",
+            Self::TooManyStreams => "too_many_streams",
             Self::Unauthorized => "unauthorized",
             Self::Forbidden => "forbidden",
             Self::RequestTimeout => "request_timeout",
@@ -184,7 +188,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => 413,
             Self::UriTooLong => 414,
             Self::LockBusy => 423,
-            Self::TooManyWaiters | Self::RateLimited => 429,
+            Self::TooManyWaiters | Self::RateLimited | Self::TooManyStreams => 429,
             Self::HeadersTooLarge => 431,
             Self::Internal => 500,
             Self::BackendUnavailable | Self::ShuttingDown | Self::Overloaded => 503,

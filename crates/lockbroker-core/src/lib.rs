@@ -12,6 +12,8 @@
 //! - [`service`]: [`LockService`], the rules around those steps (limits, waiting,
 //!   max hold) that every transport shares.
 //! - [`wait`]: the in-process registry that wakes waiting acquires when a lock frees.
+//! - [`events`]: the changes brokers announce to each other while anyone
+//!   watches, and [`EventHub`], which turns them into this broker's events.
 //! - [`validation`]: [`ValidationError`], what every checked constructor returns.
 //! - [`error`]: [`LockError`] and [`StoreError`].
 //! - `memory` and `conformance` (feature `testing`): an in-memory store for
@@ -22,6 +24,7 @@
 #[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
+pub mod events;
 pub mod lease;
 pub mod listing;
 #[cfg(feature = "testing")]
@@ -34,6 +37,7 @@ pub mod validation;
 pub mod wait;
 
 pub use error::{LockError, StoreError, ValidationError};
+pub use events::{Announcement, Change, ChangeKind, EventHub, LockEvent, StreamTicket};
 pub use lease::{
     Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus, Owner, Principal,
     RequestId, Ttl,
@@ -47,4 +51,4 @@ pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
     Watch,
 };
-pub use wait::{Wake, WakeStream};
+pub use wait::{TakeOnce, Wake, WakeStream};

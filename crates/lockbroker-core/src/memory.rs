@@ -15,6 +15,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
 
 use crate::error::StoreError;
+use crate::events::Announcement;
 use crate::lease::{
     random_hex, Blockers, Fence, Holder, Lease, LeaseKind, LockStatus, Renewal, MAX_SHOWN_BLOCKERS,
 };
@@ -24,7 +25,7 @@ use crate::store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, Release,
     ReleaseOutcome,
 };
-use crate::wait::{Wake, WakeStream};
+use crate::wait::{TakeOnce, Wake, WakeStream};
 use crate::{LeaseToken, Ttl};
 
 mod backend;
@@ -49,6 +50,7 @@ pub struct MemoryStore {
     broker_id: String,
     fence_floor: AtomicU64,
     wakes: WakeStream,
+    announcements: TakeOnce<Announcement>,
 }
 
 impl Default for MemoryStore {
@@ -80,9 +82,12 @@ impl MemoryStore {
         let broker_id = random_hex::<8>();
         let (raw_tx, mut raw_rx) = unbounded_channel::<(String, Wake)>();
         let (tx, rx) = unbounded_channel();
-        lock(&shared.backend)
-            .subscribers
-            .push((broker_id.clone(), raw_tx));
+        let (announce_tx, announce_rx) = unbounded_channel();
+        {
+            let mut backend = lock(&shared.backend);
+            backend.subscribers.push((broker_id.clone(), raw_tx));
+            backend.watchers.push(announce_tx);
+        }
         // This handle's own releases already woke its local waiters: from its
         // own announcements only the fair waiter named is woken, as in Redis.
         let own = broker_id.clone();
@@ -108,6 +113,7 @@ impl MemoryStore {
             broker_id,
             fence_floor: AtomicU64::new(0),
             wakes: WakeStream::new(rx),
+            announcements: TakeOnce::new(announce_rx),
         }
     }
 
@@ -413,6 +419,17 @@ impl LockStore for MemoryStore {
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
         self.wakes.take()
+    }
+
+    async fn announce(&self, announcement: &Announcement) {
+        let backend = lock(&self.shared.backend);
+        for watcher in &backend.watchers {
+            let _ = watcher.send(announcement.clone());
+        }
+    }
+
+    fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
+        self.announcements.take()
     }
 
     fn orphan_window(&self) -> Duration {

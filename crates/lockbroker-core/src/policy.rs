@@ -32,6 +32,10 @@ pub struct LockPolicy {
     pub waiters: WaiterLimits,
     /// The highest limit a semaphore may have.
     pub max_semaphore_limit: u32,
+    /// Event streams open at once on this broker.
+    pub max_event_streams: usize,
+    /// Events a stream may fall behind by before it is told it lagged.
+    pub event_stream_buffer: usize,
 }
 
 impl Default for LockPolicy {
@@ -50,6 +54,8 @@ impl Default for LockPolicy {
                 max_waiters_per_lock: 1_000,
             },
             max_semaphore_limit: 10_000,
+            max_event_streams: 1_000,
+            event_stream_buffer: 256,
         }
     }
 }

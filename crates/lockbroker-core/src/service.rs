@@ -1,13 +1,15 @@
 //! [`LockService`]: the rules every transport shares, on top of a [`LockStore`].
 
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::watch as signal;
 use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError};
+use crate::events::{Change, ChangeKind, EventHub};
 use crate::lease::{
     random_hex, unix_micros, Blockers, Fence, Lease, LeaseKind, LeaseToken, LockStatus, Renewal,
     Ttl,
@@ -24,6 +26,7 @@ use crate::validation::ValidationError;
 use crate::wait::{WaitMode, Waiters, Wake};
 
 mod grant;
+mod watch;
 
 pub use grant::Grant;
 use grant::{check_token_space, spawn_detached, QueueExit};
@@ -50,7 +53,15 @@ pub struct LockService<S> {
     store: S,
     policy: LockPolicy,
     waiters: Arc<Waiters>,
-    shutdown: watch::Sender<bool>,
+    shutdown: signal::Sender<bool>,
+    /// Numbers changes into events for this broker's streams.
+    events: Arc<EventHub>,
+    /// This broker's name in its announcements.
+    id: String,
+    /// The number of this broker's next announced change.
+    next_change: AtomicU64,
+    /// Whether this broker is saying that it watches.
+    heartbeat: AtomicBool,
 }
 
 impl<S: LockStore> LockService<S> {
@@ -68,11 +79,27 @@ impl<S: LockStore> LockService<S> {
                 }
             });
         }
+        let events = EventHub::new(policy.max_event_streams, policy.event_stream_buffer);
+        let id = random_hex::<8>();
+        if let (Some(announcements), Ok(runtime)) = (
+            store.take_announcements(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            runtime.spawn(watch::listen(
+                id.clone(),
+                announcements,
+                Arc::clone(&events),
+            ));
+        }
         Self {
             store,
             waiters,
             policy,
-            shutdown: watch::Sender::new(false),
+            shutdown: signal::Sender::new(false),
+            events,
+            id,
+            next_change: AtomicU64::new(0),
+            heartbeat: AtomicBool::new(false),
         }
     }
 
@@ -273,6 +300,16 @@ impl<S: LockStore> LockService<S> {
                         "the grant took {elapsed} ms to arrive, leaving less than {min_validity} ms of validity"
                     ))));
                 }
+                let lease = &grant.lease;
+                self.changed(Change {
+                    name: lease.name.clone(),
+                    kind: ChangeKind::Acquired,
+                    mode: lease.token.kind(),
+                    fence: lease.fence,
+                    owner: lease.owner.clone(),
+                    expires_in_ms: lease.ttl_ms,
+                    expires_at_ms: Some(lease.expires_at_ms),
+                });
                 Ok(Ok(grant))
             }
             Ok(AcquireOutcome::Busy {
@@ -334,7 +371,7 @@ impl<S: LockStore> LockService<S> {
 
     /// Sets the remaining TTL of the caller's lease to `ttl_ms` (replace, not add).
     pub async fn extend(
-        &self,
+        self: &Arc<Self>,
         name: &LockName,
         token: &LeaseToken,
         ttl_ms: Option<u64>,
@@ -351,6 +388,15 @@ impl<S: LockStore> LockService<S> {
             ExtendOutcome::Extended(mut renewal) => {
                 let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 renewal.validity_ms = renewal.validity_ms.saturating_sub(elapsed);
+                self.changed(Change {
+                    name: name.clone(),
+                    kind: ChangeKind::Extended,
+                    mode: token.kind(),
+                    fence: renewal.fence,
+                    owner: renewal.owner.clone(),
+                    expires_in_ms: renewal.ttl_ms,
+                    expires_at_ms: Some(renewal.expires_at_ms),
+                });
                 Ok(renewal)
             }
             ExtendOutcome::Lost => Err(LockError::LeaseLost),
@@ -363,7 +409,11 @@ impl<S: LockStore> LockService<S> {
     }
 
     /// Gives the lock back at once and wakes this broker's waiters for it.
-    pub async fn release(&self, name: &LockName, token: &LeaseToken) -> Result<Release, LockError> {
+    pub async fn release(
+        self: &Arc<Self>,
+        name: &LockName,
+        token: &LeaseToken,
+    ) -> Result<Release, LockError> {
         check_token_space(name, token)?;
         match self.store.release(name, token).await? {
             ReleaseOutcome::Released(release) => {
@@ -371,6 +421,18 @@ impl<S: LockStore> LockService<S> {
                     name: name.clone(),
                     next_fair: None,
                 });
+                // A re-sent release (no hold time) was told once already.
+                if release.held_ms.is_some() {
+                    self.changed(Change {
+                        name: name.clone(),
+                        kind: ChangeKind::Released,
+                        mode: token.kind(),
+                        fence: release.fence,
+                        owner: None,
+                        expires_in_ms: 0,
+                        expires_at_ms: None,
+                    });
+                }
                 Ok(release)
             }
             ReleaseOutcome::Lost => Err(LockError::LeaseLost),
@@ -389,12 +451,27 @@ impl<S: LockStore> LockService<S> {
 
     /// Ends whatever lease holds `name` (an operator override) and wakes the
     /// lock's waiters exactly as a release does.
-    pub async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, LockError> {
+    pub async fn force_release(
+        self: &Arc<Self>,
+        name: &LockName,
+    ) -> Result<ForceReleaseOutcome, LockError> {
         let outcome = self.store.force_release(name).await?;
-        if let ForceReleaseOutcome::Released { .. } = outcome {
+        if let ForceReleaseOutcome::Released {
+            fence, owner, mode, ..
+        } = &outcome
+        {
             self.waiters.wake(&Wake::Released {
                 name: name.clone(),
                 next_fair: None,
+            });
+            self.changed(Change {
+                name: name.clone(),
+                kind: ChangeKind::ForceReleased,
+                mode: *mode,
+                fence: *fence,
+                owner: owner.clone(),
+                expires_in_ms: 0,
+                expires_at_ms: None,
             });
         }
         Ok(outcome)
@@ -408,6 +485,12 @@ impl<S: LockStore> LockService<S> {
     /// Whether [`LockService::begin_shutdown`] was called.
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// Turns `true` when [`LockService::begin_shutdown`] is called, for
+    /// work that must end then (event streams).
+    pub fn shutdown_signal(&self) -> signal::Receiver<bool> {
+        self.shutdown.subscribe()
     }
 
     /// Ends every wait in progress with [`LockError::ShuttingDown`] and refuses

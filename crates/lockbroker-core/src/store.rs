@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::error::StoreError;
+use crate::events::Announcement;
 use crate::lease::{
     Blockers, Fence, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus, Owner, Principal,
     Renewal, RequestId, Ttl,
@@ -142,6 +143,9 @@ pub enum ForceReleaseOutcome {
         owner: Option<String>,
         /// How many leases were ended.
         leases_ended: u64,
+        /// Their kind: exclusive when an exclusive lease (or its lock-delay)
+        /// was among them.
+        mode: LeaseKind,
     },
     /// Nothing held the lock.
     NotHeld,
@@ -231,6 +235,20 @@ pub trait LockStore: Send + Sync + 'static {
     /// store, taken once by the service that owns the store. `None` for a
     /// store that cannot announce releases (waiters then wake on expiry only).
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>>;
+
+    /// Tells every broker sharing the store (this one's own stream of
+    /// announcements included) of a change or of watching streams. Best
+    /// effort: a lost announcement costs a watcher an event, never a lease.
+    fn announce(&self, announcement: &Announcement) -> impl Future<Output = ()> + Send {
+        let _ = announcement;
+        async {}
+    }
+
+    /// The announcements of every broker sharing this store, taken once by
+    /// the service that owns the store; `None` for a store that carries none.
+    fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
+        None
+    }
 
     /// How long after an acquire answered [`StoreError::OutcomeUnknown`] the
     /// backend may still run it (a client library re-sends commands after a

@@ -55,18 +55,21 @@ pub enum Wake {
     Resync,
 }
 
-/// A store's stream of announcements, handed out once: to the service that
-/// owns the store ([`crate::LockStore::take_wakes`]).
-pub struct WakeStream(Mutex<Option<UnboundedReceiver<Wake>>>);
+/// A stream a store hands out once: to the service that owns the store
+/// ([`crate::LockStore::take_wakes`], [`crate::LockStore::take_announcements`]).
+pub struct TakeOnce<T>(Mutex<Option<UnboundedReceiver<T>>>);
 
-impl WakeStream {
+/// A store's stream of release announcements.
+pub type WakeStream = TakeOnce<Wake>;
+
+impl<T> TakeOnce<T> {
     /// Holds `receiver` until it is taken.
-    pub fn new(receiver: UnboundedReceiver<Wake>) -> Self {
+    pub fn new(receiver: UnboundedReceiver<T>) -> Self {
         Self(Mutex::new(Some(receiver)))
     }
 
     /// The stream, the first time; `None` after.
-    pub fn take(&self) -> Option<UnboundedReceiver<Wake>> {
+    pub fn take(&self) -> Option<UnboundedReceiver<T>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }

@@ -8,7 +8,8 @@
 -- ARGV[1] wake channel  ARGV[2] calling broker id  ARGV[3] lock name
 --
 -- Returns {leases ended, highest fence among them, owner of the exclusive
--- lease ('' for none)}; {0, 0, ''} when nothing held the name.
+-- lease ('' for none), 1 when an exclusive lease was among them else 0};
+-- {0, 0, '', 0} when nothing held the name.
 --
 -- Leases are deleted, not marked released: a former holder's token must stop
 -- working at once, and a release it sends later must answer "lost" rather
@@ -20,12 +21,12 @@ local holders_key, members_key, released_key = KEYS[4], KEYS[5], KEYS[6]
 local channel, broker_id, name = ARGV[1], ARGV[2], ARGV[3]
 
 local _, now_ms = clock()
-local ended, fence, owner = 0, 0, ''
+local ended, fence, owner, exclusive = 0, 0, '', 0
 
 local cur = redis.call('HMGET', lease_key, 'fence', 'owner', 'rel')
 if cur[1] and cur[3] ~= '1' then
   redis.call('DEL', lease_key)
-  ended, fence, owner = 1, tonumber(cur[1]), cur[2] or ''
+  ended, fence, owner, exclusive = 1, tonumber(cur[1]), cur[2] or '', 1
 end
 
 for _, token in ipairs(redis.call('ZRANGEBYSCORE', holders_key, '(' .. now_ms, '+inf')) do
@@ -44,4 +45,4 @@ if ended > 0 then
   end
   announce(channel, broker_id, 'released', name, head)
 end
-return {ended, fence, owner}
+return {ended, fence, owner, exclusive}

@@ -127,6 +127,13 @@ impl KeyLayout {
         format!("{}:wake", self.prefix)
     }
 
+    /// The Pub/Sub channel on which brokers announce changes while anyone
+    /// watches: `{prefix}:events` (a plain channel, which a Redis Cluster
+    /// carries to every node).
+    pub fn events_channel(&self) -> String {
+        format!("{}:events", self.prefix)
+    }
+
     /// Cluster mode: the sharded Pub/Sub channel of one lock's
     /// announcements, `{prefix}:{<name>}:wake`. Its hash tag puts it in the
     /// lock's slot, where a script may publish to it (`SPUBLISH`) and only

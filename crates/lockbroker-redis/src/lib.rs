@@ -21,6 +21,7 @@
 //! An acquire reads `store.rs` (`acquire`) -> `scripts/calls.rs`
 //! (`AcquireCall`) -> `scripts/acquire.lua`.
 
+pub mod announcements;
 pub mod cluster;
 pub mod connection;
 pub mod keys;

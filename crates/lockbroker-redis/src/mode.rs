@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LeaseToken, ListRequest,
-    LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl, Wake,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, LeaseToken,
+    ListRequest, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl, Wake,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -101,6 +101,14 @@ impl LockStore for RedisStore {
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
         each!(self, store => store.take_wakes())
+    }
+
+    async fn announce(&self, announcement: &Announcement) {
+        each!(self, store => store.announce(announcement).await)
+    }
+
+    fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
+        each!(self, store => store.take_announcements())
     }
 
     fn orphan_window(&self) -> Duration {

@@ -21,11 +21,11 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseKind,
-    LeaseToken, ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore,
-    ReleaseOutcome, StoreError, Ttl, Wake, WakeStream,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, Fence, ForceReleaseOutcome, Lease,
+    LeaseKind, LeaseToken, ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus,
+    LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
 use crate::connection::{redelivery_window, RedisSettings};
@@ -60,6 +60,7 @@ struct Inner {
     /// node's acquire so a grant exceeds it even where that node lost data.
     fence_floor: AtomicU64,
     wakes: WakeStream,
+    announcements: TakeOnce<Announcement>,
     orphan_window: Duration,
     observer: Option<Arc<dyn StoreObserver>>,
 }
@@ -78,18 +79,15 @@ impl QuorumStore {
             .map(|(at, node)| RedisLockStore::quorum_node(node.clone(), observer.clone(), at))
             .collect::<Result<Vec<_>, _>>()?;
         let (wake_tx, wake_rx) = unbounded_channel();
+        let (announce_tx, announce_rx) = unbounded_channel();
         let standing = Arc::new(Standing::new(nodes.len(), settings.drift));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             for node in &nodes {
-                if let Some(mut wakes) = node.take_wakes() {
-                    let wake_tx = wake_tx.clone();
-                    runtime.spawn(async move {
-                        while let Some(wake) = wakes.recv().await {
-                            if wake_tx.send(wake).is_err() {
-                                return;
-                            }
-                        }
-                    });
+                if let Some(wakes) = node.take_wakes() {
+                    runtime.spawn(forward(wakes, wake_tx.clone()));
+                }
+                if let Some(announcements) = node.take_announcements() {
+                    runtime.spawn(forward(announcements, announce_tx.clone()));
                 }
             }
             runtime.spawn(Arc::clone(&standing).watch(nodes.clone()));
@@ -106,6 +104,7 @@ impl QuorumStore {
                 drift: settings.drift,
                 fence_floor: AtomicU64::new(0),
                 wakes: WakeStream::new(wake_rx),
+                announcements: TakeOnce::new(announce_rx),
                 orphan_window,
                 observer,
             }),
@@ -423,8 +422,28 @@ impl LockStore for QuorumStore {
         self.inner.wakes.take()
     }
 
+    /// On every node: a node that is down misses it, and the service counts
+    /// a change heard from several nodes once.
+    async fn announce(&self, announcement: &Announcement) {
+        let nodes = &self.inner.nodes;
+        join_all(nodes.iter().map(|node| node.announce(announcement))).await;
+    }
+
+    fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
+        self.inner.announcements.take()
+    }
+
     fn orphan_window(&self) -> Duration {
         self.inner.orphan_window
+    }
+}
+
+/// Passes every message of one node's stream on to the quorum's.
+async fn forward<T>(mut from: UnboundedReceiver<T>, to: UnboundedSender<T>) {
+    while let Some(message) = from.recv().await {
+        if to.send(message).is_err() {
+            return;
+        }
     }
 }
 

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, Fence, ForceReleaseOutcome, LeaseKind,
-    LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError,
-    Ttl, Wake, WakeStream,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, FairEntry, Fence,
+    ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
+    LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::time::Instant;
@@ -25,7 +25,7 @@ use crate::scripts::calls::{
     LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
 };
 use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
-use crate::wakes::{forward_wakes, Subscription};
+use crate::wakes::{forward_wakes, Announcements, Subscription};
 use watches::Watches;
 
 mod listing;
@@ -55,6 +55,9 @@ struct Inner {
     /// The one subscription of this process, feeding the announcements here
     /// until the service takes them.
     wakes: WakeStream,
+    /// Every broker's announcements about watching, read from the same
+    /// subscription.
+    announcements: TakeOnce<Announcement>,
     observer: Option<Arc<dyn StoreObserver>>,
     /// Quorum mode: this node's place in the node list.
     node_index: Option<usize>,
@@ -149,6 +152,7 @@ impl RedisLockStore {
             quorum_node: node_index.is_some(),
         };
         let (wake_tx, wake_rx) = unbounded_channel();
+        let (announce_tx, announce_rx) = unbounded_channel();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let subscription = match &watches {
                 Some(watches) => Subscription::PerLock(watches.clone()),
@@ -159,6 +163,10 @@ impl RedisLockStore {
                 subscription,
                 context.broker_id.clone(),
                 wake_tx,
+                Announcements {
+                    channel: context.keys.events_channel(),
+                    sender: announce_tx,
+                },
             ));
         }
         Ok(Self {
@@ -169,6 +177,7 @@ impl RedisLockStore {
                 settings,
                 fence_floor: AtomicU64::new(0),
                 wakes: WakeStream::new(wake_rx),
+                announcements: TakeOnce::new(announce_rx),
                 observer,
                 node_index,
                 watches,
@@ -421,6 +430,19 @@ impl LockStore for RedisLockStore {
 
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
         self.inner.wakes.take()
+    }
+
+    async fn announce(&self, announcement: &Announcement) {
+        let channel = self.inner.context.keys.events_channel();
+        let message = crate::announcements::write(announcement);
+        let published: Result<Value, _> = self.client().publish(channel, message).await;
+        if let Err(error) = published {
+            tracing::debug!(%error, "an announcement about watching was not published");
+        }
+    }
+
+    fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
+        self.inner.announcements.take()
     }
 
     fn orphan_window(&self) -> Duration {

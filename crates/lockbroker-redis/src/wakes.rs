@@ -7,12 +7,21 @@ use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClusterInterface, EventInterface, PubsubInterface};
-use lockbroker_core::{LockName, Wake};
+use lockbroker_core::{Announcement, LockName, Wake};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{interval, sleep, MissedTickBehavior};
 
 use crate::store::watches::Watches;
+
+/// Where the announcements about watching go: their channel, and the
+/// stream the service reads.
+pub struct Announcements {
+    /// `{prefix}:events`.
+    pub channel: String,
+    /// Every announcement read from it.
+    pub sender: UnboundedSender<Announcement>,
+}
 
 /// What this process subscribes to.
 pub enum Subscription {
@@ -39,6 +48,7 @@ pub async fn forward_wakes(
     subscription: Subscription,
     broker_id: String,
     wakes: UnboundedSender<Wake>,
+    announcements: Announcements,
 ) {
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
@@ -51,18 +61,22 @@ pub async fn forward_wakes(
     // ones: in cluster mode they are subscribed again here instead.
     let _resubscribe = watches.is_none().then(|| subscriber.manage_subscriptions());
     if let Subscription::Shared(channel) = &subscription {
-        let mut backoff = Duration::from_millis(50);
-        while subscriber.subscribe(channel.as_str()).await.is_err() {
-            sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
+        subscribe(&subscriber, channel).await;
     }
+    subscribe(&subscriber, &announcements.channel).await;
     let mut topology = interval(TOPOLOGY_CHECK);
     topology.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut slots = slot_map(&subscriber);
     loop {
         let wake = tokio::select! {
             message = messages.recv() => match message {
+                Ok(message) if *message.channel == *announcements.channel => {
+                    let read = message.value.as_str().and_then(|text| crate::announcements::read(&text));
+                    if let Some(announcement) = read {
+                        let _ = announcements.sender.send(announcement);
+                    }
+                    None
+                }
                 Ok(message) => message.value.as_str().and_then(|text| parse_wake(&text, &broker_id)),
                 // Announcements were dropped: every waiter looks again.
                 Err(RecvError::Lagged(_)) => Some(Wake::Resync),
@@ -72,6 +86,9 @@ pub async fn forward_wakes(
                 // Releases announced while disconnected were missed.
                 Ok(_) | Err(RecvError::Lagged(_)) => match &watches {
                     Some(watches) => {
+                        // Nobody resubscribes for this process in cluster mode.
+                        let (subscriber, channel) = (subscriber.clone(), announcements.channel.clone());
+                        tokio::spawn(async move { subscribe(&subscriber, &channel).await });
                         refresh_then_resync(watches.clone(), wakes.clone());
                         None
                     }
@@ -98,6 +115,15 @@ pub async fn forward_wakes(
                 return;
             }
         }
+    }
+}
+
+/// Subscribes to `channel`, trying again until it works.
+async fn subscribe(subscriber: &SubscriberClient, channel: &str) {
+    let mut backoff = Duration::from_millis(50);
+    while subscriber.subscribe(channel).await.is_err() {
+        sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
     }
 }
 

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod auth;
 pub mod delivery;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod health;
 pub mod limits;
@@ -52,6 +53,12 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             post(locks::release),
         ),
         (Method::GET, "/v1/locks/{name}", get(locks::status)),
+        (
+            Method::GET,
+            "/v1/locks/{name}/events",
+            get(events::lock_events),
+        ),
+        (Method::GET, "/v1/events", get(events::prefix_events)),
         (Method::GET, "/v1/locks", get(admin::list)),
         (
             Method::DELETE,
@@ -77,6 +84,11 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             Method::GET,
             "/v1/semaphores/{name}",
             get(semaphores::status),
+        ),
+        (
+            Method::GET,
+            "/v1/semaphores/{name}/events",
+            get(events::semaphore_events),
         ),
         (Method::GET, "/v1/semaphores", get(semaphores::list)),
         (

@@ -26,6 +26,11 @@ mod parse_errors;
 
 use parse_errors::JsonParseErrors;
 
+/// The bytes a connection buffers for writing, in the broker and in the
+/// kernel each: far above any answer but a long listing page, and what a
+/// stalled event-stream reader can hold up before it is told it lagged.
+const CONNECTION_BUFFER: usize = 64 * 1024;
+
 /// How connections are accepted and read.
 #[derive(Clone)]
 pub struct ServeOptions {
@@ -51,7 +56,8 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(options.header_read_timeout);
+        .header_read_timeout(options.header_read_timeout)
+        .max_buf_size(CONNECTION_BUFFER);
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -75,6 +81,9 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        // A fixed send buffer: an event stream whose reader stalls fills it
+        // and then lags, instead of the kernel growing it to megabytes.
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(CONNECTION_BUFFER);
         let connection = Connection {
             http: http.clone(),
             router: router.clone(),

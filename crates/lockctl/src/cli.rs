@@ -1,6 +1,7 @@
 //! The command line: flags, environment variables and the help text (the
 //! long texts are in [`help`]).
 
+mod election;
 mod help;
 
 use std::ffi::OsString;
@@ -12,7 +13,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::client::LeaseKind;
 use crate::duration;
 use crate::exit;
-use help::{ABOUT, LONG_ABOUT, RUN_ABOUT};
+pub use election::{ElectArgs, WatchArgs};
+use help::{ABOUT, ELECT_ABOUT, LONG_ABOUT, RUN_ABOUT, WATCH_ABOUT};
 
 /// `lockctl`: the broker's client for ops scripts and cron.
 #[derive(Parser, Debug)]
@@ -73,6 +75,14 @@ pub enum Command {
     /// Run a command while holding a lease, renewing it, and release at the end.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),
+    /// Print a lock's changes as they happen (every lock under a prefix with
+    /// --prefix), until interrupted.
+    #[command(long_about = WATCH_ABOUT)]
+    Watch(WatchArgs),
+    /// Run a command only while this host is the leader: the holder of the
+    /// lock NAME, renewed while the command runs; the fence is the term.
+    #[command(long_about = ELECT_ABOUT)]
+    Elect(ElectArgs),
 }
 
 /// What `run` does when the lock is still busy after --wait.

@@ -3,7 +3,8 @@
 //!
 //! Locks and semaphores have the same four routes under `/v1/locks` and
 //! `/v1/semaphores` ([`Family`]); a token works only in the family that
-//! issued it. What an acquire asks for is a [`LeaseKind`].
+//! issued it. What an acquire asks for is a [`LeaseKind`]. A lock's event
+//! stream is opened with [`Broker::events`] and read as Server-Sent Events.
 //!
 //! Nothing here prints. Errors never carry the token or the API key: the
 //! token travels only in request bodies, the key only in a sensitive header,
@@ -11,16 +12,20 @@
 //! password in it, never a request's URL.
 
 mod error;
+mod events;
+mod sse;
 
 use std::time::{Duration, Instant};
 
 use lockbroker_api::{AcquireBody, ExtendBody, ReleaseBody};
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, Url};
 use serde_json::Value;
 
-use error::not_the_api;
 pub use error::BrokerError;
+use error::{not_the_api, refusal, retry_after};
+pub use events::{EventStream, Watched};
+pub use sse::Message;
 
 use crate::duration::millis;
 use crate::tls;
@@ -253,25 +258,13 @@ impl Broker {
         }
         let response = request.send().await.map_err(|e| self.transport(e))?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+        let retry_after = retry_after(response.headers());
         let bytes = response.bytes().await.map_err(|e| self.transport(e))?;
         let body: Option<Value> = serde_json::from_slice(&bytes).ok();
         match body {
             Some(body) if status.is_success() && body.is_object() => Ok(body),
-            Some(Value::Object(mut map)) if !status.is_success() => match map.remove("error") {
-                Some(Value::Object(error)) => Err(BrokerError::Rejected {
-                    status,
-                    error,
-                    retry_after,
-                }),
-                _ => Err(not_the_api(status)),
-            },
-            _ => Err(not_the_api(status)),
+            _ if status.is_success() => Err(not_the_api(status)),
+            _ => Err(refusal(status, retry_after, &bytes)),
         }
     }
 }

@@ -2,6 +2,8 @@
 //!
 //! `main` parses the command line, builds the [`client::Broker`] and hands
 //! off to one subcommand; every path ends in an exit code from [`exit`].
+//! `run` and `elect` hold a lease while a command runs ([`run`]); `watch`
+//! follows a lock's event stream ([`watch`]).
 
 mod cli;
 mod client;
@@ -11,6 +13,7 @@ mod exit;
 mod output;
 mod run;
 mod tls;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -69,6 +72,8 @@ fn dispatch(cli: Cli) -> u8 {
             Command::Release(args) => commands::release(&broker, args).await,
             Command::Status(args) => commands::status(&broker, args).await,
             Command::Run(args) => run::run(&broker, args).await,
+            Command::Watch(args) => watch::watch(&broker, args).await,
+            Command::Elect(args) => run::elect::elect(&broker, args).await,
         }
     })
 }

@@ -5,8 +5,10 @@
 //! releases and picks the exit code; [`supervisor`] keeps the lease while
 //! the command runs. An exclusive lease, a shared one (`--shared`) and a
 //! semaphore permit (`--limit`) are held the same way; only the acquire body
-//! and the routes differ (see [`crate::client::LeaseKind`]).
+//! and the routes differ (see [`crate::client::LeaseKind`]). [`elect`]
+//! holds each term of a leader the same way, through [`hold`].
 
+pub mod elect;
 mod signals;
 mod supervisor;
 
@@ -21,7 +23,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::cli::{IfBusy, RunArgs};
-use crate::client::{BrokerError, Granted, LeaseKind};
+use crate::client::{AcquireOptions, Broker, BrokerError, Granted, LeaseKind};
 use crate::commands::{host_name, lease_options, usage};
 use crate::duration::millis;
 use crate::exit;
@@ -32,7 +34,7 @@ use supervisor::{Exited, Held, Renewed, StopReason, Supervisor};
 const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// `lockctl run NAME ... -- CMD ARGS...`
-pub async fn run(broker: &crate::client::Broker, args: RunArgs) -> u8 {
+pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
     let if_busy = match (args.if_busy, args.lease.wait) {
         (Some(IfBusy::Wait), None) => {
             return usage("--if-busy wait needs --wait: how long to wait for the lock")
@@ -92,65 +94,127 @@ pub async fn run(broker: &crate::client::Broker, args: RunArgs) -> u8 {
             return error.exit_code();
         }
     };
+    let plan = Plan {
+        name: &args.name,
+        command: &args.command,
+        ttl,
+        max_hold: args.max_hold,
+        kill_after: args.kill_after,
+        verbose: args.verbose,
+    };
+    hold(broker, &options, &plan, &granted, &mut signals)
+        .await
+        .code
+}
+
+/// How a granted lease is held: for `run`, and for each term of `elect`.
+struct Plan<'p> {
+    name: &'p str,
+    /// The command and its arguments.
+    command: &'p [OsString],
+    /// The TTL each renewal asks for.
+    ttl: Duration,
+    max_hold: Option<Duration>,
+    kill_after: Duration,
+    verbose: bool,
+}
+
+/// How holding a lease ended.
+struct Ended {
+    /// The exit code of `lockctl run`.
+    code: u8,
+    /// lockctl received SIGINT, SIGTERM or SIGHUP meanwhile.
+    interrupted: bool,
+    /// Trying again would fail the same way: the command cannot be
+    /// started, or the grant is not understood.
+    fatal: bool,
+}
+
+impl Ended {
+    /// The end of holding the lease `supervisor` kept.
+    fn after(supervisor: &Supervisor<'_>, code: u8, fatal: bool) -> Self {
+        Self {
+            code,
+            interrupted: supervisor.interrupted,
+            fatal,
+        }
+    }
+}
+
+/// Holds a granted lease: bounds its deadline, starts the command, keeps
+/// the lease while it runs, and at the end releases and picks the exit code.
+async fn hold(
+    broker: &Broker,
+    options: &AcquireOptions,
+    plan: &Plan<'_>,
+    granted: &Granted,
+    signals: &mut Signals,
+) -> Ended {
     let body = &granted.body;
     let (Some(token), Some(fence)) = (
         body.get("token").and_then(Value::as_str),
         body.get("fence").and_then(Value::as_u64),
     ) else {
         eprintln!("lockctl: unexpected answer: the acquire answer lacks token or fence");
-        return exit::SOFTWARE;
+        return Ended {
+            code: exit::SOFTWARE,
+            interrupted: false,
+            fatal: true,
+        };
     };
     let granted_ttl = body
         .get("ttl_ms")
         .and_then(Value::as_u64)
         .map_or(options.ttl, |ms| options.ttl.min(Duration::from_millis(ms)));
-    if args.verbose {
+    if plan.verbose {
         eprintln!(
             "lockctl: acquired {} with fence {fence}, ttl {} ms",
-            describe(options.kind, &args.name),
+            describe(options.kind, plan.name),
             millis(granted_ttl)
         );
     }
     // --max-hold counts from the request that bounds the lease: the acquire
     // itself, or after a long wait the moment the grant arrived.
-    let late = answered_late(&granted, granted_ttl);
+    let late = answered_late(granted, granted_ttl);
     let acquired = if late { granted.received } else { granted.sent };
     let mut supervisor = Supervisor::new(
         broker,
         Held {
             kind: options.kind,
-            name: args.name.clone(),
+            name: plan.name.to_owned(),
             token: token.to_owned(),
             fence,
-            ttl,
-            verbose: args.verbose,
-            kill_after: args.kill_after,
-            max_hold: args.max_hold,
+            ttl: plan.ttl,
+            verbose: plan.verbose,
+            kill_after: plan.kill_after,
+            max_hold: plan.max_hold,
             acquired,
         },
     );
-    if let Err(code) = bound_the_lease(&mut supervisor, &granted, granted_ttl, &mut signals).await {
-        return code;
+    if let Err(code) = bound_the_lease(&mut supervisor, granted, granted_ttl, signals).await {
+        return Ended::after(&supervisor, code, false);
     }
 
-    let (pgid, exited) = match spawn(&supervisor, &args.command) {
+    let (pgid, exited) = match spawn(&supervisor, plan.command) {
         Ok(child) => child,
         Err(error) => {
             eprintln!(
                 "lockctl: cannot run {}: {error}",
-                args.command[0].to_string_lossy()
+                plan.command[0].to_string_lossy()
             );
             release_quietly(&supervisor).await;
-            return if error.kind() == std::io::ErrorKind::NotFound {
+            let code = if error.kind() == std::io::ErrorKind::NotFound {
                 exit::COMMAND_NOT_FOUND
             } else {
                 exit::CANNOT_EXECUTE
             };
+            return Ended::after(&supervisor, code, true);
         }
     };
     supervisor.running = true;
-    let status = supervisor.supervise(pgid, exited, &mut signals).await;
-    finish(&supervisor, status).await
+    let status = supervisor.supervise(pgid, exited, signals).await;
+    let code = finish(&supervisor, status).await;
+    Ended::after(&supervisor, code, false)
 }
 
 /// Sets the lease's first local deadline. It must come from a request sent
@@ -187,6 +251,7 @@ async fn bound_the_lease(
                 outcome = &mut renewal => break outcome,
                 signal = signals.recv() => if signal != Signal::SIGUSR1 {
                     eprintln!("lockctl: {signal} after acquiring {:?}; command not run", supervisor.name);
+                    supervisor.interrupted = true;
                     release_quietly(supervisor).await;
                     return Err(signal_exit_code(signal));
                 },

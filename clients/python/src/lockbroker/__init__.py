@@ -10,7 +10,9 @@
 
 ``client.lock(name, shared=True)`` holds a shared lease, and
 ``client.semaphore(name, limit=3)`` one of a semaphore's permits, the same way.
-``AsyncClient`` is the asyncio twin (``async with client.lock(...)``).
+``client.watch(name)`` iterates a lock's events, and ``client.leader(name)``
+campaigns for leadership. ``AsyncClient`` is the asyncio twin (``async with
+client.lock(...)``).
 """
 
 from ._common import (
@@ -21,9 +23,18 @@ from ._common import (
     LockStatus,
     SemaphoreStatus,
 )
+from ._events import Lagged, LockEvent, LockState, StateComplete, WatchEvent
 from ._version import __version__
-from .aio import AsyncClient, AsyncLease, AsyncLock, AsyncPermit, AsyncSemaphore
-from .client import Client, Lease, Lock, Permit, Renewal, Semaphore
+from .aio import (
+    AsyncClient,
+    AsyncLeader,
+    AsyncLease,
+    AsyncLock,
+    AsyncPermit,
+    AsyncSemaphore,
+    AsyncWatch,
+)
+from .client import Client, Leader, Lease, Lock, Permit, Renewal, Semaphore, Watch
 from .errors import (
     AuthError,
     BrokerUnavailable,
@@ -37,10 +48,12 @@ from .errors import (
 
 __all__ = [
     "AsyncClient",
+    "AsyncLeader",
     "AsyncLease",
     "AsyncLock",
     "AsyncPermit",
     "AsyncSemaphore",
+    "AsyncWatch",
     "AuthError",
     "BrokerUnavailable",
     "Client",
@@ -49,17 +62,24 @@ __all__ = [
     "DEFAULT_TTL",
     "Holder",
     "InvalidRequest",
+    "Lagged",
+    "Leader",
     "Lease",
     "LeaseLost",
     "LimitConflict",
     "Lock",
     "LockBrokerError",
     "LockBusy",
+    "LockEvent",
+    "LockState",
     "LockStatus",
     "MaxHoldExceeded",
     "Permit",
     "Renewal",
     "Semaphore",
     "SemaphoreStatus",
+    "StateComplete",
+    "Watch",
+    "WatchEvent",
     "__version__",
 ]

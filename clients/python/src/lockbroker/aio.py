@@ -1,17 +1,21 @@
 """The asyncio twin of :mod:`lockbroker.client`: :class:`AsyncClient`, its
 :class:`AsyncLease`, and ``async with client.lock(...)``, renewed by a task; and
-for semaphores :class:`AsyncPermit` and ``async with client.semaphore(...)``.
+for semaphores :class:`AsyncPermit` and ``async with client.semaphore(...)``;
+``async for event in client.watch(...)`` (:class:`AsyncWatch`) and
+``async with client.leader(...)`` (:class:`AsyncLeader`).
 
-The rules (options, retries, renewal, release on exit) live in :mod:`._common`;
-this module only awaits them."""
+The rules (options, retries, renewal, release on exit) live in :mod:`._common`,
+and those of watching and electing in :mod:`._events`; this module only awaits
+them."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import deque
 from types import TracebackType
-from typing import Any, Dict, Optional, Type, cast
+from typing import Any, Deque, Dict, List, Optional, Type, cast
 
 from ._common import (
     DEFAULT_MAX_HOLD,
@@ -37,8 +41,19 @@ from ._common import (
     seconds,
     status_request,
 )
-from ._transport import AsyncTransport
-from .errors import BrokerUnavailable, LockBrokerError, LockBusy
+from ._events import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_LEADER_MAX_HOLD,
+    CAMPAIGN_RETRIES,
+    CampaignPauses,
+    LeaderBase,
+    WatchCursor,
+    WatchEvent,
+    events_path,
+    prefix_events_path,
+)
+from ._transport import AsyncStream, AsyncTransport
+from .errors import BrokerUnavailable, LeaseLost, LockBrokerError, LockBusy
 
 log = logging.getLogger("lockbroker")
 
@@ -159,6 +174,45 @@ class AsyncClient(ClientBase):
 
     async def _release(self, name: str, token: str, kind: str = LOCKS) -> Dict[str, Any]:
         return await self._transport.request(*release_request(name, token, kind))
+
+    def watch(
+        self,
+        name: str,
+        *,
+        last_event_id: Optional[str] = None,
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
+    ) -> "AsyncWatch":
+        """``async with client.watch("job") as events: async for event in events:``
+        reads the lock's events, reconnecting until closed; see
+        :meth:`lockbroker.Client.watch`."""
+        return AsyncWatch(self, events_path(name), last_event_id=last_event_id,
+                          idle_timeout=idle_timeout)
+
+    def watch_prefix(
+        self,
+        prefix: str,
+        *,
+        last_event_id: Optional[str] = None,
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
+    ) -> "AsyncWatch":
+        """The events of every lock under ``prefix``; see
+        :meth:`lockbroker.Client.watch_prefix`."""
+        return AsyncWatch(self, prefix_events_path(prefix), last_event_id=last_event_id,
+                          idle_timeout=idle_timeout)
+
+    def leader(
+        self,
+        name: str,
+        ttl: Duration = 10.0,
+        owner: Optional[str] = None,
+        *,
+        max_hold: Duration = DEFAULT_LEADER_MAX_HOLD,
+    ) -> "AsyncLeader":
+        """``async with client.leader("scheduler") as leader:`` campaigns for the
+        lock in a task; ``leader.elected`` and ``leader.lost`` are
+        :class:`asyncio.Event` objects. See :meth:`lockbroker.Client.leader`.
+        Make it inside the event loop that uses it."""
+        return AsyncLeader(self, name, ttl=ttl, owner=owner, max_hold=max_hold)
 
     def lock(
         self,
@@ -355,3 +409,237 @@ class AsyncSemaphore(AsyncLock):
 
     async def __aenter__(self) -> AsyncPermit:
         return cast(AsyncPermit, await super().__aenter__())
+
+
+class AsyncWatch:
+    """What :meth:`AsyncClient.watch` and :meth:`AsyncClient.watch_prefix` return:
+    an async iterator of events that reconnects until closed. ``close()`` (or
+    ``await aclose()``, or leaving ``async with``) ends it, also while another
+    task waits for the next event."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        path: str,
+        *,
+        last_event_id: Optional[str],
+        idle_timeout: Duration,
+    ) -> None:
+        self._client = client
+        self._cursor = WatchCursor(path, last_event_id, idle_timeout)
+        self._stream: Optional[AsyncStream] = None
+        self._pending: Deque[WatchEvent] = deque()
+        self._closed = False
+        self._ended = False
+        self._wake: Optional[asyncio.Event] = None
+
+    @property
+    def last_event_id(self) -> Optional[str]:
+        """The id of the last event received; see :attr:`lockbroker.Watch.last_event_id`."""
+        return self._cursor.last_event_id
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __aiter__(self) -> "AsyncWatch":
+        return self
+
+    async def __aenter__(self) -> "AsyncWatch":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def close(self) -> None:
+        """Ends the watch: iterating stops and the connection is closed."""
+        self._closed = True
+        if self._wake is not None:
+            self._wake.set()
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, waiting for the connection to be closed."""
+        stream = self._stream
+        self.close()
+        if stream is not None:
+            await stream.aclose()
+
+    async def __anext__(self) -> WatchEvent:
+        cursor = self._cursor
+        while True:
+            if self._pending:
+                return self._pending.popleft()
+            if self._closed or self._ended:
+                raise StopAsyncIteration
+            try:
+                if self._stream is None:
+                    pause = cursor.take_pause()
+                    if pause > 0:
+                        await self._sleep(pause)
+                        continue
+                    stream = await self._client._transport.open_stream(
+                        cursor.path, cursor.connecting(), self._client.timeout
+                    )
+                    if self._closed:  # closed while connecting
+                        stream.close()
+                        continue
+                    self._stream = stream
+                piece = await self._stream.read(cursor.idle_timeout)
+            except LockBrokerError as error:
+                self._drop_stream()
+                if not self._closed:
+                    self._dropped(error)
+                continue
+            if not piece:
+                self._drop_stream()
+                if not self._closed:
+                    self._dropped(None)
+                continue
+            try:
+                self._pending.extend(cursor.feed(piece))
+            except ValueError as error:  # a line past the parser's limit
+                self._drop_stream()
+                self._dropped(BrokerUnavailable(f"unreadable event stream: {error}",
+                                                code="bad_response"))
+
+    async def _sleep(self, pause: float) -> None:
+        """Pauses, ending early when the watch is closed."""
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._wake.wait(), pause)
+        except asyncio.TimeoutError:
+            pass
+
+    def _dropped(self, error: Optional[LockBrokerError]) -> None:
+        try:
+            self._cursor.dropped(error)
+        except LockBrokerError:
+            self._ended = True
+            raise
+
+    def _drop_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<AsyncWatch {self._cursor.path} {state} last_event_id={self.last_event_id!r}>"
+
+
+class AsyncLeader(LeaderBase):
+    """What :meth:`AsyncClient.leader` returns: one campaign for leadership of a
+    lock, from tasks; ``lost`` and ``elected`` are :class:`asyncio.Event` objects.
+    See :class:`lockbroker.Leader`."""
+
+    client: AsyncClient
+    _lease: Optional[AsyncLease]
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        ttl: Duration,
+        owner: Optional[str],
+        max_hold: Duration,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, owner=owner, max_hold=max_hold)
+        self.lost = asyncio.Event()
+        self.elected = asyncio.Event()
+        self._watch: Optional[AsyncWatch] = None
+        self._campaign_task: Optional["asyncio.Task[None]"] = None
+        self._follow_task: Optional["asyncio.Task[None]"] = None
+        self._renew_task: Optional["asyncio.Task[None]"] = None
+
+    async def __aenter__(self) -> "AsyncLeader":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    async def start(self) -> "AsyncLeader":
+        """Starts following the lock's events and campaigning; returns at once."""
+        self._check_unstarted()
+        self._watch = self.client.watch(self.name)
+        self._follow_task = asyncio.ensure_future(self._follow())
+        self._campaign_task = asyncio.ensure_future(self._campaign())
+        return self
+
+    async def resign(self) -> None:
+        """Stops campaigning and, while leading, stops renewing and releases the
+        lease; see :meth:`lockbroker.Leader.resign`."""
+        self._resigned = True
+        await _cancelled(self._campaign_task)
+        lease = self._lease
+        if lease is None:
+            return
+        await _cancelled(self._renew_task)
+        if lease.released or lease.lost_reason == "lease_lost":
+            return
+        try:
+            await lease.release()
+        except LeaseLost:
+            pass  # marked lost by the release itself
+        except LockBrokerError as error:
+            log.warning("could not release the leader lease on %r, it will expire: %s",
+                        self.name, error)
+
+    async def stop(self) -> None:
+        """Resigns and stops following the events."""
+        await self.resign()
+        if self._watch is not None:
+            await self._watch.aclose()
+        await _cancelled(self._follow_task)
+
+    async def _follow(self) -> None:
+        assert self._watch is not None
+        try:
+            async for event in self._watch:
+                self._view.apply(event)
+        except LockBrokerError as error:
+            log.warning("following the leader of %r stopped: %s", self.name, error)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("following the leader of %r failed", self.name)
+
+    async def _campaign(self) -> None:
+        pauses = CampaignPauses()
+        while not self._resigned:
+            started = time.monotonic()
+            try:
+                lease = await self.client._acquire(self.name, self.options)
+            except CAMPAIGN_RETRIES as error:
+                pause = pauses.after(error, time.monotonic() - started)
+                if pause is None:
+                    self._campaign_failed(error)
+                    return
+                await asyncio.sleep(pause)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # a refused key or request: retrying cannot help
+                self._campaign_failed(error)
+                return
+            lease.lost = self.lost  # the lease's loss is the term's
+            self._lease = lease
+            self._renew_task = asyncio.ensure_future(_renew(lease, self.max_hold))
+            self.elected.set()
+            log.info("leading %r as %r, term %d", self.name, self.owner, lease.fence)
+            return
+
+
+async def _cancelled(task: "Optional[asyncio.Task[None]]") -> None:
+    """Cancels ``task`` (unless it is the current one) and waits for it to end."""
+    if task is None or task is asyncio.current_task() or task.done():
+        return
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass

@@ -1,17 +1,21 @@
 """The blocking client: :class:`Client`, its :class:`Lease`, and ``client.lock()``,
 a context manager that renews the lease from a background thread; and the same
-for semaphores: :class:`Permit` and ``client.semaphore()``.
+for semaphores: :class:`Permit` and ``client.semaphore()``. ``client.watch()``
+reads a lock's event stream (:class:`Watch`), and ``client.leader()`` campaigns
+for leadership (:class:`Leader`).
 
-The rules (options, retries, renewal, release on exit) live in :mod:`._common`;
-this module only blocks on them."""
+The rules (options, retries, renewal, release on exit) live in :mod:`._common`,
+and those of watching and electing in :mod:`._events`; this module only blocks
+on them."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections import deque
 from types import TracebackType
-from typing import Any, Dict, Optional, Type, cast
+from typing import Any, Deque, Dict, Iterator, List, Optional, Type, cast
 
 from ._common import (
     DEFAULT_MAX_HOLD,
@@ -37,8 +41,19 @@ from ._common import (
     seconds,
     status_request,
 )
-from ._transport import SyncTransport
-from .errors import BrokerUnavailable, LockBrokerError, LockBusy
+from ._events import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_LEADER_MAX_HOLD,
+    CAMPAIGN_RETRIES,
+    CampaignPauses,
+    LeaderBase,
+    WatchCursor,
+    WatchEvent,
+    events_path,
+    prefix_events_path,
+)
+from ._transport import Cancel, SyncStream, SyncTransport
+from .errors import BrokerUnavailable, LeaseLost, LockBrokerError, LockBusy
 
 log = logging.getLogger("lockbroker")
 
@@ -130,19 +145,31 @@ class Client(ClientBase):
         return cast(Permit, self._acquire(name, options, request_id))
 
     def _acquire(
-        self, name: str, options: LockOptions, request_id: Optional[str] = None
+        self,
+        name: str,
+        options: LockOptions,
+        request_id: Optional[str] = None,
+        cancel: Optional[Cancel] = None,
     ) -> Lease:
+        """``cancel``, when given, ends the attempts (and the one in flight) from
+        another thread: the acquire then raises :class:`BrokerUnavailable`."""
         attempts = AcquireAttempts(name, options, request_id, self.timeout)
         granted = Permit if options.kind == SEMAPHORES else Lease
         while True:
             request, timeout = attempts.next_request()
             try:
-                data = self._transport.request(*request, timeout=timeout)
+                if cancel is None:
+                    data = self._transport.request(*request, timeout=timeout)
+                else:
+                    data = self._transport.request_cancellable(*request, timeout, cancel)
             except (LockBusy, BrokerUnavailable) as error:
                 pause = attempts.pause_after(error)
                 if pause is None:
                     raise
-                time.sleep(pause)
+                if cancel is None:
+                    time.sleep(pause)
+                elif cancel.wait(pause):
+                    raise
                 continue
             waited = attempts.answered()
             lease = granted(self, data, attempts.sent_at, options.ttl, attempts.held_from)
@@ -192,6 +219,87 @@ class Client(ClientBase):
 
     def _release(self, name: str, token: str, kind: str = LOCKS) -> Dict[str, Any]:
         return self._transport.request(*release_request(name, token, kind))
+
+    # -- watching and leader election --------------------------------------------------
+
+    def watch(
+        self,
+        name: str,
+        *,
+        last_event_id: Optional[str] = None,
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
+    ) -> "Watch":
+        """The events of the lock ``name`` (``GET /v1/locks/{name}/events``), as an
+        iterator::
+
+            with client.watch("scheduler") as events:
+                for event in events:
+                    if event.type == "state":     # a LockState: held, owner, fence...
+                        ...
+                    elif event.type == "acquired":  # a LockEvent: owner, fence...
+                        ...
+
+        The first item is a :class:`LockState` (the lock's status, as
+        :meth:`status` reports it); then come :class:`LockEvent` items, one per
+        change (``acquired``, ``extended``, ``released``, ``expired``,
+        ``force_released``), and :class:`Lagged` when this reader fell behind (a
+        fresh :class:`LockState` follows). No event carries a token.
+
+        A dropped connection, or one silent for ``idle_timeout`` seconds (the
+        broker sends a keep-alive every 15 s), is opened again with growing
+        pauses, sending the last event's id so the broker resumes after it; events
+        a resume repeats are left out. Iterating ends only when the watch is closed
+        (:meth:`Watch.close`, from any thread, or leaving the ``with`` block), or
+        with an error that retrying cannot fix (:class:`AuthError`,
+        :class:`InvalidRequest`). ``last_event_id`` resumes after an event a
+        previous watch saw (its :attr:`Watch.last_event_id`).
+        """
+        return Watch(self, events_path(name), last_event_id=last_event_id,
+                     idle_timeout=idle_timeout)
+
+    def watch_prefix(
+        self,
+        prefix: str,
+        *,
+        last_event_id: Optional[str] = None,
+        idle_timeout: Duration = DEFAULT_IDLE_TIMEOUT,
+    ) -> "Watch":
+        """The events of every lock whose name starts with ``prefix`` (``GET
+        /v1/events?prefix=``; ``""`` watches every lock), as :meth:`watch` yields
+        them: first one :class:`LockState` per lock held under the prefix, then a
+        :class:`StateComplete`, then the changes."""
+        return Watch(self, prefix_events_path(prefix), last_event_id=last_event_id,
+                     idle_timeout=idle_timeout)
+
+    def leader(
+        self,
+        name: str,
+        ttl: Duration = 10.0,
+        owner: Optional[str] = None,
+        *,
+        max_hold: Duration = DEFAULT_LEADER_MAX_HOLD,
+    ) -> "Leader":
+        """A leader election on the lock ``name``; use it in a ``with`` statement,
+        or call :meth:`Leader.start` and :meth:`Leader.stop`::
+
+            with client.leader("scheduler", ttl=10, owner="node-a") as leader:
+                if leader.elected.wait(60):
+                    while not leader.lost.is_set():
+                        run_round(fence=leader.term)
+
+        Starting it campaigns in a background thread: a waiting acquire, sent
+        again for as long as it takes (pausing after a busy answer that came at
+        once and while the broker is unavailable). Once granted, the lease is
+        renewed every ``ttl / 3`` as :meth:`lock` renews it, ``elected`` is set,
+        :attr:`Leader.is_leader` is true and :attr:`Leader.term` is the lease's
+        fence. ``lost`` is set when the lease is lost; the helper then leads no
+        more and does not campaign again (make another one). ``resign()``
+        releases the lease; ``stop()`` (or leaving the block) resigns and stops
+        watching. Meanwhile :attr:`Leader.leader` is the owner of whoever leads,
+        from the lock's event stream. The lease is renewed for ``max_hold`` at
+        most (default one day): then it runs out, and ``lost`` is set.
+        """
+        return Leader(self, name, ttl=ttl, owner=owner, max_hold=max_hold)
 
     # -- the managed lease -------------------------------------------------------------
 
@@ -440,3 +548,245 @@ class Semaphore(Lock):
 
     def __enter__(self) -> Permit:
         return cast(Permit, super().__enter__())
+
+
+class Watch:
+    """What :meth:`Client.watch` and :meth:`Client.watch_prefix` return: an
+    iterator of events that reconnects until closed. Iterate it from one thread;
+    :meth:`close` may be called from any."""
+
+    def __init__(
+        self,
+        client: Client,
+        path: str,
+        *,
+        last_event_id: Optional[str],
+        idle_timeout: Duration,
+    ) -> None:
+        self._client = client
+        self._cursor = WatchCursor(path, last_event_id, idle_timeout)
+        self._cancel = Cancel()
+        self._lock = threading.Lock()
+        self._stream: Optional[SyncStream] = None
+        self._pending: Deque[WatchEvent] = deque()
+        self._reading = False
+        self._ended = False
+
+    @property
+    def last_event_id(self) -> Optional[str]:
+        """The id of the last event received: pass it as ``last_event_id`` to a
+        later watch to resume after it."""
+        return self._cursor.last_event_id
+
+    @property
+    def closed(self) -> bool:
+        return self._cancel.cancelled
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return self
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Ends the watch: iterating stops (at once, also when another thread is
+        waiting for the next event) and the connection is closed."""
+        self._cancel.cancel()
+        with self._lock:
+            if not self._reading:
+                self._drop_stream()
+
+    def __next__(self) -> WatchEvent:
+        with self._lock:
+            if self._reading:
+                raise RuntimeError("a Watch is iterated from one thread at a time")
+            self._reading = True
+        try:
+            return self._next()
+        finally:
+            with self._lock:
+                self._reading = False
+                if self._cancel.cancelled:
+                    self._drop_stream()
+
+    def _next(self) -> WatchEvent:
+        cursor = self._cursor
+        while True:
+            if self._pending:
+                return self._pending.popleft()
+            if self._cancel.cancelled or self._ended:
+                raise StopIteration
+            try:
+                if self._stream is None:
+                    pause = cursor.take_pause()
+                    if pause > 0 and self._cancel.wait(pause):
+                        continue
+                    self._stream = self._client._transport.open_stream(
+                        cursor.path, cursor.connecting(), self._client.timeout,
+                        cursor.idle_timeout, self._cancel,
+                    )
+                piece = self._stream.read()
+            except LockBrokerError as error:
+                self._drop_stream()
+                if self._cancel.cancelled:
+                    continue
+                self._dropped(error)
+                continue
+            if not piece:
+                self._drop_stream()
+                if not self._cancel.cancelled:
+                    self._dropped(None)
+                continue
+            try:
+                self._pending.extend(cursor.feed(piece))
+            except ValueError as error:  # a line past the parser's limit
+                self._drop_stream()
+                self._dropped(BrokerUnavailable(f"unreadable event stream: {error}",
+                                                code="bad_response"))
+
+    def _dropped(self, error: Optional[LockBrokerError]) -> None:
+        try:
+            self._cursor.dropped(error)
+        except LockBrokerError:
+            self._ended = True
+            raise
+
+    def _drop_stream(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<Watch {self._cursor.path} {state} last_event_id={self.last_event_id!r}>"
+
+
+class Leader(LeaderBase):
+    """What :meth:`Client.leader` returns: one campaign for leadership of a lock,
+    from background threads. ``lost`` and ``elected`` are :class:`threading.Event`
+    objects; ``is_leader``, ``term``, ``leader`` and ``leader_term`` may be read
+    from any thread."""
+
+    client: Client
+    _lease: Optional[Lease]
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        *,
+        ttl: Duration,
+        owner: Optional[str],
+        max_hold: Duration,
+    ) -> None:
+        super().__init__(client, name, ttl=ttl, owner=owner, max_hold=max_hold)
+        self.lost = threading.Event()
+        self.elected = threading.Event()
+        self._cancel = Cancel()
+        self._lock = threading.Lock()
+        self._renewer: Optional[_Renewer] = None
+        self._watch: Optional[Watch] = None
+        self._threads: List[threading.Thread] = []
+
+    def __enter__(self) -> "Leader":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> "Leader":
+        """Starts following the lock's events and campaigning; returns at once."""
+        self._check_unstarted()
+        self._watch = self.client.watch(self.name)
+        for target, role in ((self._follow, "follow"), (self._campaign, "campaign")):
+            thread = threading.Thread(
+                target=target, name=f"lockbroker-{role}:{self.name}", daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+        return self
+
+    def resign(self) -> None:
+        """Stops campaigning and, while leading, stops renewing and releases the
+        lease (a release that fails leaves the lease to expire; one that finds
+        the lease already gone sets ``lost``). Following the events goes on
+        until :meth:`stop`."""
+        self._resigned = True
+        self._cancel.cancel()
+        with self._lock:
+            lease, renewer = self._lease, self._renewer
+        if lease is None:
+            return
+        if renewer is not None:
+            renewer.stop()
+        if lease.released or lease.lost_reason == "lease_lost":
+            return
+        try:
+            lease.release()
+        except LeaseLost:
+            pass  # marked lost by the release itself
+        except LockBrokerError as error:
+            log.warning("could not release the leader lease on %r, it will expire: %s",
+                        self.name, error)
+
+    def stop(self) -> None:
+        """Resigns, stops following the events, and waits for the threads."""
+        self.resign()
+        if self._watch is not None:
+            self._watch.close()
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(self.client.timeout + 1.0)
+
+    def _follow(self) -> None:
+        assert self._watch is not None
+        try:
+            for event in self._watch:
+                self._view.apply(event)
+        except LockBrokerError as error:
+            log.warning("following the leader of %r stopped: %s", self.name, error)
+        except Exception:
+            log.exception("following the leader of %r failed", self.name)
+
+    def _campaign(self) -> None:
+        pauses = CampaignPauses()
+        while not self._cancel.cancelled:
+            started = time.monotonic()
+            try:
+                lease = self.client._acquire(self.name, self.options, cancel=self._cancel)
+            except CAMPAIGN_RETRIES as error:
+                if self._cancel.cancelled:
+                    return
+                pause = pauses.after(error, time.monotonic() - started)
+                if pause is None:
+                    self._campaign_failed(error)
+                    return
+                self._cancel.wait(pause)
+                continue
+            except Exception as error:  # a refused key or request: retrying cannot help
+                self._campaign_failed(error)
+                return
+            self._won(lease)
+            return
+
+    def _won(self, lease: Lease) -> None:
+        with self._lock:
+            if self._cancel.cancelled:  # resigned while the grant was on its way
+                resigned = True
+            else:
+                resigned = False
+                lease.lost = self.lost  # the lease's loss is the term's
+                self._lease = lease
+                self._renewer = _Renewer(lease, self.max_hold)
+                self._renewer.start()
+                self.elected.set()
+        if resigned:
+            try:
+                lease.release()
+            except LockBrokerError as error:
+                log.warning("could not release the leader lease on %r: %s", self.name, error)
+            return
+        log.info("leading %r as %r, term %d", self.name, self.owner, lease.fence)

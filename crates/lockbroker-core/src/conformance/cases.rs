@@ -212,6 +212,7 @@ pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B
             fence,
             owner: Some("stuck".into()),
             leases_ended: 1,
+            mode: crate::lease::LeaseKind::Exclusive,
         }
     );
     assert!(matches!(

@@ -247,7 +247,8 @@ pub async fn freed_places_are_announced_and_force_release_ends_them_all<B: Backe
         ForceReleaseOutcome::Released {
             fence: top,
             owner: None,
-            leases_ended: 2
+            leases_ended: 2,
+            mode: LeaseKind::Shared,
         }
     );
     for reader in &readers {

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::holders::HolderSet;
+use crate::events::Announcement;
 use crate::lease::LeaseToken;
 use crate::name::LockName;
 use crate::store::AcquireParams;
@@ -65,6 +66,8 @@ pub(super) struct Backend {
     pub(super) arrivals: u64,
     /// Every handle's announcements, by handle id.
     pub(super) subscribers: Vec<(String, UnboundedSender<(String, Wake)>)>,
+    /// Every handle's announcements about watching.
+    pub(super) watchers: Vec<UnboundedSender<Announcement>>,
     pub(super) unavailable: bool,
 }
 

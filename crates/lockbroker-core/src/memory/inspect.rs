@@ -94,9 +94,14 @@ impl MemoryStore {
         now_ms: u64,
     ) -> ForceReleaseOutcome {
         let (mut ended, mut fence, mut owner) = (0, 0, None);
+        let mut mode = match name.space() {
+            Space::Lock => LeaseKind::Shared,
+            Space::Semaphore => LeaseKind::Permit,
+        };
         if let Some(cur) = backend.leases.get(name).filter(|r| !r.released).cloned() {
             backend.leases.remove(name);
             (ended, fence, owner) = (1, cur.fence, owner_of(&cur.owner));
+            mode = LeaseKind::Exclusive;
         }
         if let Some(set) = backend.holder_sets.remove(name) {
             for record in set.leases.values() {
@@ -119,6 +124,7 @@ impl MemoryStore {
             fence: Fence::new(fence),
             owner,
             leases_ended: ended,
+            mode,
         }
     }
 }

@@ -405,21 +405,24 @@ pub fn force_release(
                 fence,
                 owner,
                 leases_ended,
-            } => Some((fence, owner, leases_ended)),
+                mode,
+            } => Some((fence, owner, leases_ended, mode)),
             ForceReleaseOutcome::NotHeld => None,
         });
-    let (mut top, mut most) = (None::<Fence>, None::<(Option<String>, u64)>);
-    for (fence, owner, leases_ended) in ended {
+    let mut top = None::<Fence>;
+    let mut most = None::<(Option<String>, u64, LeaseKind)>;
+    for (fence, owner, leases_ended, mode) in ended {
         top = top.max(Some(fence));
-        if most.as_ref().is_none_or(|(_, n)| leases_ended > *n) {
-            most = Some((owner, leases_ended));
+        if most.as_ref().is_none_or(|(_, n, _)| leases_ended > *n) {
+            most = Some((owner, leases_ended, mode));
         }
     }
     Ok(match (top, most) {
-        (Some(fence), Some((owner, leases_ended))) => ForceReleaseOutcome::Released {
+        (Some(fence), Some((owner, leases_ended, mode))) => ForceReleaseOutcome::Released {
             fence,
             owner,
             leases_ended,
+            mode,
         },
         _ => ForceReleaseOutcome::NotHeld,
     })

@@ -264,12 +264,17 @@ impl ScriptCall for ForceReleaseCall<'_> {
         let leases_ended = reply.uint()?;
         let fence = Fence::new(reply.uint()?);
         let owner = reply.optional_text()?;
+        let mode = match reply.int()? {
+            1 => LeaseKind::Exclusive,
+            _ => holder_kind(self.name),
+        };
         Ok(match leases_ended {
             0 => ForceReleaseOutcome::NotHeld,
             _ => ForceReleaseOutcome::Released {
                 fence,
                 owner,
                 leases_ended,
+                mode,
             },
         })
     }

@@ -60,6 +60,9 @@ pub struct HttpSettings {
     pub max_concurrent_requests: usize,
     /// Open connections at once; further ones wait in the accept queue.
     pub max_connections: usize,
+    /// Event streams (`/v1/.../events`) open at once; more get `429`.
+    /// Streams are not counted in `max_concurrent_requests`.
+    pub max_event_streams: usize,
     /// PEM certificate chain of the HTTPS listener; with `tls_key_path`,
     /// the broker serves HTTPS only. `None` for plain HTTP.
     #[serde(with = "empty_is_none")]
@@ -183,6 +186,7 @@ impl Default for HttpSettings {
             body_read_timeout_ms: 10_000,
             max_concurrent_requests: 16_384,
             max_connections: 20_000,
+            max_event_streams: LockPolicy::default().max_event_streams,
             tls_cert_path: None,
             tls_key_path: None,
         }

@@ -173,6 +173,8 @@ impl Settings {
                 max_waiters_per_lock: locks.max_waiters_per_lock,
             },
             max_semaphore_limit: locks.max_semaphore_limit,
+            max_event_streams: self.http.max_event_streams,
+            ..LockPolicy::default()
         }
     }
 

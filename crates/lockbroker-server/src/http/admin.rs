@@ -106,6 +106,7 @@ pub(super) async fn end_all(
             fence,
             owner,
             leases_ended,
+            ..
         } => (Some(fence), owner, leases_ended),
         ForceReleaseOutcome::NotHeld => (None, None, 0),
     };

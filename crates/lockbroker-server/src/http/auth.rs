@@ -24,6 +24,7 @@ pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
         (&Method::GET | &Method::HEAD, "/v1/locks" | "/v1/semaphores")
         | (&Method::DELETE, "/v1/locks/{name}" | "/v1/semaphores/{name}") => Some(Scope::Admin),
         (_, "/metrics") => Some(Scope::Metrics),
+        (_, "/v1/events") => Some(Scope::Lock),
         (_, path)
             if path.starts_with("/v1/locks/{name}")
                 || path.starts_with("/v1/semaphores/{name}") =>
@@ -169,6 +170,13 @@ mod tests {
             (Method::GET, "/v1/semaphores/{name}", Some(Scope::Lock)),
             (Method::DELETE, "/v1/semaphores/{name}", Some(Scope::Admin)),
             (Method::GET, "/v1/semaphores", Some(Scope::Admin)),
+            (Method::GET, "/v1/locks/{name}/events", Some(Scope::Lock)),
+            (
+                Method::GET,
+                "/v1/semaphores/{name}/events",
+                Some(Scope::Lock),
+            ),
+            (Method::GET, "/v1/events", Some(Scope::Lock)),
             (Method::GET, "/metrics", Some(Scope::Metrics)),
             (Method::GET, "/healthz", None),
             (Method::GET, "/readyz", None),

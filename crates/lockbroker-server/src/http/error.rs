@@ -65,6 +65,8 @@ pub enum ApiError {
     },
     /// The broker is already serving as many requests as it allows.
     Overloaded,
+    /// The broker already has as many event streams open as it allows.
+    TooManyStreams,
     /// The request body arrived too slowly.
     BodyTimeout {
         /// The configured limit.
@@ -198,6 +200,11 @@ impl ApiError {
                 "this API key sent more requests than its rate limit allows; retry later",
             )
             .retry_after(retry_after.as_millis()),
+            Self::TooManyStreams => Answer::new(
+                Code::TooManyStreams,
+                "this broker has as many event streams open as it allows; retry later or on \
+                 another instance",
+            ),
             Self::Overloaded => Answer::new(
                 Code::Overloaded,
                 "this broker is serving as many requests as it allows; retry later",

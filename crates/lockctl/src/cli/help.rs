@@ -1,5 +1,5 @@
-//! The long help texts: what `lockctl --help` and `lockctl run --help` say
-//! beyond the flags. A test runs the example in [`LONG_ABOUT`] as a script.
+//! The long help texts: what `lockctl --help` and the `--help` of `run`,
+//! `watch` and `elect` say beyond the flags. A test runs the example in [`LONG_ABOUT`] as a script.
 
 /// The one-line description.
 pub const ABOUT: &str = "Take, renew and give back lockbroker leases from the shell";
@@ -9,8 +9,11 @@ pub const LONG_ABOUT: &str = "\
 Take, renew and give back lockbroker leases from the shell.
 
 A lease is a lock with a TTL and a fence number that only grows. `lockctl run`
-holds a lease exactly as long as a command runs (flock for a fleet); the other
-subcommands are the API's four calls, for scripts that manage a lease by hand.
+holds a lease exactly as long as a command runs (flock for a fleet), and
+`lockctl elect` runs a command only while this host leads (holds the lock),
+the fence being its term. `lockctl watch` prints a lock's changes as they
+happen. The other subcommands are the API's four calls, for scripts that
+manage a lease by hand.
 
 A lease is exclusive unless asked otherwise. --shared takes a shared lease,
 which coexists with the lock's other shared leases while an exclusive lease
@@ -90,3 +93,80 @@ Example (crontab): every 5 minutes on every host, one run at a time fleet-wide:
   */5 * * * * lockctl run nightly-sync --ttl 1m --max-hold 2h --if-busy skip -- /usr/local/bin/sync.sh
 Example: at most 3 exports at once against a shared database:
   lockctl run db-exports --limit 3 --wait 10m -- /usr/local/bin/export.sh";
+
+/// `lockctl watch --help`.
+pub const WATCH_ABOUT: &str = "\
+Print a lock's changes as they happen, one line per event, until interrupted.
+
+lockctl reads the broker's event stream of the lock NAME (of the semaphore
+NAME with --semaphore; of every lock whose name starts with NAME with
+--prefix). It starts with the current state, then one event per change:
+acquired, extended, released, expired or force_released, one per holder for
+shared leases and permits. A line reads
+
+  2026-12-01T17:00:00.123Z acquired billing:42 fence=1795954817685497 owner=worker-1 mode=exclusive expires_in=30s
+
+the time lockctl received the event (UTC), its type, the name, then the
+lease's fence, owner (- if none), mode and time left. A state line shows
+held= and holders= too, and with --prefix the state of every held lock is
+followed by `state PREFIX complete`. `lagged missed=N` means lockctl fell
+behind and N events were skipped; a fresh state follows. With --json each
+event is printed as the broker's JSON object with its \"type\" and \"id\" added.
+No token is ever shown: the stream carries none.
+
+In a leader election (`lockctl elect`), the holder is the leader and the
+fence its term: followers learn who leads, and since which term, here.
+
+If the stream drops (a broker restart, a network failure, 45 s without even a
+keep-alive), lockctl reconnects, pausing up to 5 s between tries, and resumes
+after the last event received (Last-Event-ID) if the broker still has it;
+otherwise the stream starts again with a fresh state. SIGINT or SIGTERM ends
+the watch with exit code 0.
+
+It exits 69 if the broker cannot be reached at the start, or has no stream to
+spare (too_many_streams), 77 if the API key may not watch NAME, 64 for a bad
+name. Once watching, it ends only when interrupted, or refused in a way that
+asking again cannot mend (77, 64, 70).
+
+Example: follow the leader of a `lockctl elect scheduler` fleet:
+  lockctl watch scheduler";
+
+/// `lockctl elect --help`.
+pub const ELECT_ABOUT: &str = "\
+Run a command only while this host is the leader of NAME.
+
+The leader is the holder of the lock NAME, and the fence of its lease is its
+term, which only grows. lockctl campaigns (acquires NAME, waiting as long as
+it takes, one broker wait after another), then runs CMD exactly as `lockctl
+run` does: LOCKBROKER_LOCK, LOCKBROKER_FENCE (the term), LOCKBROKER_TOKEN and
+LOCKBROKER_URL in its environment, the lease renewed every third of --ttl,
+signals passed on, and the lease released (resigning) when CMD ends. If the
+lease is lost, or cannot be renewed before it would expire, CMD is sent
+SIGTERM, SIGKILL after --kill-after (see `lockctl run --help`).
+
+Without --again, lockctl exits after one term with CMD's exit code (128+N if
+signal N ended it), or 79 if leadership was lost and CMD stopped. With
+--again it campaigns anew after each term, a second after it ended, until
+SIGINT, SIGTERM or SIGHUP: while leading, the signal goes to CMD and lockctl
+exits with CMD's exit code once it ends; while campaigning, it exits 0. If
+CMD cannot be started (126, 127), lockctl exits in either case.
+
+Candidates wait in the broker. When the leader resigns, a waiting candidate
+is granted at once; when a leader stops renewing (a crash, a partition), its
+lease expires after at most --ttl (plus --lock-delay) by the Redis clock and
+a candidate is granted then. Followers see this host's name as the owner
+unless --owner says otherwise: `lockctl watch NAME` prints who leads and its
+term.
+
+If the broker cannot be reached or is unavailable when lockctl starts, it
+exits 69. After that, an unavailable broker is retried for as long as it
+takes (pausing up to 5 s); a leader whose renewals fail stops CMD before its
+lease could expire, as `run` does.
+
+The term is the guard against a deposed leader: one stalled past its TTL (a
+long pause, a suspended VM) keeps running until it notices, while a new
+leader already holds a higher term. Hand LOCKBROKER_FENCE to whatever CMD
+writes to, and have that refuse terms lower than the highest it has seen.
+
+Example: one scheduler at a time across the fleet, failing over within 10 s:
+  lockctl elect scheduler --ttl 10s --again -- /usr/local/bin/scheduler";

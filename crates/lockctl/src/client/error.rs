@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use reqwest::header::{HeaderMap, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 
@@ -180,6 +181,35 @@ impl BrokerError {
         }
         Ok(())
     }
+}
+
+/// A refusal (any status but 2xx) as a [`BrokerError`]: the broker's
+/// `{"error": {...}}` body, or [`not_the_api`] without one.
+pub(super) fn refusal(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    bytes: &[u8],
+) -> BrokerError {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(mut map)) => match map.remove("error") {
+            Some(Value::Object(error)) => BrokerError::Rejected {
+                status,
+                error,
+                retry_after,
+            },
+            _ => not_the_api(status),
+        },
+        _ => not_the_api(status),
+    }
+}
+
+/// The `Retry-After` header in whole seconds, if any.
+pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
 }
 
 /// A reply without the broker's JSON error body.

@@ -88,6 +88,8 @@ pub struct Supervisor<'a> {
     failing: bool,
     /// The command has been started.
     pub running: bool,
+    /// lockctl received SIGINT, SIGTERM or SIGHUP (and passed it on).
+    pub interrupted: bool,
 }
 
 /// What [`Supervisor::new`] needs beyond the broker.
@@ -129,6 +131,7 @@ impl<'a> Supervisor<'a> {
             released_by_command: false,
             failing: false,
             running: false,
+            interrupted: false,
         }
     }
 
@@ -327,6 +330,7 @@ impl<'a> Supervisor<'a> {
             self.stop_at = None;
             return;
         }
+        self.interrupted = true;
         if self.verbose {
             eprintln!("lockctl: passing {signal} on to the command");
         }

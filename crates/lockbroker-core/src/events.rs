@@ -1,0 +1,380 @@
+//! Watching locks: the changes brokers tell each other, and [`EventHub`],
+//! which numbers them into events for this broker's streams.
+//!
+//! A change is announced by the broker that made it, through the store, to
+//! every broker sharing the store, while any broker has a stream open (a
+//! broker with streams says so every second, see [`Announcement::Watching`]);
+//! with nobody watching, a lock step costs nothing more. A lease that ends
+//! by running out is announced by nobody: every broker that watches it
+//! keeps its expiry and tells its own streams when it passes, without
+//! asking the store.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{broadcast, Notify};
+use tokio::time::Instant;
+
+use crate::lease::{unix_micros, Fence, LeaseKind, LockStatus};
+use crate::name::LockName;
+
+mod expiry;
+
+/// What happened to a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// Granted.
+    Acquired,
+    /// Its TTL was set anew.
+    Extended,
+    /// Given back by its holder.
+    Released,
+    /// Ran out unreleased (told by each watching broker itself).
+    Expired,
+    /// Ended by an operator.
+    ForceReleased,
+}
+
+impl ChangeKind {
+    /// The event type as streams name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Acquired => "acquired",
+            Self::Extended => "extended",
+            Self::Released => "released",
+            Self::Expired => "expired",
+            Self::ForceReleased => "force_released",
+        }
+    }
+
+    /// Reads back [`ChangeKind::as_str`].
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            Self::Acquired,
+            Self::Extended,
+            Self::Released,
+            Self::Expired,
+            Self::ForceReleased,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == text)
+    }
+}
+
+/// One change to one lease. Never a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The lock or semaphore.
+    pub name: LockName,
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The kind of lease.
+    pub mode: LeaseKind,
+    /// The lease's fence (for a force release of several, the highest).
+    pub fence: Fence,
+    /// The holder's label.
+    pub owner: Option<String>,
+    /// How long the lease stays valid from the change, ms (0 once it ended).
+    pub expires_in_ms: u64,
+    /// When it expires, in Unix ms of the store's clock, when known.
+    pub expires_at_ms: Option<u64>,
+}
+
+/// What brokers tell each other about watching.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Announcement {
+    /// A broker changed a lease: `seq` numbers the changes of `origin`, so
+    /// a change heard twice (from several nodes of a quorum) counts once.
+    Change {
+        /// The announcing broker.
+        origin: String,
+        /// Its number for this change.
+        seq: u64,
+        /// The change.
+        change: Change,
+    },
+    /// A broker has streams open: every broker announces its changes for
+    /// the next few seconds.
+    Watching {
+        /// The announcing broker.
+        origin: String,
+    },
+}
+
+/// One numbered event on this broker: a change as streams see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockEvent {
+    /// Grows with every event of this broker (and across its restarts: it
+    /// starts at the broker's start time in µs).
+    pub id: u64,
+    /// The change.
+    pub change: Change,
+}
+
+/// How many events the hub keeps for streams that resume.
+const REPLAY: usize = 4_096;
+/// How long a broker announces its changes after another said it watches.
+const REMOTE_WATCH: Duration = Duration::from_secs(3);
+/// How long a broker goes on keeping events after its last stream closed,
+/// so that a stream that reconnects meanwhile resumes where it was.
+const LINGER: Duration = Duration::from_secs(30);
+
+/// Numbers the changes this broker hears into events, fans them out to its
+/// streams, keeps the last few for resumes, and tells the expiries of the
+/// leases its streams watch.
+pub struct EventHub {
+    sender: broadcast::Sender<Arc<LockEvent>>,
+    next_id: AtomicU64,
+    streams: AtomicUsize,
+    max_streams: usize,
+    state: Mutex<HubState>,
+    expiries_changed: Notify,
+}
+
+#[derive(Default)]
+struct HubState {
+    recent: VecDeque<Arc<LockEvent>>,
+    /// The leases streams watch, with their expiry timer's deadline.
+    leases: HashMap<(LockName, Fence), Known>,
+    deadlines: BTreeMap<(Instant, u64), (LockName, Fence)>,
+    timer_seq: u64,
+    remote_watch_until: Option<Instant>,
+    /// Until when events are kept after the last stream closed.
+    linger_until: Option<Instant>,
+}
+
+/// A lease the hub keeps the expiry of.
+#[derive(Clone, Debug)]
+struct Known {
+    mode: LeaseKind,
+    owner: Option<String>,
+    expires_at_ms: Option<u64>,
+    deadline: (Instant, u64),
+}
+
+/// One open stream; counted until dropped.
+pub struct StreamTicket {
+    hub: Arc<EventHub>,
+    /// The events from the moment of opening.
+    pub events: broadcast::Receiver<Arc<LockEvent>>,
+}
+
+impl Drop for StreamTicket {
+    fn drop(&mut self) {
+        if self.hub.streams.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.hub.lock().linger_until = Some(Instant::now() + LINGER);
+        }
+    }
+}
+
+impl EventHub {
+    /// A hub for at most `max_streams` streams, buffering `per_stream`
+    /// events for each before it lags. Inside a Tokio runtime it also
+    /// starts telling expiries.
+    pub fn new(max_streams: usize, per_stream: usize) -> Arc<Self> {
+        let hub = Arc::new(Self {
+            sender: broadcast::channel(per_stream.max(1)).0,
+            next_id: AtomicU64::new(unix_micros()),
+            streams: AtomicUsize::new(0),
+            max_streams,
+            // A broker that just started may have missed the last "watching"
+            // of the others: it announces its changes until it has heard.
+            state: Mutex::new(HubState {
+                remote_watch_until: Some(Instant::now() + REMOTE_WATCH),
+                ..HubState::default()
+            }),
+            expiries_changed: Notify::new(),
+        });
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(expiry::tell_expiries(Arc::downgrade(&hub)));
+        }
+        hub
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a stream, or `None` at the limit of streams.
+    pub fn open(self: &Arc<Self>) -> Option<StreamTicket> {
+        let open = self.streams.fetch_add(1, Ordering::AcqRel);
+        if open >= self.max_streams {
+            self.streams.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(StreamTicket {
+            hub: Arc::clone(self),
+            events: self.sender.subscribe(),
+        })
+    }
+
+    /// How many streams are open on this broker.
+    pub fn streams(&self) -> usize {
+        self.streams.load(Ordering::Acquire)
+    }
+
+    /// Whether this broker keeps events: a stream is open here, or one
+    /// closed so recently that it may come back to resume.
+    pub fn watched(&self) -> bool {
+        self.streams() > 0 || self.lock().watched_lately(Instant::now())
+    }
+
+    /// Whether changes must be announced: this broker keeps events, or
+    /// another broker said it does, within the last few seconds.
+    pub fn wanted(&self) -> bool {
+        if self.streams() > 0 {
+            return true;
+        }
+        let now = Instant::now();
+        let state = self.lock();
+        state.watched_lately(now) || state.remote_watch_until.is_some_and(|until| now < until)
+    }
+
+    /// Another broker has streams open.
+    pub fn remote_watcher(&self) {
+        self.lock().remote_watch_until = Some(Instant::now() + REMOTE_WATCH);
+    }
+
+    /// The events after `id` still kept, oldest first; `None` when some of
+    /// them are no longer known (or `id` is not one of this broker's).
+    pub fn since(&self, id: u64) -> Option<Vec<Arc<LockEvent>>> {
+        let state = self.lock();
+        let next = self.next_id();
+        let oldest = state.recent.front().map_or(next, |e| e.id);
+        // Ids at or past the next are not this broker's; below the one
+        // before the oldest kept, some events after them are gone.
+        if id >= next || id.saturating_add(1) < oldest {
+            return None;
+        }
+        Some(state.recent.iter().filter(|e| e.id > id).cloned().collect())
+    }
+
+    fn next_id(&self) -> u64 {
+        self.next_id.load(Ordering::Acquire)
+    }
+
+    /// Numbers `change` into an event for every stream here, and keeps (or
+    /// drops) the expiry of its lease. Nothing when no stream is open.
+    pub fn apply(&self, change: Change) {
+        let mut state = self.lock();
+        if self.streams() == 0 && !state.watched_lately(Instant::now()) {
+            // Nobody watches here any more: forget the expiries too.
+            state.leases.clear();
+            state.deadlines.clear();
+            return;
+        }
+        let key = (change.name.clone(), change.fence);
+        match change.kind {
+            ChangeKind::Acquired | ChangeKind::Extended => {
+                let expires_in = Duration::from_millis(change.expires_in_ms);
+                state.watch(key, &change, Instant::now() + expires_in);
+                self.expiries_changed.notify_one();
+            }
+            ChangeKind::Released | ChangeKind::Expired => state.forget(&key),
+            ChangeKind::ForceReleased => {
+                // One event per lease ended, for every lease streams knew.
+                let ended = state.forget_name(&change.name);
+                if !ended.is_empty() {
+                    for (fence, known) in ended {
+                        let each = Change {
+                            mode: known.mode,
+                            fence,
+                            owner: known.owner,
+                            ..change.clone()
+                        };
+                        self.emit(&mut state, each);
+                    }
+                    return;
+                }
+            }
+        }
+        self.emit(&mut state, change);
+    }
+
+    /// Keeps the expiries of the leases `status` shows for `name`, read for
+    /// a stream's first `state`: leases granted before any stream watched
+    /// also end with an `expired` event.
+    pub fn learn(&self, name: &LockName, status: &LockStatus) {
+        let mut state = self.lock();
+        let now = Instant::now();
+        for holder in status.holders.iter().filter(|h| h.expires_in_ms > 0) {
+            let key = (name.clone(), holder.fence);
+            if state.leases.contains_key(&key) {
+                continue;
+            }
+            let change = Change {
+                name: name.clone(),
+                kind: ChangeKind::Acquired,
+                mode: holder.mode,
+                fence: holder.fence,
+                owner: holder.owner.clone(),
+                expires_in_ms: holder.expires_in_ms,
+                expires_at_ms: None,
+            };
+            state.watch(
+                key,
+                &change,
+                now + Duration::from_millis(holder.expires_in_ms),
+            );
+        }
+        self.expiries_changed.notify_one();
+    }
+
+    fn emit(&self, state: &mut HubState, change: Change) {
+        let id = self.next_id.fetch_add(1, Ordering::AcqRel);
+        let event = Arc::new(LockEvent { id, change });
+        if state.recent.len() == REPLAY {
+            state.recent.pop_front();
+        }
+        state.recent.push_back(Arc::clone(&event));
+        // No receiver is not an error: the last stream just closed.
+        let _ = self.sender.send(event);
+    }
+}
+
+impl HubState {
+    fn watched_lately(&self, now: Instant) -> bool {
+        self.linger_until.is_some_and(|until| now < until)
+    }
+
+    fn watch(&mut self, key: (LockName, Fence), change: &Change, deadline: Instant) {
+        self.forget(&key);
+        self.timer_seq += 1;
+        let at = (deadline, self.timer_seq);
+        self.deadlines.insert(at, key.clone());
+        self.leases.insert(
+            key,
+            Known {
+                mode: change.mode,
+                owner: change.owner.clone(),
+                expires_at_ms: change.expires_at_ms,
+                deadline: at,
+            },
+        );
+    }
+
+    fn forget(&mut self, key: &(LockName, Fence)) {
+        if let Some(known) = self.leases.remove(key) {
+            self.deadlines.remove(&known.deadline);
+        }
+    }
+
+    /// Forgets every lease of `name`; those it knew, by fence.
+    fn forget_name(&mut self, name: &LockName) -> Vec<(Fence, Known)> {
+        let keys: Vec<_> = (self.leases.keys())
+            .filter(|(n, _)| n == name)
+            .cloned()
+            .collect();
+        let mut ended = Vec::new();
+        for key in keys {
+            if let Some(known) = self.leases.remove(&key) {
+                self.deadlines.remove(&known.deadline);
+                ended.push((key.1, known));
+            }
+        }
+        ended.sort_by_key(|(fence, _)| *fence);
+        ended
+    }
+}

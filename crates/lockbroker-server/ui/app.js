@@ -1,0 +1,917 @@
+// lockbroker operator page: the held locks under a prefix, live.
+//
+// First fill from GET /v1/locks (every page), then the event stream
+// GET /v1/events?prefix=... read with fetch() (EventSource cannot send an
+// Authorization header) and parsed here. Every string from the broker goes
+// into the page through textContent, never as markup.
+"use strict";
+
+(function () {
+  const KEY_STORAGE = "lockbroker.key";
+  const HISTORY_LIMIT = 200;
+  const LIST_PAGE_LIMIT = 500;
+  const LIST_MAX_PAGES = 1000;
+  const BACKOFF_FIRST_MS = 1000;
+  const BACKOFF_MAX_MS = 30000;
+  // The broker sends a keep-alive comment every 15 s; silence for much
+  // longer than that means the connection is gone without telling us.
+  const STALE_AFTER_MS = 45000;
+
+  const $ = (id) => document.getElementById(id);
+  const el = {
+    connection: $("connection"),
+    forgetKey: $("forget-key"),
+    status: $("status"),
+    keyPanel: $("key-panel"),
+    keyForm: $("key-form"),
+    keyInput: $("api-key"),
+    prefixForm: $("prefix-form"),
+    prefix: $("prefix"),
+    locks: $("locks"),
+    empty: $("empty"),
+    history: $("history"),
+    historyHeading: $("history-heading"),
+    historyList: $("history-list"),
+    historyEmpty: $("history-empty"),
+    historyClose: $("history-close"),
+    confirm: $("confirm"),
+    confirmName: $("confirm-name"),
+    confirmYes: $("confirm-yes"),
+    confirmNo: $("confirm-no"),
+  };
+
+  // ---- state -------------------------------------------------------------
+
+  /** name -> {name, holders: Map<fence, holder>, hidden, row} */
+  const locks = new Map();
+  /** name -> [{at: Date, type, fence, owner}], newest last */
+  const histories = new Map();
+  let selected = null;
+  let pendingRelease = null;
+  let releaseOpener = null;
+
+  // One "generation" per prefix or key: a change starts a new one, and the
+  // work of an older one (a listing page, a stream) stops touching the page.
+  let generation = 0;
+  let prefix = "";
+  let abort = null;
+  let lastEventId = null;
+  let lastActivity = 0;
+  let streamLive = false;
+  // Names seen in the current run of `state` events, until its marker.
+  let snapshot = null;
+
+  // ---- API key -----------------------------------------------------------
+
+  function storedKey() {
+    try {
+      return window.sessionStorage.getItem(KEY_STORAGE) || "";
+    } catch (_) {
+      return "";
+    }
+  }
+
+  function storeKey(key) {
+    try {
+      if (key) {
+        window.sessionStorage.setItem(KEY_STORAGE, key);
+      } else {
+        window.sessionStorage.removeItem(KEY_STORAGE);
+      }
+    } catch (_) {
+      // Storage refused: the key lives no longer than this call.
+    }
+    el.forgetKey.hidden = !storedKey();
+  }
+
+  function headers(extra) {
+    const h = new Headers(extra || {});
+    const key = storedKey();
+    if (key) {
+      h.set("Authorization", "Bearer " + key);
+    }
+    return h;
+  }
+
+  function askForKey() {
+    const wasHidden = el.keyPanel.hidden;
+    el.keyPanel.hidden = false;
+    setStatus(
+      storedKey()
+        ? "The broker refused this API key. Enter another one."
+        : "The broker asks for an API key.",
+      "error",
+    );
+    if (wasHidden) {
+      el.keyInput.focus();
+    }
+  }
+
+  // ---- small helpers -----------------------------------------------------
+
+  function setStatus(text, kind) {
+    el.status.textContent = text;
+    if (kind) {
+      el.status.dataset.kind = kind;
+    } else {
+      delete el.status.dataset.kind;
+    }
+  }
+
+  function setConnection(state, text) {
+    el.connection.dataset.state = state;
+    el.connection.textContent = text;
+  }
+
+  function sleep(ms) {
+    return new Promise((resolve) => window.setTimeout(resolve, ms));
+  }
+
+  function apiUrl(path, query) {
+    const url = new URL(path, window.location.origin);
+    if (query) {
+      for (const [k, v] of Object.entries(query)) {
+        if (v !== null && v !== undefined) {
+          url.searchParams.set(k, v);
+        }
+      }
+    }
+    return url.toString();
+  }
+
+  function lockPath(name) {
+    return "/v1/locks/" + encodeURIComponent(name);
+  }
+
+  /** The message of a JSON error body, or a generic one. */
+  async function errorMessage(response) {
+    try {
+      const body = await response.json();
+      if (body && body.error && typeof body.error.message === "string") {
+        return body.error.message;
+      }
+    } catch (_) {
+      // Not JSON.
+    }
+    return "HTTP " + response.status;
+  }
+
+  function formatLeft(ms) {
+    if (!(ms > 0)) {
+      return "0 s";
+    }
+    const total = Math.ceil(ms / 1000);
+    const h = Math.floor(total / 3600);
+    const m = Math.floor((total % 3600) / 60);
+    const s = total % 60;
+    const pad = (n) => String(n).padStart(2, "0");
+    if (h > 0) {
+      return h + " h " + pad(m) + " min";
+    }
+    if (m > 0) {
+      return m + " min " + pad(s) + " s";
+    }
+    return s + " s";
+  }
+
+  function formatTime(date) {
+    const pad = (n, w) => String(n).padStart(w || 2, "0");
+    return (
+      pad(date.getHours()) +
+      ":" +
+      pad(date.getMinutes()) +
+      ":" +
+      pad(date.getSeconds()) +
+      "." +
+      pad(date.getMilliseconds(), 3)
+    );
+  }
+
+  function text(value) {
+    return value === null || value === undefined || value === "" ? "—" : String(value);
+  }
+
+  function cell(tag, content, className) {
+    const node = document.createElement(tag);
+    node.textContent = content;
+    if (className) {
+      node.className = className;
+    }
+    return node;
+  }
+
+  // ---- the locks table ---------------------------------------------------
+
+  function holderFrom(data, mode) {
+    const left = Number(data.expires_in_ms) || 0;
+    return {
+      fence: data.fence,
+      owner: data.owner === undefined ? null : data.owner,
+      mode: mode || data.mode || "exclusive",
+      expiresAt: performance.now() + left,
+    };
+  }
+
+  function lockFor(name) {
+    let lock = locks.get(name);
+    if (!lock) {
+      lock = { name, holders: new Map(), hidden: 0, row: null };
+      locks.set(name, lock);
+    }
+    return lock;
+  }
+
+  function dropLock(name) {
+    const lock = locks.get(name);
+    if (!lock) {
+      return;
+    }
+    locks.delete(name);
+    if (lock.row) {
+      const hadFocus = lock.row.contains(document.activeElement);
+      const next = lock.row.nextElementSibling || lock.row.previousElementSibling;
+      lock.row.remove();
+      if (hadFocus) {
+        (next || el.prefix).focus();
+      }
+    }
+    updateEmpty();
+  }
+
+  /** Replaces a lock's row with a LockStatus (from a listing or `state`). */
+  function applyStatus(status) {
+    if (!status || typeof status.name !== "string") {
+      return;
+    }
+    if (!status.held) {
+      dropLock(status.name);
+      return;
+    }
+    const lock = lockFor(status.name);
+    lock.holders.clear();
+    const shown = Array.isArray(status.holders) ? status.holders : [];
+    for (const h of shown) {
+      // Leases in their lock-delay are listed too; only valid ones hold.
+      if ((Number(h.expires_in_ms) || 0) > 0) {
+        lock.holders.set(String(h.fence), holderFrom(h));
+      }
+    }
+    if (lock.holders.size === 0) {
+      // A status without holder details: the lock as one holder.
+      lock.holders.set(String(status.fence), holderFrom(status));
+    }
+    const count = Number(status.holder_count) || 0;
+    lock.hidden = Math.max(0, count - lock.holders.size);
+    render(lock);
+  }
+
+  /** One change event: acquired, extended, released, expired, force_released. */
+  function applyChange(type, data) {
+    if (!data || typeof data.name !== "string" || data.mode === "permit") {
+      return;
+    }
+    const key = String(data.fence);
+    if (type === "acquired" || type === "extended") {
+      const lock = lockFor(data.name);
+      if (type === "acquired" && data.mode === "exclusive") {
+        // An exclusive grant excludes every other lease.
+        lock.holders.clear();
+        lock.hidden = 0;
+      }
+      lock.holders.set(key, holderFrom(data));
+      render(lock);
+      return;
+    }
+    const lock = locks.get(data.name);
+    if (!lock) {
+      return;
+    }
+    if (type === "force_released") {
+      // A force release ends every lease of the lock.
+      dropLock(data.name);
+      return;
+    }
+    if (!lock.holders.delete(key) && lock.hidden > 0) {
+      lock.hidden -= 1;
+    }
+    if (lock.holders.size + lock.hidden === 0) {
+      dropLock(data.name);
+    } else {
+      render(lock);
+    }
+  }
+
+  function summary(lock) {
+    const holders = Array.from(lock.holders.values());
+    const exclusive = holders.find((h) => h.mode === "exclusive");
+    let owner;
+    if (exclusive) {
+      owner = text(exclusive.owner);
+    } else {
+      const owners = Array.from(new Set(holders.map((h) => h.owner).filter((o) => o)));
+      owner = owners.length === 0 ? "—" : owners.slice(0, 2).join(", ");
+      if (owners.length > 2) {
+        owner += " +" + (owners.length - 2);
+      }
+    }
+    let fence = null;
+    let expiresAt = 0;
+    for (const h of holders) {
+      if (typeof h.fence === "number" && (fence === null || h.fence > fence)) {
+        fence = h.fence;
+      }
+      expiresAt = Math.max(expiresAt, h.expiresAt);
+    }
+    return {
+      owner,
+      fence: text(fence),
+      mode: exclusive ? "exclusive" : "shared",
+      expiresAt,
+      count: String(holders.length + lock.hidden),
+    };
+  }
+
+  function buildRow(lock) {
+    const row = document.createElement("tr");
+    row.dataset.lock = lock.name;
+    row.tabIndex = 0;
+    row.appendChild(cell("th", lock.name)).scope = "row";
+    row.appendChild(cell("td", "", "owner"));
+    row.appendChild(cell("td", "", "fence num"));
+    row.appendChild(cell("td", "", "mode"));
+    row.appendChild(cell("td", "", "left num"));
+    row.appendChild(cell("td", "", "holders num"));
+    const actions = cell("td", "", "actions");
+    const button = cell("button", "Force release", "force-release");
+    button.type = "button";
+    button.setAttribute("aria-label", "Force release " + lock.name);
+    actions.appendChild(button);
+    row.appendChild(actions);
+    if (lock.name === selected) {
+      row.classList.add("selected");
+      row.setAttribute("aria-current", "true");
+    }
+    // Keep rows sorted by name.
+    let before = null;
+    for (const other of el.locks.children) {
+      if (other.dataset.lock > lock.name) {
+        before = other;
+        break;
+      }
+    }
+    el.locks.insertBefore(row, before);
+    return row;
+  }
+
+  function render(lock) {
+    if (!lock.row) {
+      lock.row = buildRow(lock);
+    }
+    const s = summary(lock);
+    lock.expiresAt = s.expiresAt;
+    const cells = lock.row.children;
+    cells[1].textContent = s.owner;
+    cells[2].textContent = s.fence;
+    cells[3].textContent = s.mode;
+    cells[5].textContent = s.count;
+    renderLeft(lock);
+    updateEmpty();
+  }
+
+  function renderLeft(lock) {
+    const left = lock.expiresAt - performance.now();
+    const td = lock.row.children[4];
+    td.textContent = formatLeft(left);
+    td.classList.toggle("expiring", left < 5000);
+  }
+
+  function updateEmpty() {
+    el.empty.hidden = locks.size > 0 || el.locks.dataset.ready !== "true";
+  }
+
+  function clearLocks() {
+    for (const lock of locks.values()) {
+      if (lock.row) {
+        lock.row.remove();
+      }
+    }
+    locks.clear();
+    el.locks.dataset.ready = "false";
+    updateEmpty();
+  }
+
+  // ---- history -----------------------------------------------------------
+
+  function remember(name, type, data) {
+    let list = histories.get(name);
+    if (!list) {
+      list = [];
+      histories.set(name, list);
+    }
+    list.push({ at: new Date(), type, fence: data.fence, owner: data.owner });
+    if (list.length > HISTORY_LIMIT) {
+      list.splice(0, list.length - HISTORY_LIMIT);
+    }
+    if (name === selected) {
+      renderHistory();
+    }
+  }
+
+  function select(name) {
+    if (selected !== null) {
+      const old = locks.get(selected);
+      if (old && old.row) {
+        old.row.classList.remove("selected");
+        old.row.removeAttribute("aria-current");
+      }
+    }
+    selected = name;
+    const lock = locks.get(name);
+    if (lock && lock.row) {
+      lock.row.classList.add("selected");
+      lock.row.setAttribute("aria-current", "true");
+    }
+    renderHistory();
+  }
+
+  function renderHistory() {
+    if (selected === null) {
+      el.history.hidden = true;
+      return;
+    }
+    el.history.hidden = false;
+    el.historyHeading.textContent = "History of " + selected;
+    const list = histories.get(selected) || [];
+    const rows = [];
+    for (let i = list.length - 1; i >= 0; i -= 1) {
+      const entry = list[i];
+      const row = document.createElement("tr");
+      row.appendChild(cell("td", formatTime(entry.at)));
+      row.appendChild(cell("td", entry.type.replace("_", " ")));
+      row.appendChild(cell("td", text(entry.fence), "num"));
+      row.appendChild(cell("td", text(entry.owner)));
+      rows.push(row);
+    }
+    el.historyList.replaceChildren(...rows);
+    el.historyEmpty.hidden = list.length > 0;
+  }
+
+  function closeHistory() {
+    const name = selected;
+    select(null);
+    const lock = name === null ? null : locks.get(name);
+    if (lock && lock.row) {
+      lock.row.focus();
+    }
+  }
+
+  // ---- the first fill: GET /v1/locks, every page ----------------------------
+
+  async function fill(gen, signal) {
+    let cursor = null;
+    for (let page = 0; page < LIST_MAX_PAGES; page += 1) {
+      const response = await fetch(
+        apiUrl("/v1/locks", { prefix, cursor, limit: LIST_PAGE_LIMIT }),
+        { headers: headers({ Accept: "application/json" }), signal, cache: "no-store" },
+      );
+      if (gen !== generation) {
+        return false;
+      }
+      if (response.status === 401) {
+        askForKey();
+        return false;
+      }
+      if (!response.ok) {
+        // A key without the list scope may still watch the stream.
+        setStatus("Listing failed (" + (await errorMessage(response)) + "); showing the live stream only.", "error");
+        return true;
+      }
+      const body = await response.json();
+      if (gen !== generation) {
+        return false;
+      }
+      for (const status of body.locks || []) {
+        applyStatus(status);
+      }
+      cursor = body.next_cursor;
+      if (cursor === null || cursor === undefined || cursor === "0") {
+        break;
+      }
+    }
+    el.locks.dataset.ready = "true";
+    updateEmpty();
+    return true;
+  }
+
+  // ---- the event stream ----------------------------------------------------
+
+  /**
+   * A Server-Sent Events parser (the WHATWG event stream format) fed with
+   * decoded text; calls onEvent({type, data, id}) per dispatched event.
+   */
+  function sseParser(onEvent) {
+    let buffer = "";
+    let data = [];
+    let type = "";
+    let id = null;
+
+    function line(l) {
+      if (l === "") {
+        if (data.length > 0) {
+          onEvent({ type: type || "message", data: data.join("\n"), id });
+        }
+        data = [];
+        type = "";
+        return;
+      }
+      if (l.charCodeAt(0) === 58 /* ':' comment */) {
+        return;
+      }
+      const colon = l.indexOf(":");
+      const field = colon < 0 ? l : l.slice(0, colon);
+      let value = colon < 0 ? "" : l.slice(colon + 1);
+      if (value.charCodeAt(0) === 32) {
+        value = value.slice(1);
+      }
+      if (field === "event") {
+        type = value;
+      } else if (field === "data") {
+        data.push(value);
+      } else if (field === "id" && value.indexOf("\0") < 0) {
+        id = value;
+      }
+      // "retry" and unknown fields: ignored (this page has its own backoff).
+    }
+
+    return function push(chunk) {
+      buffer += chunk;
+      let start = 0;
+      for (;;) {
+        let end = -1;
+        let next = -1;
+        for (let i = start; i < buffer.length; i += 1) {
+          const c = buffer.charCodeAt(i);
+          if (c === 10) {
+            end = i;
+            next = i + 1;
+            break;
+          }
+          if (c === 13) {
+            if (i + 1 >= buffer.length) {
+              break; // a CR at the end: wait to see whether LF follows
+            }
+            end = i;
+            next = buffer.charCodeAt(i + 1) === 10 ? i + 2 : i + 1;
+            break;
+          }
+        }
+        if (end < 0) {
+          break;
+        }
+        line(buffer.slice(start, end));
+        start = next;
+      }
+      buffer = buffer.slice(start);
+    };
+  }
+
+  function onEvent(gen, event) {
+    if (gen !== generation) {
+      return;
+    }
+    if (event.id !== null) {
+      lastEventId = event.id;
+    }
+    let data;
+    try {
+      data = JSON.parse(event.data);
+    } catch (_) {
+      return;
+    }
+    switch (event.type) {
+      case "state":
+        if (data && data.complete === true && typeof data.name !== "string") {
+          // The end of a snapshot: every held lock has had its `state`.
+          const seen = snapshot || new Set();
+          for (const name of Array.from(locks.keys())) {
+            if (!seen.has(name)) {
+              dropLock(name);
+            }
+          }
+          snapshot = null;
+          el.locks.dataset.ready = "true";
+          updateEmpty();
+          return;
+        }
+        if (data && typeof data.name === "string") {
+          if (snapshot === null) {
+            snapshot = new Set();
+          }
+          snapshot.add(data.name);
+          applyStatus(data);
+          remember(data.name, "state", {
+            fence: data.held ? data.fence : null,
+            owner: data.held ? data.owner : null,
+          });
+        }
+        return;
+      case "acquired":
+      case "extended":
+      case "released":
+      case "expired":
+      case "force_released":
+        applyChange(event.type, data);
+        if (data && typeof data.name === "string" && data.mode !== "permit") {
+          remember(data.name, event.type, data);
+        }
+        return;
+      case "lagged":
+        // A fresh run of `state` events follows and puts the table right.
+        setStatus(
+          "The page fell behind the broker (" + text(data && data.missed) + " events missed); reloading the state.",
+        );
+        snapshot = null;
+        return;
+      default:
+        return;
+    }
+  }
+
+  /** One connection; resolves to {stop} or {retryAfterMs}. */
+  async function streamOnce(gen, controller) {
+    const h = headers({ Accept: "text/event-stream" });
+    if (lastEventId !== null) {
+      h.set("Last-Event-ID", lastEventId);
+    }
+    const response = await fetch(apiUrl("/v1/events", { prefix }), {
+      headers: h,
+      signal: controller.signal,
+      cache: "no-store",
+    });
+    if (gen !== generation) {
+      return { stop: true };
+    }
+    if (response.status === 401) {
+      askForKey();
+      setConnection("stopped", "Needs an API key");
+      return { stop: true };
+    }
+    if (response.status === 403) {
+      setStatus("This key may not watch locks under this prefix (" + (await errorMessage(response)) + ").", "error");
+      setConnection("stopped", "Not allowed");
+      return { stop: true };
+    }
+    if (response.status === 429) {
+      const after = Number(response.headers.get("Retry-After"));
+      setStatus("The broker has too many open streams; retrying.", "error");
+      return { retryAfterMs: after > 0 ? after * 1000 : null };
+    }
+    if (!response.ok || !response.body) {
+      setStatus("The event stream failed (" + (await errorMessage(response)) + "); retrying.", "error");
+      return {};
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    const push = sseParser((event) => {
+      controller.gotEvent = true;
+      onEvent(gen, event);
+    });
+    snapshot = null;
+    lastActivity = performance.now();
+    streamLive = true;
+    setConnection("live", "Live");
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (gen !== generation) {
+        return { stop: true };
+      }
+      if (done) {
+        return {};
+      }
+      lastActivity = performance.now();
+      push(decoder.decode(value, { stream: true }));
+    }
+  }
+
+  async function runStream(gen) {
+    let failures = 0;
+    while (gen === generation) {
+      const controller = new AbortController();
+      abort = controller;
+      streamLive = false;
+      let outcome;
+      try {
+        outcome = await streamOnce(gen, controller);
+      } catch (_) {
+        if (gen !== generation) {
+          return;
+        }
+        outcome = {};
+      }
+      if (gen !== generation || outcome.stop) {
+        return;
+      }
+      // A connection that delivered events starts the backoff over.
+      failures = controller.gotEvent ? 1 : failures + 1;
+      streamLive = false;
+      const backoff = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** Math.max(0, failures - 1));
+      const jittered = Math.round(backoff * (0.8 + Math.random() * 0.4));
+      const wait = outcome.retryAfterMs || jittered;
+      setConnection("retrying", "Reconnecting in " + Math.ceil(wait / 1000) + " s…");
+      await sleep(wait);
+    }
+  }
+
+  // ---- starting over (new prefix or key) -----------------------------------
+
+  async function start() {
+    generation += 1;
+    const gen = generation;
+    if (abort) {
+      abort.abort();
+    }
+    abort = new AbortController();
+    lastEventId = null;
+    snapshot = null;
+    streamLive = false;
+    clearLocks();
+    setConnection("connecting", "Connecting…");
+    let go;
+    try {
+      go = await fill(gen, abort.signal);
+    } catch (_) {
+      go = gen === generation;
+      if (go) {
+        setStatus("Listing failed; showing the live stream only.", "error");
+      }
+    }
+    if (go && gen === generation) {
+      runStream(gen);
+    } else if (gen === generation) {
+      setConnection("stopped", "Needs an API key");
+    }
+  }
+
+  function applyPrefix() {
+    const value = el.prefix.value;
+    if (value === prefix && streamLive) {
+      return;
+    }
+    prefix = value;
+    const url = new URL(window.location.href);
+    if (prefix) {
+      url.searchParams.set("prefix", prefix);
+    } else {
+      url.searchParams.delete("prefix");
+    }
+    window.history.replaceState(null, "", url.toString());
+    setStatus(prefix ? "Watching locks under “" + prefix + "”." : "Watching every lock.");
+    start();
+  }
+
+  // ---- force release ---------------------------------------------------------
+
+  function askRelease(name, opener) {
+    pendingRelease = name;
+    releaseOpener = opener;
+    el.confirmName.textContent = name;
+    el.confirmYes.disabled = false;
+    el.confirm.showModal();
+    el.confirmNo.focus();
+  }
+
+  async function forceRelease() {
+    const name = pendingRelease;
+    if (name === null) {
+      return;
+    }
+    el.confirmYes.disabled = true;
+    let message;
+    let kind = "error";
+    try {
+      const response = await fetch(apiUrl(lockPath(name)), {
+        method: "DELETE",
+        headers: headers({ Accept: "application/json" }),
+        cache: "no-store",
+      });
+      if (response.status === 401) {
+        el.confirm.close();
+        askForKey();
+        return;
+      }
+      if (response.status === 403) {
+        message = "Force release of " + name + " refused: this key lacks the admin scope.";
+      } else if (!response.ok) {
+        message = "Force release of " + name + " failed: " + (await errorMessage(response));
+      } else {
+        const body = await response.json();
+        kind = "ok";
+        if (body.released) {
+          const ended = Number(body.leases_ended) || 0;
+          message =
+            "Force released " + name + ": " + ended + (ended === 1 ? " lease" : " leases") +
+            " ended" + (body.fence !== null && body.fence !== undefined ? " (fence " + body.fence + ")." : ".");
+        } else {
+          message = name + " was not held; nothing to release.";
+        }
+      }
+    } catch (_) {
+      message = "Force release of " + name + " failed: the broker did not answer.";
+    }
+    el.confirm.close();
+    setStatus(message, kind);
+  }
+
+  // ---- wiring ------------------------------------------------------------------
+
+  el.locks.addEventListener("click", (event) => {
+    const row = event.target.closest("tr[data-lock]");
+    if (!row) {
+      return;
+    }
+    if (event.target.closest("button.force-release")) {
+      askRelease(row.dataset.lock, event.target.closest("button"));
+      return;
+    }
+    select(row.dataset.lock);
+  });
+
+  el.locks.addEventListener("keydown", (event) => {
+    const row = event.target;
+    if (!(row instanceof HTMLTableRowElement) || !row.dataset.lock) {
+      return;
+    }
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      select(row.dataset.lock);
+    } else if (event.key === "ArrowDown" && row.nextElementSibling) {
+      event.preventDefault();
+      row.nextElementSibling.focus();
+    } else if (event.key === "ArrowUp" && row.previousElementSibling) {
+      event.preventDefault();
+      row.previousElementSibling.focus();
+    }
+  });
+
+  el.historyClose.addEventListener("click", closeHistory);
+
+  el.confirmYes.addEventListener("click", forceRelease);
+  el.confirmNo.addEventListener("click", () => el.confirm.close());
+  el.confirm.addEventListener("close", () => {
+    pendingRelease = null;
+    const opener = releaseOpener;
+    releaseOpener = null;
+    if (opener && opener.isConnected) {
+      opener.focus();
+    } else {
+      el.prefix.focus();
+    }
+  });
+
+  el.prefixForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    applyPrefix();
+  });
+
+  el.keyForm.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = el.keyInput.value.trim();
+    if (!/^[\x21-\x7e]+$/.test(key)) {
+      setStatus("An API key is printable ASCII without spaces.", "error");
+      el.keyInput.focus();
+      return;
+    }
+    storeKey(key);
+    el.keyInput.value = "";
+    el.keyPanel.hidden = true;
+    setStatus("Key saved for this tab.", "ok");
+    start();
+  });
+
+  el.forgetKey.addEventListener("click", () => {
+    storeKey("");
+    setStatus("Key forgotten.", "ok");
+    el.prefix.focus();
+    start();
+  });
+
+  // Each second: the time left of every row, and a stream gone silent.
+  window.setInterval(() => {
+    for (const lock of locks.values()) {
+      if (lock.row) {
+        renderLeft(lock);
+      }
+    }
+    if (abort && !abort.signal.aborted && lastActivity > 0 &&
+        performance.now() - lastActivity > STALE_AFTER_MS && el.connection.dataset.state === "live") {
+      lastActivity = 0;
+      abort.abort();
+    }
+  }, 1000);
+
+  const initial = new URL(window.location.href).searchParams.get("prefix");
+  el.prefix.value = initial || "";
+  prefix = el.prefix.value;
+  el.forgetKey.hidden = !storedKey();
+  start();
+})();
