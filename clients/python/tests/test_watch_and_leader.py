@@ -97,6 +97,11 @@ def change_json(kind: str, name: str, fence: int, owner: Optional[str] = "node-a
             "expires_in_ms": expires_in_ms, "expires_at_ms": 1700000000000 + fence}
 
 
+def msg(kind: str, data: str, id: Optional[str]) -> SSEMessage:
+    """A message with an ``id:`` line of its own."""
+    return SSEMessage(kind, data, id, id or "")
+
+
 def sse(kind: str, id: int, data: Dict) -> bytes:
     return f"event: {kind}\nid: {id}\ndata: {json.dumps(data)}\n\n".encode()
 
@@ -114,11 +119,11 @@ STREAM = (
     b"data: caf\xc3\xa9 \xe2\x82\xac\n\n"
 )
 EXPECTED = [
-    SSEMessage("state", '{"a": 1}', "1"),
-    SSEMessage("acquired", "first line\nsecond line", "2"),
-    SSEMessage("released", " two spaces keep one", "3"),
-    SSEMessage("message", "no event or id: message, id 3 still", "3"),
-    SSEMessage("message", "caf\u00e9 \u20ac", "3"),
+    SSEMessage("state", '{"a": 1}', "1", "1"),
+    SSEMessage("acquired", "first line\nsecond line", "2", "2"),
+    SSEMessage("released", " two spaces keep one", "3", "3"),
+    SSEMessage("message", "no event or id: message, id 3 still", None, "3"),
+    SSEMessage("message", "caf\u00e9 \u20ac", None, "3"),
 ]
 
 
@@ -142,10 +147,10 @@ def test_parser_gives_the_same_messages_however_the_stream_is_cut():
 def test_parser_keeps_a_message_until_its_blank_line():
     parser = SSEParser()
     assert parser.feed(b"event: acquired\nid: 7\ndata: {}\n") == []
-    assert parser.feed(b"\r") == [SSEMessage("acquired", "{}", "7")]
+    assert parser.feed(b"\r") == [SSEMessage("acquired", "{}", "7", "7")]
     # The "\n" after that "\r" is part of the same line end, not a second blank line.
     assert parser.feed(b"\ndata: next\n") == []
-    assert parser.feed(b"\n") == [SSEMessage("message", "next", "7")]
+    assert parser.feed(b"\n") == [SSEMessage("message", "next", None, "7")]
 
 
 def test_parser_skips_comments_and_messages_without_data():
@@ -154,7 +159,8 @@ def test_parser_skips_comments_and_messages_without_data():
     assert parser.comments == 2
     # An id alone dispatches nothing but moves the last event id; its event type
     # does not leak into the next message.
-    assert parser.feed(b"event: lagged\nid: 9\n\ndata: x\n\n") == [SSEMessage("message", "x", "9")]
+    assert parser.feed(b"event: lagged\nid: 9\n\ndata: x\n\n") == [
+        SSEMessage("message", "x", None, "9")]
     assert parser.last_event_id == "9"
 
 
@@ -168,11 +174,11 @@ def test_parser_field_rules():
         b"id\ndata: c\n\n"                   # "id" alone clears the id
     )
     assert got == [
-        SSEMessage("message", "", "4"),
-        SSEMessage("message", "\n", "4"),
-        SSEMessage("message", "a", "4"),
-        SSEMessage("message", "b", "4"),
-        SSEMessage("message", "c", ""),
+        SSEMessage("message", "", None, "4"),
+        SSEMessage("message", "\n", None, "4"),
+        SSEMessage("message", "a", None, "4"),
+        SSEMessage("message", "b", None, "4"),
+        SSEMessage("message", "c", "", ""),
     ]
     assert parser.retry == 2500
 
@@ -180,7 +186,7 @@ def test_parser_field_rules():
 def test_parser_waits_for_a_byte_order_mark_cut_in_two():
     parser = SSEParser()
     assert parser.feed(b"\xef\xbb") == []
-    assert parser.feed(b"\xbfdata: x\n\n") == [SSEMessage("message", "x", "")]
+    assert parser.feed(b"\xbfdata: x\n\n") == [SSEMessage("message", "x", None, "")]
 
 
 def test_parser_drops_an_unfinished_message_and_refuses_endless_lines():
@@ -197,14 +203,14 @@ def test_parser_drops_an_unfinished_message_and_refuses_endless_lines():
 
 
 def test_events_are_typed_and_carry_no_token():
-    acquired = event_from_message(SSEMessage(
+    acquired = event_from_message(msg(
         "acquired", json.dumps(dict(change_json("acquired", "job", 12), token="secret")), "41"))
     assert acquired == LockEvent(type="acquired", name="job", mode="exclusive", fence=12,
                                  owner="node-a", expires_in=5.0,
                                  expires_at_ms=1700000000012, id=41)
     assert "secret" not in repr(acquired) and not hasattr(acquired, "token")
 
-    released = event_from_message(SSEMessage("released", json.dumps(
+    released = event_from_message(msg("released", json.dumps(
         {"name": "job", "type": "released", "mode": "shared", "fence": 12, "owner": None,
          "expires_in_ms": 0, "expires_at_ms": None}), "42"))
     assert isinstance(released, LockEvent)
@@ -213,7 +219,7 @@ def test_events_are_typed_and_carry_no_token():
 
     holder = {"owner": "node-a", "fence": 12, "mode": "exclusive", "expires_in_ms": 4000,
               "available_in_ms": 4000}
-    state = event_from_message(SSEMessage("state", json.dumps(state_json(
+    state = event_from_message(msg("state", json.dumps(state_json(
         "job", held=True, mode="exclusive", fence=12, owner="node-a", expires_in_ms=4000,
         available_in_ms=4000, holders=[holder], holder_count=1)), "40"))
     assert isinstance(state, LockState) and isinstance(state, LockStatus)
@@ -221,17 +227,25 @@ def test_events_are_typed_and_carry_no_token():
         "state", 40, True, "node-a", 12)
     assert state.holders[0].fence == 12 and state.expires_in == 4.0
 
-    complete = event_from_message(SSEMessage(
+    complete = event_from_message(msg(
         "state", '{"prefix": "billing:", "complete": true}', "43"))
     assert complete == StateComplete(prefix="billing:", id=43)
-    lagged = event_from_message(SSEMessage("lagged", '{"missed": 17}', "44"))
+    lagged = event_from_message(msg("lagged", '{"missed": 17}', "44"))
     assert lagged == Lagged(missed=17, id=44) and lagged.type == "lagged"
 
 
+def test_an_event_without_an_id_line_has_no_id_of_its_own():
+    parser = SSEParser()
+    messages = parser.feed(sse("acquired", 5, change_json("acquired", "job", 5))
+                           + b"event: lagged\ndata: {\"missed\": 3}\n\n")
+    lagged = event_from_message(messages[1])
+    assert lagged == Lagged(missed=3, id=None) and messages[1].last_event_id == "5"
+
+
 def test_unknown_and_unreadable_events_are_skipped():
-    assert event_from_message(SSEMessage("renamed", "{}", "1")) is None
-    assert event_from_message(SSEMessage("acquired", "not json", "2")) is None
-    assert event_from_message(SSEMessage("acquired", '{"name": "x"}', "3")) is None
+    assert event_from_message(msg("renamed", "{}", "1")) is None
+    assert event_from_message(msg("acquired", "not json", "2")) is None
+    assert event_from_message(msg("acquired", '{"name": "x"}', "3")) is None
 
 
 def test_the_prefix_path_is_quoted():
@@ -273,6 +287,7 @@ def test_a_watch_given_an_id_resumes_after_it():
     got = cursor.feed(sse("extended", 10, change_json("extended", "job", 5))
                       + sse("released", 11, change_json("released", "job", 5)))
     assert [(e.type, e.id) for e in got] == [("released", 11)]
+    assert cursor.feed(b"id: 12\n\n") == [] and cursor.last_event_id == "12"  # an id alone
 
 
 def test_reconnect_pauses_grow_and_honour_retry_after_and_refusals_end_the_watch():
@@ -296,17 +311,17 @@ def test_the_leader_view_follows_the_exclusive_holder_and_never_goes_back():
     view.apply(LockState(name="x", held=False, owner=None, fence=None, expires_in=0,
                          available_in=0))
     assert view.leader is None and view.leader_term is None
-    view.apply(event_from_message(SSEMessage("acquired", json.dumps(
+    view.apply(event_from_message(msg("acquired", json.dumps(
         change_json("acquired", "x", 7, owner="node-a")), "2")))
     assert (view.leader, view.leader_term) == ("node-a", 7)
     # A late event about an older lease changes nothing.
-    view.apply(event_from_message(SSEMessage("released", json.dumps(
+    view.apply(event_from_message(msg("released", json.dumps(
         change_json("released", "x", 6, owner="node-b")), "3")))
     assert (view.leader, view.leader_term) == ("node-a", 7)
-    view.apply(event_from_message(SSEMessage("expired", json.dumps(
+    view.apply(event_from_message(msg("expired", json.dumps(
         change_json("expired", "x", 7, owner="node-a")), "4")))
     assert view.leader is None
-    view.apply(event_from_message(SSEMessage("acquired", json.dumps(
+    view.apply(event_from_message(msg("acquired", json.dumps(
         change_json("acquired", "x", 8, owner="node-b", mode="shared")), "5")))
     assert view.leader is None  # a shared lease is nobody's leadership
 

@@ -11,6 +11,7 @@
 //! exceeds all before it without trusting any clock. See docs/quorum.md.
 
 mod permits;
+mod repair;
 mod standing;
 mod tally;
 
@@ -21,7 +22,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, Fence, ForceReleaseOutcome, Lease,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, Lease,
     LeaseKind, LeaseToken, ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus,
     LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
@@ -29,7 +30,6 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
 use crate::connection::{redelivery_window, RedisSettings};
-use crate::scripts::calls::{AdoptFenceCall, Adoption};
 use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
 use permits::permit_quorum;
 use standing::Standing;
@@ -123,41 +123,6 @@ impl QuorumStore {
         join_all(self.inner.nodes.iter().map(RedisLockStore::disconnect)).await;
     }
 
-    /// Undoes a grant that did not reach a majority on the nodes `at` where
-    /// it may have been made, putting a fair waiter back in line there;
-    /// best effort, each within its timeout.
-    async fn roll_back(&self, params: &AcquireParams<'_>, tokens: &[(usize, LeaseToken)]) {
-        let nodes = &self.inner.nodes;
-        join_all(
-            tokens
-                .iter()
-                .map(|(at, token)| nodes[*at].undo_grant(params.name, token, params.fair)),
-        )
-        .await;
-    }
-
-    /// Takes a fair waiter that a majority granted out of the queues of the
-    /// nodes that did not grant it, in the background, so its entry does not
-    /// stand first in line there until it expires.
-    fn leave_other_queues(&self, name: &LockName, waiter_id: &str, granted: &[usize]) {
-        let others: Vec<RedisLockStore> = (self.inner.nodes.iter().enumerate())
-            .filter(|(at, _)| !granted.contains(at))
-            .map(|(_, node)| node.clone())
-            .collect();
-        if others.is_empty() {
-            return;
-        }
-        let (name, waiter_id) = (name.clone(), waiter_id.to_owned());
-        tokio::spawn(async move {
-            join_all(
-                others
-                    .iter()
-                    .map(|node| node.leave_queue(&name, &waiter_id)),
-            )
-            .await;
-        });
-    }
-
     /// How many nodes must grant (and keep) a lease of `kind`: a majority,
     /// so that two exclusive leases, or an exclusive and a shared one, meet
     /// on a node that refuses the second. A permit of a semaphore with limit
@@ -177,30 +142,6 @@ impl QuorumStore {
         if let Some(observer) = &self.inner.observer {
             observer.quorum_event(event);
         }
-    }
-
-    /// Writes `fence` back to the nodes that granted; how many in good
-    /// standing took it.
-    async fn adopt(&self, name: &LockName, fence: Fence, grants: &[(usize, LeaseToken)]) -> usize {
-        let inner = &self.inner;
-        let adoptions = join_all(grants.iter().map(|(at, token)| async move {
-            let epoch = inner.standing.epoch(*at)?;
-            let call = AdoptFenceCall {
-                name,
-                token,
-                fence,
-                epoch: &epoch,
-            };
-            inner.nodes[*at].adopt_fence(&call).await.ok()
-        }))
-        .await;
-        if adoptions.contains(&Some(Adoption::NotInStanding)) {
-            inner.standing.recheck();
-        }
-        adoptions
-            .into_iter()
-            .filter(|adoption| *adoption == Some(Adoption::Adopted))
-            .count()
     }
 }
 

@@ -15,7 +15,6 @@ use lockbroker_core::{
     LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use tokio::time::Instant;
 
 use crate::cluster::{self, Versions};
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
@@ -24,10 +23,11 @@ use crate::scripts::calls::{
     AcquireCall, ExtendCall, ForceReleaseCall, HoldCall, HoldExtendCall, HoldReleaseCall,
     LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
 };
-use crate::scripts::{Reply, ScriptCall, ScriptContext, Scripts};
+use crate::scripts::{ScriptContext, Scripts};
 use crate::wakes::{forward_wakes, Announcements, Subscription};
 use watches::Watches;
 
+mod calling;
 mod listing;
 mod node;
 mod replicas;
@@ -281,48 +281,6 @@ impl RedisLockStore {
             }
         }
     }
-
-    /// Runs `call`'s script by SHA on a connection of the pool.
-    pub(super) async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
-        self.call_on(self.client(), call).await
-    }
-
-    /// Runs `call`'s script by SHA on `client`'s connection, reports its
-    /// latency, and reads its reply.
-    async fn call_on<C: ScriptCall>(
-        &self,
-        client: &Client,
-        call: &C,
-    ) -> Result<C::Output, StoreError> {
-        let inner = &self.inner;
-        let script = inner.scripts.get(C::SCRIPT);
-        let started = Instant::now();
-        let mut result: Result<Value, _>;
-        loop {
-            let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
-            // fred's command future is about 7 KiB: boxed, it is built once
-            // in place, and the futures of callers (a waiting acquire among
-            // them) hold a pointer instead of carrying it through every await.
-            result = Box::pin(script.evalsha_with_reload(client, keys, args)).await;
-            // Cluster mode: while a resharding moves the lock's slot, a
-            // script whose keys are split between the two nodes runs on
-            // neither (`TRYAGAIN`); it is sent again until the move ends,
-            // within the command timeout.
-            let moving = matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN"));
-            if !moving || started.elapsed() >= inner.settings.command_timeout {
-                break;
-            }
-            tokio::time::sleep(TRYAGAIN_PAUSE).await;
-        }
-        if let Some(observer) = &inner.observer {
-            let elapsed = started.elapsed();
-            observer.script_finished(C::SCRIPT.as_str(), elapsed);
-            if let Some(node) = inner.node_index {
-                observer.node_script_finished(node, elapsed);
-            }
-        }
-        call.decode(&mut Reply::from_value(result.map_err(store_error)?))
-    }
 }
 
 impl LockStore for RedisLockStore {
@@ -449,10 +407,6 @@ impl LockStore for RedisLockStore {
         redelivery_window(&self.inner.settings)
     }
 }
-
-/// How long a script that met a slot on the move waits before it is sent
-/// again.
-const TRYAGAIN_PAUSE: Duration = Duration::from_millis(10);
 
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)

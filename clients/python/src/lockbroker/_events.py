@@ -71,8 +71,11 @@ class SSEMessage:
     event: str
     #: The ``data:`` lines, joined with ``"\\n"``.
     data: str
-    #: The last event id in effect when the message was dispatched (``""``: none).
-    id: str
+    #: The message's own ``id:`` field (``None`` when it had none).
+    id: Optional[str]
+    #: The last event id in effect when the message was dispatched: its own, or
+    #: one an earlier message set (``""``: none). What a reconnect sends back.
+    last_event_id: str
 
 
 class SSEParser:
@@ -101,6 +104,7 @@ class SSEParser:
         self._event = ""
         self._data: List[str] = []
         self._data_size = 0
+        self._id: Optional[str] = None
 
     def feed(self, piece: bytes) -> List[SSEMessage]:
         """Parses the next piece of the body; returns the messages it completed."""
@@ -155,7 +159,7 @@ class SSEParser:
             self._data.append(value)
         elif field == "id":
             if "\0" not in value:
-                self.last_event_id = value
+                self.last_event_id = self._id = value
         elif field == "retry":
             if _DIGITS.fullmatch(value):
                 self.retry = int(value)
@@ -164,10 +168,11 @@ class SSEParser:
     def _dispatch(self, out: List[SSEMessage]) -> None:
         if self._data:
             out.append(SSEMessage(self._event or "message", "\n".join(self._data),
-                                  self.last_event_id))
+                                  self._id, self.last_event_id))
         self._event = ""
         self._data = []
         self._data_size = 0
+        self._id = None
 
 
 # -- the events --------------------------------------------------------------------
@@ -259,7 +264,8 @@ WatchEvent = Union[LockEvent, LockState, StateComplete, Lagged]
 
 def event_from_message(message: SSEMessage) -> Optional[WatchEvent]:
     """The typed event of a message, or ``None`` for a type this client does not
-    know (a newer broker's) or a message it cannot read, which is logged."""
+    know (a newer broker's) or a message it cannot read, which is logged. Its
+    ``id`` is the message's own (``None`` for a message without ``id:``)."""
     kind = message.event
     id = numeric_id(message.id)
     try:
@@ -370,20 +376,28 @@ class WatchCursor:
         for message in self._parser.feed(piece):
             self._delivered = True
             event = event_from_message(message)
-            id = numeric_id(message.id)
             if event is not None and event.type == "state":
                 self._resume_after = None  # a fresh start: nothing here repeats
-            elif self._resume_after is not None and id is not None and id <= self._resume_after:
-                log.debug("dropping event %s, already seen before resuming", id)
+            elif self._repeats(message.id):
+                log.debug("dropping event %s, already seen before resuming", message.id)
                 continue
-            if message.id:
-                self._last_id = message.id
+            self._last_id = message.last_event_id
             if event is not None:
                 events.append(event)
+        # An id in a block without data moves the last event id too.
+        tail = self._parser.last_event_id
+        if tail != self._last_id and not self._repeats(tail):
+            self._last_id = tail
         retry = self._parser.retry
         if retry is not None:
             self._backoff.first = max(0.001, retry / 1000.0)
         return events
+
+    def _repeats(self, id: Optional[str]) -> bool:
+        """Whether ``id`` is one a resumed stream must not deliver again."""
+        number = numeric_id(id)
+        after = self._resume_after
+        return after is not None and number is not None and number <= after
 
     def dropped(self, error: Optional[LockBrokerError] = None) -> None:
         """The connection ended (``error`` ``None``: the broker closed the stream) or
@@ -427,8 +441,8 @@ class LeaderView:
             newer = self.term is None or event.fence >= self.term
             if event.type in ("acquired", "extended") and newer:
                 self.held, self.owner, self.term = True, event.owner, event.fence
-            elif event.type in ("released", "expired", "force_released") and event.fence == self.term:
-                self.held, self.owner = False, None
+            elif event.type not in ("acquired", "extended") and event.fence == self.term:
+                self.held, self.owner = False, None  # released, expired, force_released
 
     @property
     def leader(self) -> Optional[str]:

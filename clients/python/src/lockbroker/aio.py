@@ -15,7 +15,7 @@ import logging
 import time
 from collections import deque
 from types import TracebackType
-from typing import Any, Deque, Dict, List, Optional, Type, cast
+from typing import Any, Deque, Dict, Optional, Type, cast
 
 from ._common import (
     DEFAULT_MAX_HOLD,

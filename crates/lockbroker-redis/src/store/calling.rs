@@ -1,0 +1,59 @@
+//! Running one script call: by SHA on a connection of the pool, sent again
+//! while a Redis Cluster moves the lock's slot, timed for the metrics.
+
+use fred::clients::Client;
+use fred::types::Value;
+use lockbroker_core::StoreError;
+use tokio::time::Instant;
+
+use super::RedisLockStore;
+use crate::connection::store_error;
+use crate::scripts::{Reply, ScriptCall};
+
+/// How long a script that met a slot on the move waits before it is sent
+/// again.
+const TRYAGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
+impl RedisLockStore {
+    /// Runs `call`'s script by SHA on a connection of the pool.
+    pub(super) async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
+        self.call_on(self.client(), call).await
+    }
+
+    /// Runs `call`'s script by SHA on `client`'s connection, reports its
+    /// latency, and reads its reply.
+    pub(super) async fn call_on<C: ScriptCall>(
+        &self,
+        client: &Client,
+        call: &C,
+    ) -> Result<C::Output, StoreError> {
+        let inner = &self.inner;
+        let script = inner.scripts.get(C::SCRIPT);
+        let started = Instant::now();
+        let mut result: Result<Value, _>;
+        loop {
+            let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
+            // fred's command future is about 7 KiB: boxed, it is built once
+            // in place, and the futures of callers (a waiting acquire among
+            // them) hold a pointer instead of carrying it through every await.
+            result = Box::pin(script.evalsha_with_reload(client, keys, args)).await;
+            // Cluster mode: while a resharding moves the lock's slot, a
+            // script whose keys are split between the two nodes runs on
+            // neither (`TRYAGAIN`); it is sent again until the move ends,
+            // within the command timeout.
+            let moving = matches!(&result, Err(e) if e.details().starts_with("TRYAGAIN"));
+            if !moving || started.elapsed() >= inner.settings.command_timeout {
+                break;
+            }
+            tokio::time::sleep(TRYAGAIN_PAUSE).await;
+        }
+        if let Some(observer) = &inner.observer {
+            let elapsed = started.elapsed();
+            observer.script_finished(C::SCRIPT.as_str(), elapsed);
+            if let Some(node) = inner.node_index {
+                observer.node_script_finished(node, elapsed);
+            }
+        }
+        call.decode(&mut Reply::from_value(result.map_err(store_error)?))
+    }
+}

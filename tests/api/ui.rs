@@ -1,0 +1,334 @@
+//! The operator page (`/ui/`): served without a key under a strict CSP, and
+//! driven in headless Chromium through chromedriver: locks appear and leave
+//! live, a force release from the page ends a lease, and the page asks for
+//! a key when the API wants one.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use lockbroker_server::auth::{hash_token, ApiKeyConfig, Scope};
+use lockbroker_server::Settings;
+use lockbroker_tests::app::test_settings;
+use lockbroker_tests::{RedisServer, TestApp};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+mod webdriver;
+
+use webdriver::Browser;
+
+/// The page's policy, as the contract words it.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+    connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
+    frame-ancestors 'none'";
+const ADMIN_KEY: &str = "ui-admin-key-5e0c7a91";
+const LOCK_KEY: &str = "ui-lock-key-b42d1f08";
+
+/// A policy's directives, whatever their order and spacing.
+fn directives(policy: &str) -> BTreeSet<String> {
+    policy
+        .split(';')
+        .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|d| !d.is_empty())
+        .collect()
+}
+
+/// Test settings with an admin key and a key that may only take locks.
+fn keyed_settings(redis: &RedisServer) -> Settings {
+    let key = |id: &str, token: &str, scopes: &[Scope]| ApiKeyConfig {
+        id: id.to_owned(),
+        sha256: hash_token(token),
+        scopes: scopes.to_vec(),
+        prefixes: vec!["*".to_owned()],
+        rate_limit_per_sec: None,
+    };
+    let mut settings = test_settings(redis);
+    settings.auth.keys = vec![
+        key("ops", ADMIN_KEY, &[Scope::Lock, Scope::Admin]),
+        key("worker", LOCK_KEY, &[Scope::Lock]),
+    ];
+    settings
+}
+
+/// The CSS selector of a lock's row.
+fn row(name: &str) -> String {
+    format!("#locks tr[data-lock=\"{name}\"]")
+}
+
+/// Waits until the row of `name` is there (`true`) or gone (`false`).
+async fn wait_for_row(browser: &Browser, name: &str, present: bool) {
+    let what = format!(
+        "the row of {name} {}",
+        if present { "appears" } else { "goes" }
+    );
+    browser
+        .wait_until(
+            &what,
+            "return (document.querySelector(arguments[0]) !== null) === arguments[1];",
+            json!([row(name), present]),
+        )
+        .await;
+}
+
+/// Opens `/ui/` and waits until the stylesheet is applied and the event
+/// stream (or, with `key_form`, the key form) is up.
+async fn open_page(browser: &Browser, app: &TestApp, key_form: bool) {
+    browser.goto(&app.url("/ui/")).await;
+    browser
+        .wait_until(
+            "app.css is applied",
+            "const t = document.querySelector('#locks'); \
+             return t !== null && getComputedStyle(t.closest('.table-wrap')).overflowX === 'auto';",
+            json!([]),
+        )
+        .await;
+    let (what, script) = if key_form {
+        (
+            "the key form shows",
+            "return !document.getElementById('key-panel').hidden;",
+        )
+    } else {
+        (
+            "the event stream is live",
+            "return document.getElementById('connection').dataset.state === 'live';",
+        )
+    };
+    browser.wait_until(what, script, json!([])).await;
+}
+
+/// Where screenshots go: `<target>/ui-test/`.
+fn screenshot_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    // An absolute CARGO_TARGET_DIR replaces the workspace path when joined.
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| workspace.join("target"), |dir| workspace.join(dir));
+    target.join("ui-test")
+}
+
+#[tokio::test]
+async fn the_page_and_its_assets_are_served_without_a_key_under_the_strict_csp() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn_with(keyed_settings(&redis)).await;
+    assert_eq!(app.get("/v1/locks").await.status, StatusCode::UNAUTHORIZED);
+
+    let page = app
+        .http
+        .get(app.url("/ui/"))
+        .send()
+        .await
+        .expect("GET /ui/");
+    assert_eq!(page.status(), StatusCode::OK);
+    let header = |name: &str| {
+        page.headers()
+            .get(name)
+            .unwrap_or_else(|| panic!("/ui/ has no {name} header"))
+            .to_str()
+            .expect("ASCII header")
+            .to_owned()
+    };
+    assert!(header("content-type").starts_with("text/html"));
+    assert_eq!(
+        directives(&header("content-security-policy")),
+        directives(CSP)
+    );
+    let html = page.text().await.expect("page text");
+    assert!(!html.contains("style="), "no inline style attributes");
+    assert!(!html.contains("<style"), "no inline stylesheets");
+    for tag in html.split("<script").skip(1) {
+        let tag = &tag[..tag.find('>').expect("a closed script tag")];
+        assert!(tag.contains("src="), "no inline scripts: <script{tag}>");
+    }
+
+    for (path, types) in [
+        (
+            "/ui/app.js",
+            &["text/javascript", "application/javascript"][..],
+        ),
+        ("/ui/app.css", &["text/css"][..]),
+    ] {
+        let asset = app.http.get(app.url(path)).send().await.expect(path);
+        assert_eq!(asset.status(), StatusCode::OK, "{path}");
+        let kind = asset.headers()["content-type"]
+            .to_str()
+            .expect("ASCII header");
+        assert!(
+            types.iter().any(|t| kind.starts_with(t)),
+            "{path} is served as {kind}"
+        );
+        assert!(!asset.bytes().await.expect(path).is_empty(), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn the_page_follows_locks_live_and_force_releases_one() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    open_page(&browser, &app, false).await;
+
+    // A lock acquired through the API appears without a reload...
+    let first = app
+        .acquire_with("ui:first", json!({"ttl_ms": 30_000, "owner": "ui-test"}))
+        .await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    wait_for_row(&browser, "ui:first", true).await;
+    let text = browser.text(&browser.find(&row("ui:first")).await).await;
+    let fence = first.fence().to_string();
+    for shown in ["ui:first", "ui-test", "exclusive", fence.as_str()] {
+        assert!(text.contains(shown), "the row shows {shown}: {text}");
+    }
+    // ...and leaves when released.
+    let released = app.release("ui:first", &first.token()).await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+    wait_for_row(&browser, "ui:first", false).await;
+
+    // Its history, newest first; then a force release, confirmed.
+    let second = app
+        .acquire_with("ui:second", json!({"ttl_ms": 30_000, "owner": "victim"}))
+        .await;
+    assert_eq!(second.status, StatusCode::OK, "{}", second.body);
+    wait_for_row(&browser, "ui:second", true).await;
+    browser
+        .click(&browser.find(&format!("{} th", row("ui:second"))).await)
+        .await;
+    let heading = browser.text(&browser.find("#history-heading").await).await;
+    assert!(heading.contains("ui:second"), "{heading}");
+    browser
+        .click(
+            &browser
+                .find(&format!("{} button.force-release", row("ui:second")))
+                .await,
+        )
+        .await;
+    browser
+        .wait_until(
+            "the confirmation opens",
+            "return document.getElementById('confirm').open;",
+            json!([]),
+        )
+        .await;
+    browser.click(&browser.find("#confirm-yes").await).await;
+    wait_for_row(&browser, "ui:second", false).await;
+    let status = app.status("ui:second").await;
+    assert_eq!(status.body["held"], false, "{}", status.body);
+    let line = browser.text(&browser.find("#status").await).await;
+    assert!(line.contains("Force released ui:second"), "{line}");
+    browser
+        .wait_until(
+            "the history shows the force release first",
+            "const r = document.querySelector('#history-list tr'); \
+             return r !== null && r.children[1].textContent === 'force released';",
+            json!([]),
+        )
+        .await;
+
+    // Two readers of one lock, for the screenshot.
+    for reader in ["reader-1", "reader-2"] {
+        let body = json!({"ttl_ms": 60_000, "owner": reader, "mode": "shared"});
+        let reply = app.acquire_with("ui:shared", body).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    }
+    browser
+        .wait_until(
+            "the shared lock shows two holders",
+            "const r = document.querySelector(arguments[0]); \
+             return r !== null && r.querySelector('td.holders').textContent === '2';",
+            json!([row("ui:shared")]),
+        )
+        .await;
+
+    let png = browser.screenshot().await;
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    let dir = screenshot_dir();
+    std::fs::create_dir_all(&dir).expect("create the screenshot directory");
+    std::fs::write(dir.join("operator-page.png"), png).expect("write the screenshot");
+
+    let refused: Vec<String> = browser
+        .console()
+        .await
+        .into_iter()
+        .filter(|m| m.contains("Content Security Policy"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "the page broke its own CSP: {refused:?}"
+    );
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn the_page_asks_for_a_key_and_says_when_it_lacks_the_admin_scope() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn_with(keyed_settings(&redis)).await;
+    open_page(&browser, &app, true).await;
+
+    // A key that may take locks but not force release them.
+    browser
+        .send_keys(
+            &browser.find("#api-key").await,
+            &format!("{LOCK_KEY}\u{E007}"),
+        )
+        .await;
+    browser
+        .wait_until(
+            "the event stream is live with the key",
+            "return document.getElementById('connection').dataset.state === 'live';",
+            json!([]),
+        )
+        .await;
+    let stored = browser
+        .execute(
+            "return sessionStorage.getItem('lockbroker.key');",
+            json!([]),
+        )
+        .await;
+    assert_eq!(stored, Value::from(LOCK_KEY));
+
+    let acquire = app
+        .http
+        .post(app.url("/v1/locks/ui:kept/acquire"))
+        .bearer_auth(ADMIN_KEY)
+        .header("content-type", "application/json")
+        .body(json!({"ttl_ms": 30_000, "owner": "keeper"}).to_string());
+    let reply = app.send(acquire).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    wait_for_row(&browser, "ui:kept", true).await;
+    browser
+        .click(
+            &browser
+                .find(&format!("{} button.force-release", row("ui:kept")))
+                .await,
+        )
+        .await;
+    browser.click(&browser.find("#confirm-yes").await).await;
+    browser
+        .wait_until(
+            "the page says the key lacks the admin scope",
+            "return document.getElementById('status').textContent.includes('this key lacks the admin scope');",
+            json!([]),
+        )
+        .await;
+    let status = app
+        .send(
+            app.http
+                .get(app.url("/v1/locks/ui:kept"))
+                .bearer_auth(ADMIN_KEY),
+        )
+        .await;
+    assert_eq!(status.body["held"], true, "{}", status.body);
+
+    // Forgetting the key asks for one again.
+    browser.click(&browser.find("#forget-key").await).await;
+    browser
+        .wait_until(
+            "the key form shows again",
+            "return !document.getElementById('key-panel').hidden \
+                 && sessionStorage.getItem('lockbroker.key') === null;",
+            json!([]),
+        )
+        .await;
+    browser.quit().await;
+}
