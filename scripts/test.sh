@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 set -e
 ensure_cargo
-ensure_packages redis-server redis-tools prometheus python3-venv golang-go golang-github-lib-pq-dev nodejs
+ensure_packages redis-server redis-tools prometheus python3-venv golang-go golang-github-lib-pq-dev nodejs chromium chromium-driver
 # Debian's nodejs comes without npm; NodeSource's includes it.
 command -v npm >/dev/null 2>&1 || ensure_packages npm
 ensure_nextest

@@ -20,5 +20,6 @@ mod retries;
 mod security;
 mod semaphores;
 mod sentinel;
+mod ui;
 mod validation;
 mod waiting;

@@ -255,6 +255,12 @@ impl EventHub {
         self.next_id.load(Ordering::Acquire)
     }
 
+    /// The id of the last event so far: a state read after this call is at
+    /// least as new, and a stream resumed after it misses nothing later.
+    pub fn last_id(&self) -> u64 {
+        self.next_id() - 1
+    }
+
     /// Numbers `change` into an event for every stream here, and keeps (or
     /// drops) the expiry of its lease. Nothing when no stream is open.
     pub fn apply(&self, change: Change) {
@@ -272,7 +278,17 @@ impl EventHub {
                 state.watch(key, &change, Instant::now() + expires_in);
                 self.expiries_changed.notify_one();
             }
-            ChangeKind::Released | ChangeKind::Expired => state.forget(&key),
+            ChangeKind::Released | ChangeKind::Expired => {
+                // A release names no holder: the one streams knew of.
+                if let Some(known) = state.forget(&key) {
+                    let change = Change {
+                        owner: change.owner.clone().or(known.owner),
+                        ..change
+                    };
+                    self.emit(&mut state, change);
+                    return;
+                }
+            }
             ChangeKind::ForceReleased => {
                 // One event per lease ended, for every lease streams knew.
                 let ended = state.forget_name(&change.name);
@@ -355,10 +371,10 @@ impl HubState {
         );
     }
 
-    fn forget(&mut self, key: &(LockName, Fence)) {
-        if let Some(known) = self.leases.remove(key) {
-            self.deadlines.remove(&known.deadline);
-        }
+    fn forget(&mut self, key: &(LockName, Fence)) -> Option<Known> {
+        let known = self.leases.remove(key)?;
+        self.deadlines.remove(&known.deadline);
+        Some(known)
     }
 
     /// Forgets every lease of `name`; those it knew, by fence.

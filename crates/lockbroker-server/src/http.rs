@@ -12,6 +12,7 @@ pub mod locks;
 pub mod observe;
 pub mod scrape;
 pub mod semaphores;
+pub mod ui;
 mod views;
 
 use std::sync::Arc;
@@ -98,6 +99,9 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         ),
         (Method::GET, "/metrics", get(scrape::metrics)),
         (Method::GET, "/healthz", get(health::healthz)),
+        (Method::GET, "/ui/", get(ui::page)),
+        (Method::GET, "/ui/app.js", get(ui::script)),
+        (Method::GET, "/ui/app.css", get(ui::style)),
         (Method::GET, "/readyz", get(health::readyz)),
     ]
 }

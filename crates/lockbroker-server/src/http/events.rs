@@ -115,18 +115,20 @@ async fn open(app: AppState, watched: Watched, headers: &HeaderMap) -> Result<Re
                 .collect();
             (last, sent)
         }
-        None => (0, state_events(&app.service, &watched).await?),
+        None => {
+            let last = app.service.events().last_id();
+            (last, state_events(&app.service, &watched, last).await?)
+        }
     };
     let (sender, receiver) = mpsc::channel(READER_BUFFER);
-    for event in first {
-        // The buffer holds more than a first state of one name; a prefix
-        // with more held locks than that starts lagged instead.
-        if sender.try_send(event).is_err() {
-            break;
-        }
-    }
     let service = Arc::clone(&app.service);
     tokio::spawn(async move {
+        // The first events wait for the reader, however many a prefix has.
+        for event in first {
+            if sender.send(event).await.is_err() {
+                return;
+            }
+        }
         feed(service, watched, ticket, sender, &mut last_id).await;
     });
     let body = stream::unfold(receiver, |mut receiver| async move {
@@ -176,10 +178,11 @@ async fn feed(
                 room.send(
                     Event::default()
                         .event("lagged")
+                        .id(last_id.to_string())
                         .data(json!({ "missed": missed }).to_string()),
                 );
                 missed = 0;
-                let Ok(state) = state_events(&service, &watched).await else {
+                let Ok(state) = state_events(&service, &watched, *last_id).await else {
                     return;
                 };
                 for event in state {
@@ -201,13 +204,19 @@ async fn stopping(shutdown: &mut tokio::sync::watch::Receiver<bool>) {
 
 /// The `state` events that open a stream: the name's state, or one per
 /// held lock under the prefix, then a marker that the list is complete.
-async fn state_events(service: &Service, watched: &Watched) -> Result<Vec<Event>, ApiError> {
+/// Each carries `id`, the last event before the state was read: a stream
+/// resumed after it misses nothing that followed.
+async fn state_events(
+    service: &Service,
+    watched: &Watched,
+    id: u64,
+) -> Result<Vec<Event>, ApiError> {
     match watched {
         Watched::Name(name) => {
             let status =
                 (service.status(name).await).map_err(|e| ApiError::Lock(name.clone(), e))?;
             service.events().learn(name, &status);
-            Ok(vec![state_event(name, status)])
+            Ok(vec![state_event(name, status, id)])
         }
         Watched::Prefix(prefix) => {
             let mut request = ListRequest {
@@ -221,27 +230,29 @@ async fn state_events(service: &Service, watched: &Watched) -> Result<Vec<Event>
                 let page = service.list(&request).await.map_err(ApiError::Store)?;
                 for entry in page.locks {
                     service.events().learn(&entry.name, &entry.status);
-                    events.push(state_event(&entry.name, entry.status));
+                    events.push(state_event(&entry.name, entry.status, id));
                 }
                 match page.next_cursor {
                     Some(cursor) => request.cursor = cursor,
                     None => break,
                 }
             }
-            let done = json!({ "prefix": prefix.as_str(), "complete": true });
-            events.push(Event::default().event("state").data(done.to_string()));
+            let done_data = json!({ "prefix": prefix.as_str(), "complete": true });
+            let done = Event::default().event("state").id(id.to_string());
+            events.push(done.data(done_data.to_string()));
             Ok(events)
         }
     }
 }
 
-fn state_event(name: &LockName, status: LockStatus) -> Event {
+fn state_event(name: &LockName, status: LockStatus, id: u64) -> Event {
     let data = match name.space() {
         Space::Lock => serde_json::to_string(&status_response(name, status)),
         Space::Semaphore => serde_json::to_string(&semaphore_status_response(name, status)),
     };
     Event::default()
         .event("state")
+        .id(id.to_string())
         .data(data.unwrap_or_default())
 }
 
