@@ -332,3 +332,60 @@ async fn the_page_asks_for_a_key_and_says_when_it_lacks_the_admin_scope() {
         .await;
     browser.quit().await;
 }
+
+/// The page at 320 px: nothing wider than the window but the table, which
+/// scrolls; and by keyboard alone a row's history opens and a force release
+/// is confirmed.
+#[tokio::test]
+async fn the_page_reads_at_320_px_and_works_by_keyboard() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    browser.resize(320, 640).await;
+    open_page(&browser, &app, false).await;
+    let lease = app
+        .acquire_with("kb:job", json!({"ttl_ms": 30_000, "owner": "keyboard"}))
+        .await;
+    assert_eq!(lease.status, StatusCode::OK);
+    wait_for_row(&browser, "kb:job", true).await;
+    let overflow = browser
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            json!([]),
+        )
+        .await;
+    assert!(
+        overflow.as_i64() <= Some(0),
+        "the page is wider than 320 px by {overflow}"
+    );
+
+    // Enter on the focused row opens its history.
+    let row_element = browser.find(&row("kb:job")).await;
+    browser.send_keys(&row_element, "\u{E007}").await;
+    let heading = browser.text(&browser.find("#history-heading").await).await;
+    assert!(heading.contains("kb:job"), "{heading}");
+    // Enter on its force-release button, then on the dialog's confirm.
+    let force = browser
+        .find(&format!("{} button.force-release", row("kb:job")))
+        .await;
+    browser.send_keys(&force, "\u{E007}").await;
+    browser
+        .wait_until(
+            "the confirmation dialog",
+            "return document.getElementById('confirm').open === true;",
+            json!([]),
+        )
+        .await;
+    let focused = browser
+        .execute(
+            "return document.activeElement && document.activeElement.tagName;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(focused, "BUTTON", "the dialog takes the focus");
+    let yes = browser.find("#confirm-yes").await;
+    browser.send_keys(&yes, "\u{E007}").await;
+    wait_for_row(&browser, "kb:job", false).await;
+    assert_eq!(app.status("kb:job").await.body["held"], false);
+    browser.quit().await;
+}

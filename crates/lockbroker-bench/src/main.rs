@@ -22,6 +22,11 @@
 //!   mode, two brokers each.
 //! - `semaphore`: 64 callers on the 8 permits of one semaphore beside 64
 //!   callers on 8 exclusive locks: cycles/s and Redis CPU per cycle.
+//! - `watch`: 1,000 event streams watching one prefix while 16 callers
+//!   change locks under it at full rate: delivery latency p50/p99, events
+//!   delivered per second, broker CPU per delivered event, and broker RSS
+//!   idle, with the streams open, and under load with a stalled reader
+//!   (needs `ulimit -n` above 1,200).
 //! - `all`: each of the above in one run (`--huge` left out unless given),
 //!   then one table.
 //! - `compare A.json B.json`: the ratio B/A of every figure two `--json`
@@ -45,6 +50,7 @@ mod quorum;
 mod resp;
 mod semaphore;
 mod stats;
+mod watch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,12 +60,13 @@ use pairs::Servers;
 use stats::Table;
 
 const USAGE: &str = "\
-Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum|cluster|semaphore [OPTIONS]
+Usage: lockbroker-bench all|latency|throughput|handoff|memory|churn|quorum|cluster|semaphore|watch
+                        [OPTIONS]
        lockbroker-bench compare A.json B.json
 
 Options:
-  --duration SECS   time per target for each latency/throughput case and for
-                    the memory load (default 6)
+  --duration SECS   time per target for each latency/throughput case, for
+                    the memory load and for the watch load (default 6)
   --slices N        alternate the targets in N slices (default 3)
   --rounds N        handoff rounds per case (default 200)
   --waiters N       waiting acquires in the memory and churn cases (default 10000)
@@ -155,10 +162,11 @@ async fn main() -> ExitCode {
             "quorum",
             "cluster",
             "semaphore",
+            "watch",
         ],
         Some(
             one @ ("latency" | "throughput" | "handoff" | "memory" | "churn" | "quorum" | "cluster"
-            | "semaphore"),
+            | "semaphore" | "watch"),
         ) => &[one],
         Some("-h" | "--help") => {
             println!("{USAGE}");
@@ -238,6 +246,7 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
             "quorum" => quorum::run(&first, settings, &mut table).await,
             "cluster" => cluster::run(&redis, [&first, &second], settings, &mut table).await,
             "semaphore" => semaphore::run(&redis, &first, settings, &mut table).await,
+            "watch" => watch::run(&redis, settings, &mut table).await,
             _ => memory::churn(&redis, settings, &mut table).await,
         };
         if let Err(error) = result {

@@ -188,6 +188,12 @@ impl Browser {
         panic!("{what}: not within {DEADLINE:?} (the page's status line: {status})");
     }
 
+    /// Resizes the window to `width` by `height` CSS pixels.
+    pub async fn resize(&self, width: u32, height: u32) {
+        let rect = json!({"width": width, "height": height});
+        self.call(Method::POST, "/window/rect", Some(rect)).await;
+    }
+
     /// A PNG of the window.
     pub async fn screenshot(&self) -> Vec<u8> {
         let value = self.call(Method::GET, "/screenshot", None).await;
