@@ -131,6 +131,14 @@ pub struct EventHub {
     max_streams: usize,
     state: Mutex<HubState>,
     expiries_changed: Notify,
+    /// What the two times below count from: atomics, so that a lock step
+    /// asks "does anyone watch?" without taking a lock.
+    started: Instant,
+    /// Until when (ms after `started`) another broker said it watches.
+    remote_watch_until: AtomicU64,
+    /// Until when (ms after `started`) events are kept after the last
+    /// stream here closed.
+    linger_until: AtomicU64,
 }
 
 #[derive(Default)]
@@ -140,9 +148,6 @@ struct HubState {
     leases: HashMap<(LockName, Fence), Known>,
     deadlines: BTreeMap<(Instant, u64), (LockName, Fence)>,
     timer_seq: u64,
-    remote_watch_until: Option<Instant>,
-    /// Until when events are kept after the last stream closed.
-    linger_until: Option<Instant>,
 }
 
 /// A lease the hub keeps the expiry of.
@@ -164,7 +169,9 @@ pub struct StreamTicket {
 impl Drop for StreamTicket {
     fn drop(&mut self) {
         if self.hub.streams.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.hub.lock().linger_until = Some(Instant::now() + LINGER);
+            self.hub
+                .linger_until
+                .store(self.hub.clock_ms() + millis(LINGER), Ordering::Release);
         }
     }
 }
@@ -179,12 +186,12 @@ impl EventHub {
             next_id: AtomicU64::new(unix_micros()),
             streams: AtomicUsize::new(0),
             max_streams,
+            state: Mutex::new(HubState::default()),
+            started: Instant::now(),
             // A broker that just started may have missed the last "watching"
             // of the others: it announces its changes until it has heard.
-            state: Mutex::new(HubState {
-                remote_watch_until: Some(Instant::now() + REMOTE_WATCH),
-                ..HubState::default()
-            }),
+            remote_watch_until: AtomicU64::new(millis(REMOTE_WATCH)),
+            linger_until: AtomicU64::new(0),
             expiries_changed: Notify::new(),
         });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -218,7 +225,7 @@ impl EventHub {
     /// Whether this broker keeps events: a stream is open here, or one
     /// closed so recently that it may come back to resume.
     pub fn watched(&self) -> bool {
-        self.streams() > 0 || self.lock().watched_lately(Instant::now())
+        self.streams() > 0 || self.clock_ms() < self.linger_until.load(Ordering::Acquire)
     }
 
     /// Whether changes must be announced: this broker keeps events, or
@@ -227,14 +234,15 @@ impl EventHub {
         if self.streams() > 0 {
             return true;
         }
-        let now = Instant::now();
-        let state = self.lock();
-        state.watched_lately(now) || state.remote_watch_until.is_some_and(|until| now < until)
+        let now = self.clock_ms();
+        now < self.linger_until.load(Ordering::Acquire)
+            || now < self.remote_watch_until.load(Ordering::Acquire)
     }
 
     /// Another broker has streams open.
     pub fn remote_watcher(&self) {
-        self.lock().remote_watch_until = Some(Instant::now() + REMOTE_WATCH);
+        let until = self.clock_ms() + millis(REMOTE_WATCH);
+        self.remote_watch_until.fetch_max(until, Ordering::AcqRel);
     }
 
     /// The events after `id` still kept, oldest first; `None` when some of
@@ -251,6 +259,11 @@ impl EventHub {
         Some(state.recent.iter().filter(|e| e.id > id).cloned().collect())
     }
 
+    /// Milliseconds since the hub started.
+    fn clock_ms(&self) -> u64 {
+        millis(self.started.elapsed())
+    }
+
     fn next_id(&self) -> u64 {
         self.next_id.load(Ordering::Acquire)
     }
@@ -265,7 +278,7 @@ impl EventHub {
     /// drops) the expiry of its lease. Nothing when no stream is open.
     pub fn apply(&self, change: Change) {
         let mut state = self.lock();
-        if self.streams() == 0 && !state.watched_lately(Instant::now()) {
+        if !self.watched() {
             // Nobody watches here any more: forget the expiries too.
             state.leases.clear();
             state.deadlines.clear();
@@ -350,11 +363,11 @@ impl EventHub {
     }
 }
 
-impl HubState {
-    fn watched_lately(&self, now: Instant) -> bool {
-        self.linger_until.is_some_and(|until| now < until)
-    }
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
 
+impl HubState {
     fn watch(&mut self, key: (LockName, Fence), change: &Change, deadline: Instant) {
         self.forget(&key);
         self.timer_seq += 1;
@@ -394,3 +407,6 @@ impl HubState {
         ended
     }
 }
+
+#[cfg(test)]
+mod tests;
