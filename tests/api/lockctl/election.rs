@@ -100,7 +100,6 @@ async fn leadership_passes_when_the_leaders_command_ends_or_its_lease_runs_out_a
         kill(host);
     }
     // `watch` printed each change as it happened, in order.
-    let mut watcher = watcher;
     let sent = Command::new("kill")
         .args(["-TERM", &watcher.id().to_string()])
         .status()
