@@ -101,8 +101,13 @@ if limit and occupying >= limit then
 end
 
 -- Waiters queue for the name: they go first, in arrival order.
+-- (The leases that hold the name meanwhile are shown.)
 if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
-  return {0, '', last, 0, 0, wait_in_line(), 'queue'}
+  local busy = {0, '', last, 0, 0, wait_in_line(), 'queue'}
+  for _, value in ipairs(holders_view(holders_key, members_key, now_ms, 20)) do
+    busy[#busy + 1] = value
+  end
+  return busy
 end
 
 local fence, fence_text, floor_raised = issue_fence(fence_key, last, now_us, floor, fence_idle)

@@ -129,8 +129,13 @@ impl MemoryStore {
         let waiter_id = params.fair.map(|f| f.waiter_id);
         if let Some(head) = backend.queue_head(name, now_ms) {
             if Some(head.as_str()) != waiter_id {
+                let mut holders = occupying;
+                holders.truncate(MAX_SHOWN_BLOCKERS);
                 return Ok(AcquireOutcome::Busy {
-                    blockers: Blockers::queue(Fence::new(last)),
+                    blockers: Blockers {
+                        holders,
+                        ..Blockers::queue(Fence::new(last))
+                    },
                     queue_position: wait_in_line(backend),
                 });
             }

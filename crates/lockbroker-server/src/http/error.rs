@@ -362,9 +362,14 @@ fn busy_message(name: &LockName, blockers: &Blockers) -> String {
             "lock {name:?} is in its lock-delay after a lease expired unreleased; it frees in {} ms",
             holder.available_in_ms
         ),
-        _ => format!(
+        _ if blockers.holders.is_empty() => format!(
             "{noun} {name:?} is free but promised to an earlier waiter in its queue; wait with \
              `wait_ms` to take a place in line"
+        ),
+        _ => format!(
+            "{noun} {name:?} has waiters queued before this request, and {} lease(s) hold it; \
+             wait with `wait_ms` to take a place in line",
+            blockers.holders.len()
         ),
     }
 }

@@ -160,7 +160,10 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
             let queue_position = u64::try_from(reply.int()?).ok();
             let blockers = match reply.text()?.as_str() {
                 "exclusive" => Blockers::one(holder),
-                "queue" => Blockers::queue(holder.fence),
+                "queue" => Blockers {
+                    holders: read_holders(reply, holder_kind(name))?,
+                    ..Blockers::queue(holder.fence)
+                },
                 _ => {
                     let kind = holder_kind(name);
                     let holders = read_holders(reply, kind)?;
