@@ -132,6 +132,7 @@ fn status(fence: Option<u64>, owner: Option<&str>) -> StatusResponse {
         mode: owner.map(|_| "exclusive".to_owned()),
         holders: vec![holder()],
         holder_count: 1,
+        waiting: 0,
     }
 }
 
@@ -186,6 +187,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         fence: limit.map(|_| 1),
         holders: vec![holder()],
         available_in_ms: 0,
+        waiting: 2,
     };
     check_response(
         "SemaphoreStatus",

@@ -1,10 +1,11 @@
 //! The operator page (`/ui/`): served without a key under a strict CSP, and
 //! driven in headless Chromium through chromedriver: locks appear and leave
-//! live, a force release from the page ends a lease, and the page asks for
-//! a key when the API wants one.
+//! live, a lock's queue length shows, a force release from the page ends a
+//! lease, and the page asks for a key when the API wants one.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use lockbroker_server::auth::{hash_token, ApiKeyConfig, Scope};
 use lockbroker_server::Settings;
@@ -66,6 +67,18 @@ async fn wait_for_row(browser: &Browser, name: &str, present: bool) {
             &what,
             "return (document.querySelector(arguments[0]) !== null) === arguments[1];",
             json!([row(name), present]),
+        )
+        .await;
+}
+
+/// Waits until the `Waiting` cell of `name`'s row reads `shown`.
+async fn wait_for_waiting(browser: &Browser, name: &str, shown: &str) {
+    browser
+        .wait_until(
+            &format!("the row of {name} shows {shown} waiting"),
+            "const r = document.querySelector(arguments[0]); \
+             return r !== null && r.querySelector('td.waiting').textContent === arguments[1];",
+            json!([row(name), shown]),
         )
         .await;
 }
@@ -165,7 +178,7 @@ async fn the_page_and_its_assets_are_served_without_a_key_under_the_strict_csp()
 async fn the_page_follows_locks_live_and_force_releases_one() {
     let browser = Browser::new_session().await;
     let redis = RedisServer::start();
-    let app = TestApp::spawn(&redis).await;
+    let app = Arc::new(TestApp::spawn(&redis).await);
     open_page(&browser, &app, false).await;
 
     // A lock acquired through the API appears without a reload...
@@ -179,8 +192,35 @@ async fn the_page_follows_locks_live_and_force_releases_one() {
     for shown in ["ui:first", "ui-test", "exclusive", fence.as_str()] {
         assert!(text.contains(shown), "the row shows {shown}: {text}");
     }
-    // ...and leaves when released.
+
+    // A fair waiter queues in Redis without any event; the page's periodic
+    // refresh shows it...
+    let waiter = tokio::spawn({
+        let app = Arc::clone(&app);
+        async move {
+            let body =
+                json!({"ttl_ms": 30_000, "wait_ms": 20_000, "fair": true, "owner": "ui-waiter"});
+            app.acquire_with("ui:first", body).await
+        }
+    });
+    wait_for_waiting(&browser, "ui:first", "1").await;
+    // ...and gets the lock when the holder releases it, the queue then empty.
     let released = app.release("ui:first", &first.token()).await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+    let granted = waiter.await.expect("the waiter's task");
+    assert_eq!(granted.status, StatusCode::OK, "{}", granted.body);
+    browser
+        .wait_until(
+            "the row of ui:first shows the waiter's fence",
+            "const r = document.querySelector(arguments[0]); \
+             return r !== null && r.querySelector('td.fence').textContent === arguments[1];",
+            json!([row("ui:first"), granted.fence().to_string()]),
+        )
+        .await;
+    wait_for_waiting(&browser, "ui:first", "0").await;
+
+    // ...and leaves when released.
+    let released = app.release("ui:first", &granted.token()).await;
     assert_eq!(released.status, StatusCode::OK, "{}", released.body);
     wait_for_row(&browser, "ui:first", false).await;
 

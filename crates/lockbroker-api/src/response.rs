@@ -86,6 +86,8 @@ pub struct SemaphoreStatusResponse {
     pub holders: Vec<HolderResponse>,
     /// How long until a place frees; 0 when one is free now.
     pub available_in_ms: u64,
+    /// Permit requests waiting in the semaphore's queue in Redis.
+    pub waiting: u64,
 }
 
 /// One page of the operators' semaphore listing (`SemaphoreList` in the spec).
@@ -155,6 +157,9 @@ pub struct StatusResponse {
     pub holders: Vec<HolderResponse>,
     /// How many leases are valid now.
     pub holder_count: u64,
+    /// Requests waiting in the lock's queue in Redis (fair waiters, and
+    /// waiting requests once shared leases made a queue).
+    pub waiting: u64,
 }
 
 /// One page of the operators' listing (`LockList` in the spec).

@@ -1,12 +1,12 @@
 -- Reads a name's state at one instant of Redis time. Changes nothing.
 --
 -- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] holders
--- KEYS[4] holder leases
+-- KEYS[4] holder leases  KEYS[5] queue
 --
 -- Returns {held (0/1), owner, last_fence (-1: none), expires_in_ms,
 -- available_in_ms, mode ('exclusive', 'holders' or ''), holders valid,
 -- holders occupying a place, limit in force (-1: none), soonest a holder
--- frees (ms), shown holders...}: the first five
+-- frees (ms), waiters in the queue, shown holders...}: the first five
 -- describe a valid exclusive lease (or its lock-delay) when there is one,
 -- otherwise the holder set (held while any holder is valid, expiring and
 -- available when the last holder does). Each holder shown is four values
@@ -20,7 +20,8 @@ local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 're
 local last = math.max(tonumber(redis.call('GET', fence_key) or '-1'), tonumber(cur[2] or '-1'))
 
 local occupying, valid = holders_count(holders_key, members_key, now_ms)
-local state = {0, '', last, 0, 0, '', valid, occupying, -1, 0}
+local state = {0, '', last, 0, 0, '', valid, occupying, -1, 0,
+  redis.call('ZCARD', KEYS[5])}
 if occupying > 0 then
   local limit = redis.call('HGET', members_key, '#limit')
   state[9] = tonumber(limit or '-1')

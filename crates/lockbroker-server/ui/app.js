@@ -2,8 +2,11 @@
 //
 // First fill from GET /v1/locks (every page), then the event stream
 // GET /v1/events?prefix=... read with fetch() (EventSource cannot send an
-// Authorization header) and parsed here. Every string from the broker goes
-// into the page through textContent, never as markup.
+// Authorization header) and parsed here. Requests join and leave a lock's
+// queue without any event, so while the page is visible the listing is read
+// again every 5 s for the waiting counts alone; the stream alone adds and
+// drops rows. Every string from the broker goes into the page through
+// textContent, never as markup.
 "use strict";
 
 (function () {
@@ -16,6 +19,8 @@
   // The broker sends a keep-alive comment every 15 s; silence for much
   // longer than that means the connection is gone without telling us.
   const STALE_AFTER_MS = 45000;
+  // How often the waiting counts are read again while the page is visible.
+  const WAITING_REFRESH_MS = 5000;
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -42,7 +47,11 @@
 
   // ---- state -------------------------------------------------------------
 
-  /** name -> {name, holders: Map<fence, holder>, hidden, row} */
+  /**
+   * name -> {name, holders: Map<fence, holder>, hidden, waiting, waitingAt, row}:
+   * `waiting` is the queue length last seen (null: unknown), `waitingAt` the
+   * performance.now() when it was read (for a refresh: when it was asked for).
+   */
   const locks = new Map();
   /** name -> [{at: Date, type, fence, owner}], newest last */
   const histories = new Map();
@@ -60,6 +69,9 @@
   let streamLive = false;
   // Names seen in the current run of `state` events, until its marker.
   let snapshot = null;
+  // The waiting-count refresh in flight (one at a time) and when it began.
+  let refreshAbort = null;
+  let lastRefresh = 0;
 
   // ---- API key -----------------------------------------------------------
 
@@ -215,7 +227,7 @@
   function lockFor(name) {
     let lock = locks.get(name);
     if (!lock) {
-      lock = { name, holders: new Map(), hidden: 0, row: null };
+      lock = { name, holders: new Map(), hidden: 0, waiting: null, waitingAt: 0, row: null };
       locks.set(name, lock);
     }
     return lock;
@@ -262,10 +274,41 @@
     }
     const count = Number(status.holder_count) || 0;
     lock.hidden = Math.max(0, count - lock.holders.size);
+    lock.waiting = waitingOf(status);
+    lock.waitingAt = performance.now();
     render(lock);
   }
 
-  /** One change event: acquired, extended, released, expired, force_released. */
+  /** A status's `waiting`: a count, or null (unknown) when absent or odd. */
+  function waitingOf(status) {
+    const n = status.waiting;
+    return Number.isSafeInteger(n) && n >= 0 ? n : null;
+  }
+
+  /**
+   * The waiting count of a listing entry read by the refresh, asked for at
+   * `askedAt`: only for a row already shown, and not over a `state` event
+   * that arrived after the question.
+   */
+  function applyWaiting(status, askedAt) {
+    if (!status || typeof status.name !== "string") {
+      return;
+    }
+    const lock = locks.get(status.name);
+    if (!lock || lock.waitingAt > askedAt) {
+      return;
+    }
+    lock.waiting = waitingOf(status);
+    lock.waitingAt = askedAt;
+    if (lock.row) {
+      renderWaiting(lock);
+    }
+  }
+
+  /**
+   * One change event: acquired, extended, released, expired, force_released.
+   * These carry no waiting count: a row keeps the last one known.
+   */
   function applyChange(type, data) {
     if (!data || typeof data.name !== "string" || data.mode === "permit") {
       return;
@@ -341,6 +384,7 @@
     row.appendChild(cell("td", "", "mode"));
     row.appendChild(cell("td", "", "left num"));
     row.appendChild(cell("td", "", "holders num"));
+    row.appendChild(cell("td", "", "waiting num"));
     const actions = cell("td", "", "actions");
     const button = cell("button", "Force release", "force-release");
     button.type = "button";
@@ -374,8 +418,17 @@
     cells[2].textContent = s.fence;
     cells[3].textContent = s.mode;
     cells[5].textContent = s.count;
+    renderWaiting(lock);
     renderLeft(lock);
     updateEmpty();
+  }
+
+  function renderWaiting(lock) {
+    const td = lock.row.children[6];
+    const shown = text(lock.waiting);
+    if (td.textContent !== shown) {
+      td.textContent = shown;
+    }
   }
 
   function renderLeft(lock) {
@@ -467,13 +520,21 @@
 
   // ---- the first fill: GET /v1/locks, every page ----------------------------
 
+  function listPage(cursor, signal) {
+    return fetch(
+      apiUrl("/v1/locks", { prefix, cursor, limit: LIST_PAGE_LIMIT }),
+      { headers: headers({ Accept: "application/json" }), signal, cache: "no-store" },
+    );
+  }
+
+  function lastPage(cursor) {
+    return cursor === null || cursor === undefined || cursor === "0";
+  }
+
   async function fill(gen, signal) {
     let cursor = null;
     for (let page = 0; page < LIST_MAX_PAGES; page += 1) {
-      const response = await fetch(
-        apiUrl("/v1/locks", { prefix, cursor, limit: LIST_PAGE_LIMIT }),
-        { headers: headers({ Accept: "application/json" }), signal, cache: "no-store" },
-      );
+      const response = await listPage(cursor, signal);
       if (gen !== generation) {
         return false;
       }
@@ -494,13 +555,58 @@
         applyStatus(status);
       }
       cursor = body.next_cursor;
-      if (cursor === null || cursor === undefined || cursor === "0") {
+      if (lastPage(cursor)) {
         break;
       }
     }
     el.locks.dataset.ready = "true";
     updateEmpty();
     return true;
+  }
+
+  // ---- the waiting counts: GET /v1/locks again, every page ------------------
+
+  /**
+   * Reads the listing under the current prefix and updates the waiting
+   * counts of the rows shown; adds and drops no row (the stream does). Quiet
+   * on failure: the rows keep their last counts and the next round retries.
+   */
+  async function refreshWaiting() {
+    if (refreshAbort !== null || document.visibilityState !== "visible" ||
+        locks.size === 0 || el.locks.dataset.ready !== "true") {
+      return;
+    }
+    const gen = generation;
+    const controller = new AbortController();
+    refreshAbort = controller;
+    lastRefresh = performance.now();
+    try {
+      let cursor = null;
+      for (let page = 0; page < LIST_MAX_PAGES && locks.size > 0; page += 1) {
+        const askedAt = performance.now();
+        const response = await listPage(cursor, controller.signal);
+        if (gen !== generation || !response.ok) {
+          return;
+        }
+        const body = await response.json();
+        if (gen !== generation) {
+          return;
+        }
+        for (const status of body.locks || []) {
+          applyWaiting(status, askedAt);
+        }
+        cursor = body.next_cursor;
+        if (lastPage(cursor)) {
+          return;
+        }
+      }
+    } catch (_) {
+      // Aborted by a new prefix or key, or the broker did not answer.
+    } finally {
+      if (refreshAbort === controller) {
+        refreshAbort = null;
+      }
+    }
   }
 
   // ---- the event stream ----------------------------------------------------
@@ -730,6 +836,10 @@
     if (abort) {
       abort.abort();
     }
+    if (refreshAbort) {
+      refreshAbort.abort();
+      refreshAbort = null;
+    }
     abort = new AbortController();
     lastEventId = null;
     snapshot = null;
@@ -908,6 +1018,15 @@
       abort.abort();
     }
   }, 1000);
+
+  // The waiting counts, every 5 s while the page is visible, and at once when
+  // it shows again after a longer time hidden.
+  window.setInterval(refreshWaiting, WAITING_REFRESH_MS);
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible" && performance.now() - lastRefresh >= WAITING_REFRESH_MS) {
+      refreshWaiting();
+    }
+  });
 
   const initial = new URL(window.location.href).searchParams.get("prefix");
   el.prefix.value = initial || "";

@@ -75,6 +75,11 @@ pub async fn a_waiting_writer_is_not_passed_by_newer_readers<B: Backend>(backend
     let late = Ask::shared(10_000).waiting_as("w-late");
     let (_, position) = busy(late.on(&store, &lock).await, "a newer reader that waits");
     assert_eq!(position, Some(1), "behind the writer");
+    let status = store.status(&lock).await.expect("status");
+    assert_eq!(
+        status.waiting, 2,
+        "the writer and the newer reader wait in line"
+    );
     release(&store, &lock, &reader).await;
     busy(
         late.on(&store, &lock).await,

@@ -95,6 +95,10 @@ pub struct LockStatus {
     pub limit: Option<u32>,
     /// How long until the first taken place frees (0 when none is taken).
     pub first_free_in_ms: u64,
+    /// Requests waiting in the name's queue in the store: fair waiters,
+    /// every waiting shared or permit request, and waiting exclusive ones
+    /// once a queue exists (a broker's other waiters wait in its own line).
+    pub waiting: u64,
 }
 
 impl LockStatus {
@@ -112,6 +116,7 @@ impl LockStatus {
             occupied: 0,
             limit: None,
             first_free_in_ms: 0,
+            waiting: 0,
         }
     }
 }

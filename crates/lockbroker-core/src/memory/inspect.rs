@@ -16,6 +16,10 @@ impl MemoryStore {
         let fence = (backend.fences.contains_key(name) || backend.leases.contains_key(name))
             .then_some(Fence::new(last));
         let mut status = LockStatus::free(fence);
+        status.waiting = backend
+            .queues
+            .get(name)
+            .map_or(0, |queue| queue.len() as u64);
         let kind = match name.space() {
             Space::Lock => LeaseKind::Shared,
             Space::Semaphore => LeaseKind::Permit,

@@ -280,6 +280,8 @@ pub fn status(
         )));
     }
     let fence = statuses.iter().filter_map(|s| s.fence).max();
+    // Every node keeps a copy of the queue; the longest counts.
+    let waiting = statuses.iter().map(|s| s.waiting).max().unwrap_or(0);
     let mut available: Vec<u64> = statuses.iter().map(|s| s.available_in_ms).collect();
     available.sort_unstable();
     // Free once a majority is: the majority-th soonest.
@@ -308,15 +310,13 @@ pub fn status(
         status.mode = Some(LeaseKind::Exclusive);
         status.holder_count = 1;
         status.holders = soonest.map(|s| s.holders.clone()).unwrap_or_default();
+        status.waiting = waiting;
         return Ok(status);
     }
     if statuses.iter().any(|s| s.occupied > 0) {
-        return Ok(holder_set_status(
-            &statuses,
-            majority,
-            fence,
-            available_in_ms,
-        ));
+        let mut status = holder_set_status(&statuses, majority, fence, available_in_ms);
+        status.waiting = waiting;
+        return Ok(status);
     }
     // A lease held by fewer than a majority of the answers may still hold a
     // majority with the nodes that did not answer: "not held" would be a
@@ -334,6 +334,7 @@ pub fn status(
     }
     let mut status = LockStatus::free(fence);
     status.available_in_ms = available_in_ms;
+    status.waiting = waiting;
     Ok(status)
 }
 

@@ -175,6 +175,7 @@ impl ScriptCall for StatusCall<'_> {
             keys.fence(name),
             keys.holders(name),
             keys.members(name),
+            keys.queue(name),
         ]
     }
 
@@ -199,6 +200,7 @@ impl ScriptCall for StatusCall<'_> {
         status.occupied = reply.uint()?;
         status.limit = u32::try_from(reply.int()?).ok();
         status.first_free_in_ms = reply.uint()?;
+        status.waiting = reply.uint()?;
         status.holders = read_holders(reply, kind)?;
         if status.mode == Some(LeaseKind::Exclusive) {
             status.holder_count = 1;

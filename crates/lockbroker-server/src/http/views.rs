@@ -73,6 +73,7 @@ pub(super) fn status_response(name: &LockName, status: LockStatus) -> StatusResp
         mode: status.mode.map(|mode| mode.as_str().to_owned()),
         holders: status.holders.iter().map(holder_response).collect(),
         holder_count: status.holder_count,
+        waiting: status.waiting,
     }
 }
 
@@ -94,5 +95,6 @@ pub(super) fn semaphore_status_response(
         fence: status.fence.map(Fence::get),
         holders: status.holders.iter().map(holder_response).collect(),
         available_in_ms: if full { status.first_free_in_ms } else { 0 },
+        waiting: status.waiting,
     }
 }
