@@ -110,7 +110,7 @@ func (e *LimitConflict) Unwrap() error { return &e.BrokerError }
 
 // Unavailable means nothing was done and trying again later is safe: the broker
 // could not be reached (Code "transport"), or answered backend_unavailable,
-// shutting_down, overloaded, too_many_waiters, rate_limited, request_timeout,
+// shutting_down, overloaded, too_many_waiters, too_many_streams, rate_limited, request_timeout,
 // internal or another 5xx. RetryAfter carries the broker's Retry-After.
 type Unavailable struct {
 	BrokerError
@@ -160,6 +160,7 @@ var kinds = map[string]string{
 	"shutting_down":       "unavailable",
 	"overloaded":          "unavailable",
 	"too_many_waiters":    "unavailable",
+	"too_many_streams":    "unavailable",
 	"rate_limited":        "unavailable",
 	"request_timeout":     "unavailable",
 	"internal":            "unavailable",

@@ -98,7 +98,7 @@ export class LimitConflict extends LockBrokerError {
 /**
  * Nothing was done and retrying later is safe: the broker could not be reached
  * (`code` `"transport"`), or answered `backend_unavailable`, `shutting_down`,
- * `overloaded`, `too_many_waiters`, `rate_limited`, `request_timeout`,
+ * `overloaded`, `too_many_waiters`, `too_many_streams`, `rate_limited`, `request_timeout`,
  * `internal` or another 5xx. `retryAfterMs` carries the broker's `Retry-After`.
  */
 export class BrokerUnavailable extends LockBrokerError {}
@@ -129,6 +129,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   shutting_down: BrokerUnavailable,
   overloaded: BrokerUnavailable,
   too_many_waiters: BrokerUnavailable,
+  too_many_streams: BrokerUnavailable,
   rate_limited: BrokerUnavailable,
   request_timeout: BrokerUnavailable,
   internal: BrokerUnavailable,

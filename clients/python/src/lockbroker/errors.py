@@ -120,7 +120,7 @@ class LimitConflict(LockBrokerError):
 class BrokerUnavailable(LockBrokerError):
     """The broker could not be reached or cannot serve now: connection failures,
     timeouts, ``backend_unavailable``, ``overloaded``, ``shutting_down``,
-    ``too_many_waiters``, ``rate_limited``, ``request_timeout`` and any other 5xx.
+    ``too_many_waiters``, ``too_many_streams``, ``rate_limited``, ``request_timeout`` and any other 5xx.
     Nothing was granted; retrying later (after ``retry_after``) is safe."""
 
 
@@ -147,6 +147,7 @@ _BY_CODE: Dict[str, Type[LockBrokerError]] = {
     "backend_unavailable": BrokerUnavailable,
     "shutting_down": BrokerUnavailable,
     "too_many_waiters": BrokerUnavailable,
+    "too_many_streams": BrokerUnavailable,
     "rate_limited": BrokerUnavailable,
     "overloaded": BrokerUnavailable,
     "request_timeout": BrokerUnavailable,
