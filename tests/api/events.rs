@@ -47,10 +47,12 @@ async fn a_lock_stream_tells_its_state_then_every_change_in_order_and_never_a_to
     );
 
     let mut tokens = Vec::new();
-    let lease = app
-        .acquire_with("job", json!({"ttl_ms": 30_000, "owner": "w1"}))
-        .await;
+    let first = json!({"ttl_ms": 30_000, "owner": "w1", "request_id": "r1"});
+    let lease = app.acquire_with("job", first.clone()).await;
     tokens.push(lease.token());
+    // A retry gets the same lease back, and no second `acquired`.
+    let retried = app.acquire_with("job", first).await;
+    assert_eq!(retried.fence(), lease.fence());
     let extended = app.extend("job", &lease.token(), 60_000).await;
     assert_eq!(extended.status, StatusCode::OK);
     assert_eq!(

@@ -297,15 +297,19 @@ impl<S: LockStore> LockService<S> {
                     ))));
                 }
                 let lease = &grant.lease;
-                self.changed(Change {
-                    name: lease.name.clone(),
-                    kind: ChangeKind::Acquired,
-                    mode: lease.token.kind(),
-                    fence: lease.fence,
-                    owner: lease.owner.clone(),
-                    expires_in_ms: lease.ttl_ms,
-                    expires_at_ms: Some(lease.expires_at_ms),
-                });
+                // A retry that got back a lease taken before told its grant
+                // then; only a new grant carries this attempt's token.
+                if lease.token == attempt.token {
+                    self.changed(Change {
+                        name: lease.name.clone(),
+                        kind: ChangeKind::Acquired,
+                        mode: lease.token.kind(),
+                        fence: lease.fence,
+                        owner: lease.owner.clone(),
+                        expires_in_ms: lease.ttl_ms,
+                        expires_at_ms: Some(lease.expires_at_ms),
+                    });
+                }
                 Ok(Ok(grant))
             }
             Ok(AcquireOutcome::Busy {

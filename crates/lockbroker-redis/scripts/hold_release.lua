@@ -47,4 +47,8 @@ end
 if head or redis.call('HGET', members_key, '#w') == '1' then
   announce(channel, broker_id, 'released', name, head)
 end
+-- With no lease left in the way, nobody waits for one any more.
+if redis.call('ZCARD', holders_key) == 0 then
+  redis.call('HDEL', members_key, '#w')
+end
 return {1, tonumber(lease.f), now_ms - tonumber(lease.a)}

@@ -231,6 +231,12 @@ impl MemoryStore {
         cur.expires_ms = now_ms;
         cur.kept_until_ms = now_ms + RELEASE_MEMO_MS;
         let next_fair = backend.queue_head(name, now_ms);
+        // As hold_release.lua: with no lease left, nobody waits for one.
+        if let Some(set) = backend.holder_sets.get_mut(name) {
+            if set.occupying(now_ms, LeaseKind::Shared).is_empty() {
+                set.watched = false;
+            }
+        }
         if watched || next_fair.is_some() {
             let wake = Wake::Released {
                 name: name.clone(),
