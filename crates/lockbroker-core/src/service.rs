@@ -300,7 +300,7 @@ impl<S: LockStore> LockService<S> {
                 // A retry that got back a lease taken before told its grant
                 // then; only a new grant carries this attempt's token.
                 if lease.token == attempt.token {
-                    self.changed(Change {
+                    self.changed(|| Change {
                         name: lease.name.clone(),
                         kind: ChangeKind::Acquired,
                         mode: lease.token.kind(),

@@ -52,27 +52,19 @@ local arrival_us = tonumber(ARGV[14]) or now_us
 local epoch_id = ARGV[15] or ''
 local waits = ARGV[16] == '1'
 
-local node_max = 0
-if epoch_id ~= '' then
-  local standing = quorum_standing(KEYS[8], epoch_id, now_ms)
-  if not standing then
-    return {-1}
-  end
-  -- After a restart without data, the fences issued before it (readmit.lua).
-  floor = math.max(floor, standing[1])
-  node_max = standing[2]
+local standing = quorum_standing(KEYS[8], epoch_id, now_ms)
+if not standing then
+  return {-1}
 end
+-- After a restart without data, the fences issued before it (readmit.lua).
+floor = math.max(floor, standing[1])
+local node_max = standing[2]
 
 -- A waiter that is turned away keeps (or takes) its place in the queue: a
 -- fair one always, another once a queue exists or shared leases block it.
 local function wait_in_line(blocked_by_shared)
-  if waiter_id == '' then
-    return -1
-  end
-  if ARGV[17] ~= '1' and not blocked_by_shared and redis.call('EXISTS', queue_key) == 0 then
-    return -1
-  end
-  return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
+  return queue_place(queue_key, expiry_key, waiter_id, ARGV[17] == '1', blocked_by_shared,
+    arrival_us, now_ms, entry_ttl)
 end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by', 'w')

@@ -27,15 +27,12 @@ local arrival_us = tonumber(ARGV[14]) or now_us
 local epoch_id = ARGV[15] or ''
 local waits = ARGV[16] == '1'
 
-local node_max = 0
-if epoch_id ~= '' then
-  local standing = quorum_standing(KEYS[9], epoch_id, now_ms)
-  if not standing then
-    return {-1}
-  end
-  floor = math.max(floor, standing[1])
-  node_max = standing[2]
+local standing = quorum_standing(KEYS[9], epoch_id, now_ms)
+if not standing then
+  return {-1}
 end
+floor = math.max(floor, standing[1])
+local node_max = standing[2]
 
 holders_prune(holders_key, members_key, released_key, now_ms)
 
@@ -59,13 +56,8 @@ if held and held.x ~= '1' and tonumber(held.e) > now_ms and (mine == token or he
 end
 
 local function wait_in_line()
-  if waiter_id == '' then
-    return -1
-  end
-  if ARGV[17] ~= '1' and redis.call('EXISTS', queue_key) == 0 then
-    return -1
-  end
-  return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
+  return queue_place(queue_key, expiry_key, waiter_id, ARGV[17] == '1', false, arrival_us,
+    now_ms, entry_ttl)
 end
 
 -- A valid exclusive lease, or its lock-delay, is in the way.

@@ -35,8 +35,12 @@ end
 -- Quorum mode: whether a node may grant: its epoch must be the one the broker
 -- knows, past the time it stays out of majorities after a restart, with its
 -- fence marks in place. Returns {the fence floor after a restart without
--- data, the node's highest fence}, or nil.
+-- data, the node's highest fence}, or nil. Outside quorum mode (no epoch
+-- id) every node may: {0, 0}.
 local function quorum_standing(epoch_key, epoch_id, now_ms)
+  if epoch_id == '' then
+    return {0, 0}
+  end
   local epoch = redis.call('HMGET', epoch_key, 'id', 'until', 'pending', 'floor', 'max')
   if epoch[1] ~= epoch_id or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
     return nil

@@ -38,6 +38,21 @@ local function queue_leave(queue_key, expiry_key, waiter_id)
   redis.call('HDEL', expiry_key, waiter_id)
 end
 
+-- Where a caller that is turned away stands in the queue: a waiter keeps
+-- (or takes) its place when it always joins (`always`), when the queue
+-- exists, or when `blocked` says it must (shared leases in an exclusive
+-- waiter's way); how many are ahead, or -1 outside the queue.
+local function queue_place(queue_key, expiry_key, waiter_id, always, blocked, arrival_us,
+    now_ms, entry_ttl)
+  if waiter_id == '' then
+    return -1
+  end
+  if not always and not blocked and redis.call('EXISTS', queue_key) == 0 then
+    return -1
+  end
+  return queue_join(queue_key, expiry_key, waiter_id, arrival_us, now_ms, entry_ttl)
+end
+
 -- Before a grant: waiters queued for the name go first, in arrival order.
 -- Returns false when an earlier waiter is first in line (the caller is
 -- busy); otherwise takes the caller's own entry out if it was first.

@@ -67,7 +67,7 @@ impl<S: LockStore> LockService<S> {
             ExtendOutcome::Extended(mut renewal) => {
                 let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 renewal.validity_ms = renewal.validity_ms.saturating_sub(elapsed);
-                self.changed(Change {
+                self.changed(|| Change {
                     name: name.clone(),
                     kind: ChangeKind::Extended,
                     mode: token.kind(),
@@ -102,7 +102,7 @@ impl<S: LockStore> LockService<S> {
                 });
                 // A re-sent release (no hold time) was told once already.
                 if release.held_ms.is_some() {
-                    self.changed(Change {
+                    self.changed(|| Change {
                         name: name.clone(),
                         kind: ChangeKind::Released,
                         mode: token.kind(),
@@ -133,7 +133,7 @@ impl<S: LockStore> LockService<S> {
                 name: name.clone(),
                 next_fair: None,
             });
-            self.changed(Change {
+            self.changed(|| Change {
                 name: name.clone(),
                 kind: ChangeKind::ForceReleased,
                 mode: *mode,

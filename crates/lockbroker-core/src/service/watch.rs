@@ -61,11 +61,13 @@ impl<S: LockStore> LockService<S> {
     }
 
     /// Tells this broker's streams of a change it made and, while anyone
-    /// watches, every other broker, without delaying the caller.
-    pub(super) fn changed(self: &Arc<Self>, change: Change) {
+    /// watches, every other broker, without delaying the caller. The change
+    /// is made only then: a lock step nobody watches allocates nothing.
+    pub(super) fn changed(self: &Arc<Self>, change: impl FnOnce() -> Change) {
         if !self.events.wanted() {
             return;
         }
+        let change = change();
         self.events.apply(change.clone());
         let announcement = Announcement::Change {
             origin: self.id.clone(),
