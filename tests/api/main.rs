@@ -15,6 +15,7 @@ mod lockctl;
 mod observability;
 mod openapi;
 mod outage;
+mod overload;
 mod quorum;
 mod retries;
 mod security;

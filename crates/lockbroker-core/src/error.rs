@@ -18,6 +18,10 @@ pub enum StoreError {
     /// `noeviction`, or a read-only replica); the step did not run.
     #[error("lock store refuses writes: {0}")]
     RefusesWrites(String),
+    /// The broker already has as much of this work in flight as it allows
+    /// (commands to the backend, or listing pages); the step was not sent.
+    #[error("lock store overloaded: {0}")]
+    Overloaded(String),
     /// The backend answered something the store cannot interpret.
     #[error("lock store protocol error: {0}")]
     Protocol(String),

@@ -36,6 +36,10 @@ pub struct LockPolicy {
     pub max_event_streams: usize,
     /// Events a stream may fall behind by before it is told it lagged.
     pub event_stream_buffer: usize,
+    /// Listing pages this broker reads at once; more are refused with
+    /// [`StoreError::Overloaded`](crate::StoreError::Overloaded), so a burst
+    /// of listings cannot crowd out lock steps.
+    pub max_concurrent_listings: usize,
 }
 
 impl Default for LockPolicy {
@@ -56,6 +60,7 @@ impl Default for LockPolicy {
             max_semaphore_limit: 10_000,
             max_event_streams: 1_000,
             event_stream_buffer: 256,
+            max_concurrent_listings: 8,
         }
     }
 }

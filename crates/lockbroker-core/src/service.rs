@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch as signal;
+use tokio::sync::Semaphore;
 use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError};
@@ -58,6 +59,8 @@ pub struct LockService<S> {
     next_change: AtomicU64,
     /// Whether this broker is saying that it watches.
     heartbeat: AtomicBool,
+    /// One permit per listing page being read.
+    listings: Semaphore,
 }
 
 impl<S: LockStore> LockService<S> {
@@ -76,6 +79,7 @@ impl<S: LockStore> LockService<S> {
             });
         }
         let events = EventHub::new(policy.max_event_streams, policy.event_stream_buffer);
+        let policy_listings = policy.max_concurrent_listings.max(1);
         let id = random_hex::<8>();
         if let (Some(announcements), Ok(runtime)) = (
             store.take_announcements(),
@@ -96,6 +100,7 @@ impl<S: LockStore> LockService<S> {
             id,
             next_change: AtomicU64::new(0),
             heartbeat: AtomicBool::new(false),
+            listings: Semaphore::new(policy_listings),
         }
     }
 
@@ -341,8 +346,17 @@ impl<S: LockStore> LockService<S> {
         Ok(self.store.status(name).await?)
     }
 
-    /// Lists held locks for an operator, one bounded page at a time.
+    /// Lists held locks for an operator, one bounded page at a time. A page
+    /// reads every name it finds, so pages beyond
+    /// [`LockPolicy::max_concurrent_listings`] are refused at once rather
+    /// than queued behind the ones being read.
     pub async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
+        let Ok(_permit) = self.listings.try_acquire() else {
+            return Err(StoreError::Overloaded(format!(
+                "{} listing pages are being read already",
+                self.policy.max_concurrent_listings
+            )));
+        };
         self.store.list(request).await
     }
 

@@ -29,6 +29,10 @@ pub struct RedisSettings {
     pub pool_size: usize,
     /// Longest wait for any one command's answer before failing closed.
     pub command_timeout: Duration,
+    /// Commands this store has in flight at once, queued in the client or
+    /// awaiting Redis's answer; more are refused at once as
+    /// [`StoreError::Overloaded`] and never sent.
+    pub max_commands_in_flight: usize,
     /// Longest wait for a new connection (including its handshake).
     pub connect_timeout: Duration,
     /// Prefix of every key the store writes.
@@ -94,6 +98,7 @@ impl Default for RedisSettings {
             url: "redis://127.0.0.1:6379/0".to_owned(),
             pool_size: 4,
             command_timeout: Duration::from_secs(1),
+            max_commands_in_flight: 10_000,
             connect_timeout: Duration::from_secs(1),
             key_prefix: "lockbroker".to_owned(),
             fence_idle: Duration::from_secs(7 * 24 * 3600),
@@ -193,9 +198,15 @@ impl Connections {
                     max_timeout: Some(command_timeout * 2),
                     interval: command_timeout / 2,
                 };
-                // fred's default queue is unbounded; cap it so a dead Redis
-                // cannot make requests pile up in memory.
-                conn.max_command_buffer_len = 10_000;
+                // fred's own queue bound stays off (0, unbounded): a command
+                // it refuses with `Backpressure` still counts as queued, and
+                // a connection that believes commands follow the one it
+                // writes never flushes a GET, SCAN or SCRIPT EXISTS again, so
+                // one overflow leaves listings and readiness timing out until
+                // a restart (reproduced in tests/api/overload.rs). The store
+                // bounds its commands itself (`max_commands_in_flight`), so a
+                // dead Redis still cannot make requests pile up in memory.
+                conn.max_command_buffer_len = 0;
             })
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 1_000, 2));
         let build_error = |e: RedisError| {

@@ -15,6 +15,7 @@ use lockbroker_core::{
     LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use crate::cluster::{self, Versions};
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
@@ -65,6 +66,8 @@ struct Inner {
     watches: Option<Watches>,
     /// Cluster mode: every primary was seen to run a Redis new enough.
     versions_checked: AtomicBool,
+    /// One permit per command in flight (`max_commands_in_flight`).
+    in_flight: Semaphore,
 }
 
 /// Receives what the store measures, for metrics. Called on the request path:
@@ -171,6 +174,7 @@ impl RedisLockStore {
         }
         Ok(Self {
             inner: Arc::new(Inner {
+                in_flight: Semaphore::new(settings.max_commands_in_flight.max(1)),
                 connections,
                 scripts: Scripts::new(),
                 context,
@@ -207,6 +211,18 @@ impl RedisLockStore {
 
     pub(super) fn client(&self) -> &Client {
         self.inner.connections.pool.next()
+    }
+
+    /// A place for one more command in flight, or `Overloaded` when the
+    /// store has as many as it allows: the command is then not sent at all,
+    /// so a burst is refused at once instead of queueing without bound.
+    pub(super) fn admit(&self) -> Result<SemaphorePermit<'_>, StoreError> {
+        self.inner.in_flight.try_acquire().map_err(|_| {
+            StoreError::Overloaded(format!(
+                "{} Redis commands are in flight already",
+                self.inner.settings.max_commands_in_flight
+            ))
+        })
     }
 
     /// Raises the floor this store's grants exceed to `fence` (a quorum's
@@ -393,6 +409,9 @@ impl LockStore for RedisLockStore {
     async fn announce(&self, announcement: &Announcement) {
         let channel = self.inner.context.keys.events_channel();
         let message = crate::announcements::write(announcement);
+        let Ok(_admitted) = self.admit() else {
+            return;
+        };
         let published: Result<Value, _> = self.client().publish(channel, message).await;
         if let Err(error) = published {
             tracing::debug!(%error, "an announcement about watching was not published");

@@ -29,6 +29,7 @@ impl RedisLockStore {
     ) -> Result<C::Output, StoreError> {
         let inner = &self.inner;
         let script = inner.scripts.get(C::SCRIPT);
+        let _admitted = self.admit()?;
         let started = Instant::now();
         let mut result: Result<Value, _>;
         loop {

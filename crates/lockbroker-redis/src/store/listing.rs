@@ -4,6 +4,7 @@
 use fred::interfaces::KeysInterface;
 use fred::types::config::Server;
 use fred::types::Value;
+use futures_util::stream::{self, StreamExt};
 use lockbroker_core::{ListCursor, ListRequest, LockEntry, LockPage, LockStore, StoreError};
 
 use super::RedisLockStore;
@@ -12,6 +13,11 @@ use crate::connection::store_error;
 
 /// The most `SCAN` calls one page of a listing makes.
 const MAX_SCAN_ROUNDS: usize = 8;
+
+/// Status reads one page runs at once. A page of 1,000 names is read in
+/// batches rather than as 1,000 scripts at once, so a listing never floods
+/// the connection that lock steps share (each batch pipelines on it).
+const READS_AT_ONCE: usize = 32;
 
 /// Cluster mode: a listing cursor holds the primary it is on (in the order
 /// of their addresses) in the bits from here up, and that primary's own
@@ -48,6 +54,7 @@ impl RedisLockStore {
             let Some(server) = nodes.get(node) else {
                 break;
             };
+            let _admitted = self.admit()?;
             let reply: Value = match server {
                 Some(server) => {
                     client
@@ -77,17 +84,14 @@ impl RedisLockStore {
         names.dedup();
         // Each lock is read by the status script, one key set per call, so the
         // listing also works where a lock's keys live on their own Cluster slot.
-        let mut reads = tokio::task::JoinSet::new();
-        for name in names {
-            let store = self.clone();
-            reads.spawn(async move {
-                let status = store.status(&name).await;
+        let mut reads = stream::iter(names)
+            .map(|name| async move {
+                let status = self.status(&name).await;
                 (name, status)
-            });
-        }
+            })
+            .buffer_unordered(READS_AT_ONCE);
         let mut locks = Vec::new();
-        while let Some(read) = reads.join_next().await {
-            let (name, status) = read.map_err(|e| StoreError::Protocol(e.to_string()))?;
+        while let Some((name, status)) = reads.next().await {
             let status = status?;
             if status.held || status.available_in_ms > 0 {
                 locks.push(LockEntry { name, status });

@@ -20,6 +20,9 @@ pub struct RedisConfig {
     pub pool_size: usize,
     /// Longest wait for one Redis answer before answering `503`.
     pub command_timeout_ms: u64,
+    /// Redis commands in flight at once (per node in quorum mode); more are
+    /// refused with `503 overloaded` and never sent.
+    pub max_commands_in_flight: usize,
     /// Longest wait to open a connection.
     pub connect_timeout_ms: u64,
     /// Prefix of every key the broker writes.
@@ -110,6 +113,7 @@ impl Default for RedisConfig {
             url: redis.url,
             pool_size: redis.pool_size,
             command_timeout_ms: as_ms(redis.command_timeout),
+            max_commands_in_flight: redis.max_commands_in_flight,
             connect_timeout_ms: as_ms(redis.connect_timeout),
             key_prefix: redis.key_prefix,
             fence_idle_ms: as_ms(redis.fence_idle),
@@ -138,6 +142,7 @@ impl std::fmt::Debug for RedisConfig {
             .field("url", &"<redacted>")
             .field("pool_size", &self.pool_size)
             .field("command_timeout_ms", &self.command_timeout_ms)
+            .field("max_commands_in_flight", &self.max_commands_in_flight)
             .field("connect_timeout_ms", &self.connect_timeout_ms)
             .field("key_prefix", &self.key_prefix)
             .field("fence_idle_ms", &self.fence_idle_ms)

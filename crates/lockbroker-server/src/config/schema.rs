@@ -63,6 +63,10 @@ pub struct HttpSettings {
     /// Event streams (`/v1/.../events`) open at once; more get `429`.
     /// Streams are not counted in `max_concurrent_requests`.
     pub max_event_streams: usize,
+    /// Listing pages (`GET /v1/locks`, `GET /v1/semaphores`) read at once;
+    /// more get `503 overloaded` with `Retry-After`. Each page reads every
+    /// name it finds, so this bounds the Redis work listings can take.
+    pub max_concurrent_listings: usize,
     /// PEM certificate chain of the HTTPS listener; with `tls_key_path`,
     /// the broker serves HTTPS only. `None` for plain HTTP.
     #[serde(with = "empty_is_none")]
@@ -187,6 +191,7 @@ impl Default for HttpSettings {
             max_concurrent_requests: 16_384,
             max_connections: 20_000,
             max_event_streams: LockPolicy::default().max_event_streams,
+            max_concurrent_listings: LockPolicy::default().max_concurrent_listings,
             tls_cert_path: None,
             tls_key_path: None,
         }

@@ -67,6 +67,11 @@ impl Settings {
         if locks.fair_entry_ttl_ms < 30 {
             return Err(invalid("locks.fair_entry_ttl_ms must be at least 30"));
         }
+        if !(1..=1_000).contains(&self.http.max_concurrent_listings) {
+            return Err(invalid(
+                "http.max_concurrent_listings must be between 1 and 1000",
+            ));
+        }
         if locks.max_semaphore_limit == 0 {
             return Err(invalid("locks.max_semaphore_limit must be at least 1"));
         }
@@ -87,6 +92,11 @@ impl Settings {
         }
         if !(1..=64).contains(&redis.pool_size) {
             return Err(invalid("redis.pool_size must be between 1 and 64"));
+        }
+        if !(100..=1_000_000).contains(&redis.max_commands_in_flight) {
+            return Err(invalid(
+                "redis.max_commands_in_flight must be between 100 and 1000000",
+            ));
         }
         if redis.key_prefix.is_empty() || redis.key_prefix.contains(['{', '}']) {
             return Err(invalid(
@@ -174,6 +184,7 @@ impl Settings {
             },
             max_semaphore_limit: locks.max_semaphore_limit,
             max_event_streams: self.http.max_event_streams,
+            max_concurrent_listings: self.http.max_concurrent_listings,
             ..LockPolicy::default()
         }
     }
@@ -216,6 +227,7 @@ impl Settings {
             },
             pool_size: redis.pool_size,
             command_timeout: millis(redis.command_timeout_ms),
+            max_commands_in_flight: redis.max_commands_in_flight,
             connect_timeout: millis(redis.connect_timeout_ms),
             key_prefix: redis.key_prefix.clone(),
             fence_idle: millis(redis.fence_idle_ms),

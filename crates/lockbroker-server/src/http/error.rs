@@ -336,6 +336,7 @@ impl IntoResponse for Answer<'_> {
 fn store_failed(error: &StoreError) -> Answer<'_> {
     let code = match error {
         StoreError::Protocol(_) => ErrorCode::Internal,
+        StoreError::Overloaded(_) => ErrorCode::Overloaded,
         _ => ErrorCode::BackendUnavailable,
     };
     Answer::new(code, store_message(error))
@@ -389,6 +390,10 @@ fn store_message(cause: &StoreError) -> &'static str {
             "the lock store did not answer in time, so the outcome is unknown: the step may \
              still take effect, and a lease an acquire took this way is being released by the \
              broker; retrying with the same token or request_id is safe"
+        }
+        StoreError::Overloaded(_) => {
+            "the broker is already doing as much of this work as it allows; nothing was sent \
+             to the lock store and nothing was changed, retry later"
         }
         StoreError::Protocol(_) => "internal error",
     }
