@@ -4,10 +4,13 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lockbroker_tests::app::parse_raw;
 use lockbroker_tests::redis::free_port;
 use lockbroker_tests::{broker_binary, RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 #[test]
 fn a_bad_setting_prints_one_line_and_exits_non_zero() {
@@ -127,6 +130,27 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     let app_ref = Arc::new(app.http.clone());
     let base = app.base.clone();
     app.acquire("job", 600).await;
+    let report = app.acquire("report", 60_000).await.token();
+
+    // An ordinary request is in flight when shutdown begins: its body is
+    // still arriving.
+    let body = format!(r#"{{"token":"{report}"}}"#);
+    let (head, tail) = body.split_at(body.len() / 2);
+    let mut in_flight = TcpStream::connect(base.trim_start_matches("http://"))
+        .await
+        .expect("connect");
+    in_flight
+        .write_all(
+            format!(
+                "POST /v1/locks/report/release HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{head}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .expect("send the head");
 
     // A waiter whose lock frees (by expiry) within the grace period... is still
     // answered at once with shutting_down: waits never hold shutdown up.
@@ -142,7 +166,7 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
-    app.shutdown().await.expect("clean shutdown");
+    let stopping = app.begin_shutdown().expect("the server runs");
 
     let reply = waiter.await.expect("task").expect("answered");
     assert_eq!(reply.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -150,6 +174,28 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
         started.elapsed() < Duration::from_secs(2),
         "not held up by the wait"
     );
+
+    // The request in flight is served to the end, then shutdown completes.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    in_flight
+        .write_all(tail.as_bytes())
+        .await
+        .expect("send the rest of the body");
+    let mut answer = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        in_flight.read_to_string(&mut answer),
+    )
+    .await
+    .expect("answered within the grace period")
+    .expect("read the answer");
+    let (status, released) = parse_raw(&answer);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(released["released"], true, "{answer}");
+    stopping
+        .await
+        .expect("server task")
+        .expect("clean shutdown");
     assert!(
         reqwest::get(format!("{base}/healthz")).await.is_err(),
         "no longer accepting connections"
