@@ -83,6 +83,10 @@ pub enum Command {
     /// lock NAME, renewed while the command runs; the fence is the term.
     #[command(long_about = ELECT_ABOUT)]
     Elect(ElectArgs),
+    /// The process `run` and `elect` put between themselves and the command
+    /// (see the run::guard module); not for use by hand.
+    #[command(name = "__guard", hide = true)]
+    Guard(GuardArgs),
 }
 
 /// What `run` does when the lock is still busy after --wait.
@@ -229,6 +233,29 @@ pub struct RunArgs {
     /// Report acquire, renewal trouble and release on stderr.
     #[arg(short, long)]
     pub verbose: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `lockctl __guard`, started by `run` and `elect` only.
+#[derive(Args, Debug)]
+pub struct GuardArgs {
+    /// The lockctl that started the guard: if it is not the guard's parent
+    /// (it died already), the command is not started.
+    #[arg(long)]
+    pub parent: i32,
+    /// The inherited write end of the pipe the guard reports on.
+    #[arg(long)]
+    pub report_fd: i32,
+    /// How long what the command leaves behind has between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = duration::parse)]
+    pub kill_after: Duration,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,
