@@ -199,7 +199,7 @@ async fn hold(
         return Ended::after(&supervisor, code, false);
     }
 
-    let (running, exited) = match spawn(&supervisor, plan.command, plan.kill_after).await {
+    let (running, exited) = match spawn(&supervisor, plan.command, plan.kill_after) {
         Ok(started) => started,
         Err(code) => {
             release_quietly(&supervisor).await;
@@ -208,6 +208,10 @@ async fn hold(
     };
     supervisor.running = true;
     let status = supervisor.supervise(&running, exited, signals).await;
+    if let Some(code) = running.not_started() {
+        release_quietly(&supervisor).await;
+        return Ended::after(&supervisor, code, true);
+    }
     let code = finish(&supervisor, status).await;
     Ended::after(&supervisor, code, false)
 }
@@ -291,12 +295,12 @@ fn describe(kind: LeaseKind, name: &str) -> String {
 
 /// Starts the command under its guard, with the lease in its environment;
 /// answers the handle to signal it by and a receiver for its exit status,
-/// or the exit code if it did not start.
+/// or the exit code if the guard did not start.
 ///
 /// LOCKBROKER_LIMIT is set exactly when the run holds a permit (and removed
 /// otherwise, so that one inherited from an enclosing run does not stay):
 /// `lockctl release` inside the command reads it to pick the routes.
-async fn spawn(
+fn spawn(
     supervisor: &Supervisor<'_>,
     command: &[OsString],
     kill_after: Duration,
@@ -313,7 +317,6 @@ async fn spawn(
             LeaseKind::Exclusive | LeaseKind::Shared => process.env_remove("LOCKBROKER_LIMIT"),
         };
     })
-    .await
 }
 
 /// After the command ended: release, and choose the exit code.

@@ -10,7 +10,8 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
 use nix::sys::signal::{kill, killpg, Signal};
@@ -23,18 +24,24 @@ use super::tree;
 use crate::duration::millis;
 use crate::exit;
 
+/// How long a signal for the command waits for the guard to report its
+/// group; the report comes within milliseconds of the guard's start.
+const REPORT_WAIT: Duration = Duration::from_secs(2);
+
 /// The running command, as lockctl signals it.
 pub struct Running {
     /// The guard process.
     guard: Pid,
-    /// The command's process group (the command's own pid).
-    group: Pid,
+    /// The guard's first report, once it came (`None`: it ended without one).
+    first: Arc<OnceLock<Option<Report>>>,
 }
 
 impl Running {
     /// Sends `signal` to the command's process group.
     pub fn signal(&self, signal: Signal) {
-        let _ = killpg(self.group, signal);
+        if let Some(group) = self.group() {
+            let _ = killpg(group, signal);
+        }
     }
 
     /// Ends the command's whole tree at once: the guard SIGKILLs its group
@@ -42,11 +49,36 @@ impl Running {
     pub fn kill(&self) {
         let _ = kill(self.guard, Signal::SIGTERM);
     }
+
+    /// After the guard ended: the exit code if it never started the command.
+    pub fn not_started(&self) -> Option<u8> {
+        match self.first.get() {
+            Some(Some(Report::Failed(code))) => Some(*code),
+            Some(Some(Report::Started(_))) => None,
+            Some(_) | None => Some(exit::SOFTWARE),
+        }
+    }
+
+    /// The command's process group (the command's own pid). lockctl goes on
+    /// renewing while the guard starts, so a signal may come before the
+    /// guard has reported: that one waits for the report.
+    fn group(&self) -> Option<Pid> {
+        let deadline = Instant::now() + REPORT_WAIT;
+        loop {
+            match self.first.get() {
+                Some(Some(Report::Started(group))) => return Some(*group),
+                Some(_) => return None,
+                None if Instant::now() >= deadline => return None,
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    }
 }
 
 /// Starts `command` under a guard; `configure` sets its environment. On
-/// failure, answers the exit code, having said why on stderr.
-pub async fn start(
+/// failure, answers the exit code, having said why on stderr; a command the
+/// guard cannot start is told by [`Running::not_started`] once it ended.
+pub fn start(
     command: &[OsString],
     kill_after: Duration,
     configure: impl FnOnce(&mut Command),
@@ -82,36 +114,34 @@ pub async fn start(
     drop(write);
 
     let guard = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let (started_tx, started) = oneshot::channel();
+    let first = Arc::new(OnceLock::new());
     let (exited_tx, exited) = oneshot::channel();
     // std's blocking reads and wait on a thread of its own keep tokio's features lean.
-    std::thread::spawn(move || follow(child, report, started_tx, exited_tx));
-    match started.await {
-        Ok(Some(Report::Started(group))) => Ok((Running { guard, group }, exited)),
-        Ok(Some(Report::Failed(code))) => Err(code),
-        _ => {
-            eprintln!("lockctl: the command's guard ended before starting the command");
-            Err(exit::SOFTWARE)
-        }
-    }
+    let reported = Arc::clone(&first);
+    std::thread::spawn(move || follow(child, report, &reported, exited_tx));
+    Ok((Running { guard, first }, exited))
 }
 
 /// Reads the guard's report and waits for it: its first line goes to
-/// `started`, the command's status at the end to `exited`.
+/// `first`, the command's status at the end to `exited`.
 fn follow(
     mut guard: Child,
     report: OwnedFd,
-    started: oneshot::Sender<Option<Report>>,
+    first: &OnceLock<Option<Report>>,
     exited: oneshot::Sender<std::io::Result<ExitStatus>>,
 ) {
     let mut lines = BufReader::new(File::from(report))
         .lines()
         .map_while(Result::ok)
         .map(|line| Report::parse(&line));
-    let first = lines.next().flatten();
-    let _ = started.send(first);
-    let Some(Report::Started(group)) = first else {
+    let report = lines.next().flatten();
+    let _ = first.set(report);
+    let Some(Report::Started(group)) = report else {
         let _ = guard.wait();
+        if report.is_none() {
+            eprintln!("lockctl: the command's guard ended before starting the command");
+        }
+        let _ = exited.send(Err(std::io::Error::other("the command was not started")));
         return;
     };
     let last = lines.last().flatten();
