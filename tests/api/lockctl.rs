@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 mod election;
 mod kinds;
+mod process_tree;
 
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{lockctl_binary, RedisServer, TestApp};

@@ -83,16 +83,23 @@ pub enum Command {
     /// lock NAME, renewed while the command runs; the fence is the term.
     #[command(long_about = ELECT_ABOUT)]
     Elect(ElectArgs),
+    /// The process `run` and `elect` put between themselves and the command
+    /// (see the run::guard module); not for use by hand.
+    #[command(name = "__guard", hide = true)]
+    Guard(GuardArgs),
 }
 
-/// What `run` does when the lock is still busy after --wait.
+/// What `run` does when the lock is busy.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IfBusy {
-    /// Exit 0 quietly without running the command.
+    /// Do not run CMD and exit 0, saying nothing (with -v, why): for cron,
+    /// "another instance is running". With --wait, only once that wait ran out.
     Skip,
-    /// Wait up to --wait (required), then exit 75.
+    /// Wait for the lock up to --wait, which this needs; if it is still busy
+    /// then, do not run CMD and exit 75. The default when --wait is given.
     Wait,
-    /// Exit 75 (after --wait, if given).
+    /// Do not run CMD and exit 75. The default without --wait; given --wait
+    /// too, it waits first, as wait does (wait only insists on a --wait).
     Fail,
 }
 
@@ -216,19 +223,43 @@ pub struct RunArgs {
     pub name: String,
     #[command(flatten)]
     pub lease: LeaseArgs,
-    /// What to do if the lock is still busy after --wait.
+    /// What to do if the lock is busy (after --wait, if given).
     #[arg(long, value_enum)]
     pub if_busy: Option<IfBusy>,
     /// Hold the lock at most this long: renewals stop there, and CMD is
     /// stopped then if still running (exit 80).
     #[arg(long, value_parser = duration::parse)]
     pub max_hold: Option<Duration>,
-    /// After SIGTERM for a lost lease, SIGKILL CMD's process group this much later.
+    /// After SIGTERM for a lost lease or --max-hold, or to what CMD left
+    /// running when it exited, SIGKILL CMD's whole process tree this much later.
     #[arg(long, value_parser = duration::parse, default_value = "10s")]
     pub kill_after: Duration,
     /// Report acquire, renewal trouble and release on stderr.
     #[arg(short, long)]
     pub verbose: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `lockctl __guard`, started by `run` and `elect` only.
+#[derive(Args, Debug)]
+pub struct GuardArgs {
+    /// The lockctl that started the guard: if it is not the guard's parent
+    /// (it died already), the command is not started.
+    #[arg(long)]
+    pub parent: i32,
+    /// The inherited write end of the pipe the guard reports on.
+    #[arg(long)]
+    pub report_fd: i32,
+    /// How long what the command leaves behind has between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = duration::parse)]
+    pub kill_after: Duration,
     /// The command and its arguments (after `--`).
     #[arg(
         required = true,
@@ -331,6 +362,24 @@ mod tests {
     #[test]
     fn the_definitions_hold_together() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn each_if_busy_value_says_what_it_does() {
+        let help = |value: IfBusy| {
+            value
+                .to_possible_value()
+                .and_then(|possible| possible.get_help().map(ToString::to_string))
+                .unwrap_or_default()
+        };
+        assert!(
+            help(IfBusy::Skip).contains("exit 0"),
+            "{}",
+            help(IfBusy::Skip)
+        );
+        assert!(help(IfBusy::Wait).contains("up to --wait, which this needs"));
+        assert!(help(IfBusy::Fail).contains("The default without --wait"));
+        assert_ne!(help(IfBusy::Wait), help(IfBusy::Fail));
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! `main` parses the command line, builds the [`client::Broker`] and hands
 //! off to one subcommand; every path ends in an exit code from [`exit`].
 //! `run` and `elect` hold a lease while a command runs ([`run`]); `watch`
-//! follows a lock's event stream ([`watch`]).
+//! follows a lock's event stream ([`watch`]). The hidden `__guard` is the
+//! process `run` puts between itself and the command ([`run::guard`]).
 
 mod cli;
 mod client;
@@ -35,6 +36,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if let Command::Guard(args) = &cli.command {
+        return ExitCode::from(run::guard::guard(args));
+    }
     ExitCode::from(dispatch(cli))
 }
 
@@ -74,6 +78,7 @@ fn dispatch(cli: Cli) -> u8 {
             Command::Run(args) => run::run(&broker, args).await,
             Command::Watch(args) => watch::watch(&broker, args).await,
             Command::Elect(args) => run::elect::elect(&broker, args).await,
+            Command::Guard(args) => run::guard::guard(&args),
         }
     })
 }

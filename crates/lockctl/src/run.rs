@@ -6,27 +6,31 @@
 //! the command runs. An exclusive lease, a shared one (`--shared`) and a
 //! semaphore permit (`--limit`) are held the same way; only the acquire body
 //! and the routes differ (see [`crate::client::LeaseKind`]). [`elect`]
-//! holds each term of a leader the same way, through [`hold`].
+//! holds each term of a leader the same way, through [`hold`]. The command
+//! runs under a [`guard`] process ([`process`]) that ends its whole tree
+//! ([`tree`]) with lockctl, and before the lease is released.
 
 pub mod elect;
+pub mod guard;
+mod process;
 mod signals;
 mod supervisor;
+mod tree;
 
 use std::ffi::OsString;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use crate::cli::{IfBusy, RunArgs};
 use crate::client::{AcquireOptions, Broker, BrokerError, Granted, LeaseKind};
 use crate::commands::{host_name, lease_options, usage};
 use crate::duration::millis;
 use crate::exit;
+use process::Running;
 use signals::Signals;
 use supervisor::{Exited, Held, Renewed, StopReason, Supervisor};
 
@@ -195,24 +199,19 @@ async fn hold(
         return Ended::after(&supervisor, code, false);
     }
 
-    let (pgid, exited) = match spawn(&supervisor, plan.command) {
-        Ok(child) => child,
-        Err(error) => {
-            eprintln!(
-                "lockctl: cannot run {}: {error}",
-                plan.command[0].to_string_lossy()
-            );
+    let (running, exited) = match spawn(&supervisor, plan.command, plan.kill_after) {
+        Ok(started) => started,
+        Err(code) => {
             release_quietly(&supervisor).await;
-            let code = if error.kind() == std::io::ErrorKind::NotFound {
-                exit::COMMAND_NOT_FOUND
-            } else {
-                exit::CANNOT_EXECUTE
-            };
             return Ended::after(&supervisor, code, true);
         }
     };
     supervisor.running = true;
-    let status = supervisor.supervise(pgid, exited, signals).await;
+    let status = supervisor.supervise(&running, exited, signals).await;
+    if let Some(code) = running.not_started() {
+        release_quietly(&supervisor).await;
+        return Ended::after(&supervisor, code, true);
+    }
     let code = finish(&supervisor, status).await;
     Ended::after(&supervisor, code, false)
 }
@@ -294,34 +293,30 @@ fn describe(kind: LeaseKind, name: &str) -> String {
     }
 }
 
-/// Starts the command in its own process group, with the lease in its
-/// environment; answers the group id and a receiver for its exit status.
+/// Starts the command under its guard, with the lease in its environment;
+/// answers the handle to signal it by and a receiver for its exit status,
+/// or the exit code if the guard did not start.
 ///
 /// LOCKBROKER_LIMIT is set exactly when the run holds a permit (and removed
 /// otherwise, so that one inherited from an enclosing run does not stay):
 /// `lockctl release` inside the command reads it to pick the routes.
-fn spawn(supervisor: &Supervisor<'_>, command: &[OsString]) -> std::io::Result<(Pid, Exited)> {
-    let mut process = std::process::Command::new(&command[0]);
-    process
-        .args(&command[1..])
-        .env("LOCKBROKER_LOCK", &supervisor.name)
-        .env("LOCKBROKER_FENCE", supervisor.fence.to_string())
-        .env("LOCKBROKER_TOKEN", &supervisor.token)
-        .env("LOCKBROKER_URL", supervisor.broker.base())
-        .env("LOCKBROKER_RUN_PID", std::process::id().to_string())
-        .process_group(0);
-    match supervisor.kind {
-        LeaseKind::Permit { limit } => process.env("LOCKBROKER_LIMIT", limit.to_string()),
-        LeaseKind::Exclusive | LeaseKind::Shared => process.env_remove("LOCKBROKER_LIMIT"),
-    };
-    let mut child = process.spawn()?;
-    let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let (tx, rx) = oneshot::channel();
-    // std's blocking wait on a thread of its own keeps tokio's features lean.
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    Ok((pgid, rx))
+fn spawn(
+    supervisor: &Supervisor<'_>,
+    command: &[OsString],
+    kill_after: Duration,
+) -> Result<(Running, Exited), u8> {
+    process::start(command, kill_after, |process| {
+        process
+            .env("LOCKBROKER_LOCK", &supervisor.name)
+            .env("LOCKBROKER_FENCE", supervisor.fence.to_string())
+            .env("LOCKBROKER_TOKEN", &supervisor.token)
+            .env("LOCKBROKER_URL", supervisor.broker.base())
+            .env("LOCKBROKER_RUN_PID", std::process::id().to_string());
+        match supervisor.kind {
+            LeaseKind::Permit { limit } => process.env("LOCKBROKER_LIMIT", limit.to_string()),
+            LeaseKind::Exclusive | LeaseKind::Shared => process.env_remove("LOCKBROKER_LIMIT"),
+        };
+    })
 }
 
 /// After the command ended: release, and choose the exit code.

@@ -55,7 +55,8 @@ pub struct ElectArgs {
     /// this long before the next term.
     #[arg(long, value_parser = duration::parse)]
     pub lock_delay: Option<Duration>,
-    /// After SIGTERM for lost leadership, SIGKILL CMD's process group this much later.
+    /// After SIGTERM for lost leadership, or to what CMD left running when
+    /// it exited, SIGKILL CMD's whole process tree this much later.
     #[arg(long, value_parser = duration::parse, default_value = "10s")]
     pub kill_after: Duration,
     /// Report campaigns, terms, renewal trouble and releases on stderr.

@@ -74,11 +74,21 @@ exits 80. When the broker answers max_hold_exceeded, lockctl stops renewing; if
 CMD is still running when the lease runs out (less the margin), it is stopped
 the same way and lockctl exits 80.
 
-CMD runs in its own process group and signals go to the whole group, so
+CMD runs in its own process group, under a small guard process (lockctl
+itself, as `lockctl __guard`), and signals go to the whole group, so
 `sh -c 'a; b'` is stopped as a whole. SIGINT, SIGTERM and SIGHUP sent to lockctl
-are passed on to CMD; the lease is kept while CMD runs and released after. CMD
-should not read from a terminal. If lockctl itself is killed with SIGKILL, CMD
-keeps running without a lease.
+are passed on to CMD; the lease is kept while CMD runs. When CMD exits, what it
+left running (background jobs; on Linux also processes that left its group)
+gets SIGTERM, and SIGKILL after --kill-after; the lease is renewed until all of
+it is gone, and released only then. CMD should not read from a terminal.
+
+On Linux, CMD's whole process tree dies with lockctl: if lockctl is killed,
+even with SIGKILL, the guard gets a parent-death signal and SIGKILLs the tree
+at once. The lease is not released then: it runs out at its TTL, and only then
+can another run start. On other systems there is no parent-death signal: a
+lockctl killed with SIGKILL leaves CMD running without a lease, and another run
+may start beside it once the TTL runs out. Everywhere, a lockctl that stalls
+(SIGSTOP, a suspended VM) leaves CMD running past its lease: hand the fence on.
 
 To give the lease back before CMD ends, run `lockctl release \"$LOCKBROKER_LOCK\"`
 inside CMD (LOCKBROKER_TOKEN is read from the environment; add --semaphore when

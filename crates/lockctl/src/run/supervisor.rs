@@ -12,11 +12,11 @@ use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use super::process::Running;
 use super::signals::Signals;
 use crate::client::{Broker, BrokerError, Family, LeaseKind};
 use crate::duration::millis;
@@ -264,7 +264,7 @@ impl<'a> Supervisor<'a> {
     /// Runs until the command exits; answers its exit status.
     pub async fn supervise(
         &mut self,
-        pgid: Pid,
+        running: &Running,
         mut exited: Exited,
         signals: &mut Signals,
     ) -> std::io::Result<ExitStatus> {
@@ -275,14 +275,14 @@ impl<'a> Supervisor<'a> {
                 status = &mut exited => {
                     return status.unwrap_or_else(|_| Err(std::io::Error::other("wait thread ended")));
                 }
-                signal = signals.recv() => self.on_signal(signal, pgid),
+                signal = signals.recv() => self.on_signal(signal, running),
                 outcome = poll_renewal(renewal.as_mut()) => {
                     renewal = None;
                     if self.stopping.is_none() && !self.released_by_command {
                         if let Renewed::Lost(error) = self.apply(outcome) {
-                            if !self.wait_for_own_release(pgid, signals).await {
+                            if !self.wait_for_own_release(running, signals).await {
                                 eprintln!("lockctl: {error}");
-                                self.begin_stop(StopReason::LeaseLost, pgid);
+                                self.begin_stop(StopReason::LeaseLost, running);
                             }
                         }
                     }
@@ -293,31 +293,31 @@ impl<'a> Supervisor<'a> {
                 }
                 () = sleep_until(self.stop_at), if self.stopping.is_none() => {
                     let reason = self.running_out;
-                    self.begin_stop(reason, pgid);
+                    self.begin_stop(reason, running);
                 }
                 () = sleep_until(self.kill_at) => {
                     self.kill_at = None;
                     eprintln!("lockctl: command still running {} ms after SIGTERM; sending SIGKILL",
                         millis(self.kill_after));
-                    let _ = killpg(pgid, Signal::SIGKILL);
+                    running.kill();
                 }
             }
         }
     }
 
     /// After a renewal found the lease gone: was it the command's own release?
-    async fn wait_for_own_release(&mut self, pgid: Pid, signals: &mut Signals) -> bool {
+    async fn wait_for_own_release(&mut self, running: &Running, signals: &mut Signals) -> bool {
         let deadline = tokio::time::Instant::now() + RELEASED_BY_COMMAND_GRACE;
         while !self.released_by_command {
             match tokio::time::timeout_at(deadline, signals.recv()).await {
-                Ok(signal) => self.on_signal(signal, pgid),
+                Ok(signal) => self.on_signal(signal, running),
                 Err(_) => break,
             }
         }
         self.released_by_command
     }
 
-    fn on_signal(&mut self, signal: Signal, pgid: Pid) {
+    fn on_signal(&mut self, signal: Signal, running: &Running) {
         if signal == Signal::SIGUSR1 {
             if !self.released_by_command && self.verbose {
                 eprintln!(
@@ -334,10 +334,10 @@ impl<'a> Supervisor<'a> {
         if self.verbose {
             eprintln!("lockctl: passing {signal} on to the command");
         }
-        let _ = killpg(pgid, signal);
+        running.signal(signal);
     }
 
-    fn begin_stop(&mut self, reason: StopReason, pgid: Pid) {
+    fn begin_stop(&mut self, reason: StopReason, running: &Running) {
         if self.stopping.is_some() {
             return;
         }
@@ -368,7 +368,7 @@ impl<'a> Supervisor<'a> {
         self.renew_at = None;
         self.stop_at = None;
         self.kill_at = Some(Instant::now() + self.kill_after);
-        let _ = killpg(pgid, Signal::SIGTERM);
+        running.signal(Signal::SIGTERM);
     }
 }
 
