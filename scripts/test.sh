@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 
 set -e
 ensure_cargo
-ensure_packages redis-server redis-tools prometheus python3-venv golang-go golang-github-lib-pq-dev nodejs chromium chromium-driver
+# curl and jq: the README and docs/ transcripts, which the Rust suite runs.
+ensure_packages redis-server redis-tools curl jq prometheus python3-venv golang-go golang-github-lib-pq-dev nodejs chromium chromium-driver
 # Debian's nodejs comes without npm; NodeSource's includes it.
 command -v npm >/dev/null 2>&1 || ensure_packages npm
 ensure_nextest

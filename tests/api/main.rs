@@ -21,6 +21,7 @@ mod retries;
 mod security;
 mod semaphores;
 mod sentinel;
+mod transcripts;
 mod ui;
 mod validation;
 mod waiting;

@@ -13,6 +13,8 @@
 //! - [`modes`]: the backend mode `LOCKBROKER_TEST_MODE` puts test brokers
 //!   in, [`sentinel`]: Sentinels and replicated Redis for sentinel mode,
 //!   and [`cluster`]: Redis Cluster for cluster mode.
+//! - [`transcript`]: the README's and docs/'s shell transcripts, read from
+//!   their Markdown, run in `sh` against a broker and matched with `[..]`.
 
 pub mod app;
 pub mod cluster;
@@ -23,6 +25,7 @@ pub mod proxy;
 pub mod redis;
 pub mod sentinel;
 pub mod sse;
+pub mod transcript;
 
 pub use app::{Reply, TestApp};
 pub use redis::RedisServer;
