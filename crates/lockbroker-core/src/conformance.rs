@@ -44,6 +44,7 @@ macro_rules! store_conformance {
             an_expired_lease_frees_the_lock_and_its_token_is_lost,
             lock_delay_keeps_an_expired_lock_unavailable,
             a_release_frees_at_once_and_is_remembered,
+            a_release_is_remembered_across_the_next_grants,
             extends_replace_the_ttl_up_to_the_max_hold,
             force_release_ends_the_lease_for_its_holder,
             status_reports_the_holder_and_the_last_fence,
@@ -58,6 +59,7 @@ macro_rules! store_conformance {
             a_semaphore_keeps_its_limit_while_permits_are_held,
             permits_expire_extend_and_retry_like_leases,
             freed_places_are_announced_and_force_release_ends_them_all,
+            a_place_release_is_remembered_across_the_next_grants,
             listing_shows_semaphores_apart_from_locks
         );
     };

@@ -131,8 +131,8 @@ impl ApiError {
             Self::Lock(name, LockError::LeaseReleased) => Answer::new(
                 Code::LeaseLost,
                 format!(
-                    "the lease on {name:?} was already released by its holder; acquire the \
-                     lock again"
+                    "the lease on {name:?} was already released by its holder, so no other \
+                     holder overlapped the work done under it; acquire the lock again to go on"
                 ),
             ),
             Self::Lock(
