@@ -15,6 +15,7 @@ mod holders;
 pub use cases::*;
 pub use holders::*;
 
+use crate::name::LockName;
 use crate::store::LockStore;
 
 /// A backend under test: brokers on one shared store, and a way to make the
@@ -29,6 +30,13 @@ pub trait Backend: Send + Sync {
 
     /// Forgets every lock and fence, as a restart without persistence does.
     fn lose_data(&self) -> impl Future<Output = ()> + Send;
+
+    /// Records `fence` as the last fence issued for `name`, directly in the
+    /// backend, as a server whose clock ran ahead (the primary a failover
+    /// left behind) leaves it. Fences above the clock are what only the
+    /// store's counter, and after a data loss only the brokers' floors, keep
+    /// growing: a case that starts there fails when either is missing.
+    fn put_last_fence(&self, name: &LockName, fence: u64) -> impl Future<Output = ()> + Send;
 }
 
 /// Writes one `#[tokio::test]` per conformance case, each running against

@@ -129,6 +129,14 @@ impl MemoryStore {
         backend.queues.clear();
     }
 
+    /// Records `fence` as the last fence issued for `name`, as a backend
+    /// whose clock ran ahead leaves it.
+    pub fn put_last_fence(&self, name: &LockName, fence: u64) {
+        lock(&self.shared.backend)
+            .fences
+            .insert(name.clone(), fence);
+    }
+
     /// Makes every step fail as unreachable (`true`) or work again (`false`).
     pub fn set_unavailable(&self, unavailable: bool) {
         lock(&self.shared.backend).unavailable = unavailable;

@@ -35,11 +35,15 @@ pub async fn a_grant_excludes_everyone_else<B: Backend>(backend: &B) {
 }
 
 /// Every grant's fence exceeds all before it, also after the store lost
-/// its data.
+/// its data. The last fence starts ten minutes ahead of the clock, so the
+/// clock alone makes no grant pass: the store's counter must carry the
+/// fences across grants, and the broker's floor across the data loss.
 pub async fn fences_grow_across_grants_and_data_loss<B: Backend>(backend: &B) {
     let store = backend.broker().await;
     let lock = name(&run_id(), "fenced");
-    let mut last = Fence::new(0);
+    let ahead = crate::lease::unix_micros() + 600_000_000;
+    backend.put_last_fence(&lock, ahead).await;
+    let mut last = Fence::new(ahead);
     for round in 0..3 {
         let ask = Ask::new(10_000);
         let fence = granted(ask.on(&store, &lock).await, "grant");
