@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use lockbroker_core::conformance::Backend;
-use lockbroker_core::LockStore;
-use lockbroker_redis::{ClusterSettings, RedisLockStore, RedisSettings, SentinelSettings};
+use lockbroker_core::{LockName, LockStore};
+use lockbroker_redis::{
+    ClusterSettings, KeyLayout, RedisLockStore, RedisSettings, SentinelSettings,
+};
 use lockbroker_tests::cluster::RedisCluster;
 use lockbroker_tests::sentinel::{start_sentinel, Sentinel, SERVICE_NAME};
 use lockbroker_tests::RedisServer;
@@ -91,6 +93,18 @@ impl Backend for Redis {
             assert!(Instant::now() < deadline, "the store never became ready");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    async fn put_last_fence(&self, name: &LockName, fence: u64) {
+        let key = KeyLayout::new(self.prefix.clone()).fence(name);
+        // A cluster connection follows MOVED to the key's shard.
+        let mut conn = match &self.cluster {
+            Some(cluster) => {
+                lockbroker_tests::redis::Conn::open(cluster.primaries()[0]).expect("connect")
+            }
+            None => self.server.conn(),
+        };
+        conn.cmd(&["SET", &key, &fence.to_string()]);
     }
 
     async fn lose_data(&self) {

@@ -1,4 +1,5 @@
-//! Fences only grow: over many cycles, across FLUSHALL and a Redis restart.
+//! Fences only grow: over many cycles, across FLUSHALL and a Redis restart,
+//! also when the last fence is ahead of Redis's clock.
 
 use std::time::Duration;
 
@@ -18,11 +19,16 @@ async fn acquire_when_back(app: &TestApp, name: &str) -> u64 {
     panic!("the broker never recovered");
 }
 
+// Each case starts from a last fence ahead of Redis's clock
+// (`TestApp::put_fence_ahead`): a fence is never below Redis's time in µs,
+// so from fences behind the clock every case would pass on the clock alone,
+// without the fence counter or the broker's floor it is there to protect.
+
 #[tokio::test]
 async fn fences_strictly_increase_over_many_cycles() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
-    let mut last = 0;
+    let mut last = app.put_fence_ahead(&redis, "job");
     for _ in 0..200 {
         let lease = app.acquire("job", 5_000).await;
         assert!(lease.fence() > last, "{} after {last}", lease.fence());
@@ -39,20 +45,29 @@ async fn fences_strictly_increase_over_many_cycles() {
 async fn fences_keep_growing_after_flushall() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
+    // Redis lost every key, the fence counter included: only the broker's
+    // floor keeps the next fence above the last.
+    let ahead = app.put_fence_ahead(&redis, "job");
     let before = app.acquire("job", 5_000).await.fence();
+    assert_eq!(before, ahead + 1, "the counter is ahead of the clock");
 
     redis.conn().cmd(&["FLUSHALL"]);
 
     let after = app.acquire("job", 5_000).await;
     assert_eq!(after.status, StatusCode::OK, "the flushed lease is gone");
     assert!(after.fence() > before, "{} after {before}", after.fence());
+    let metrics = app.metrics().await;
+    assert!(
+        metrics.contains("lockbroker_fence_floor_raises_total 1"),
+        "the floor set the fence: {metrics}"
+    );
 }
 
 #[tokio::test]
 async fn fences_keep_growing_after_redis_restarts_without_persistence() {
     let mut redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
-    let mut before = 0;
+    let mut before = app.put_fence_ahead(&redis, "job");
     for _ in 0..20 {
         let lease = app.acquire("job", 5_000).await;
         before = lease.fence();

@@ -129,12 +129,12 @@ async fn release_frees_the_lock_at_once_and_is_safe_to_retry() {
         "release frees at once, lock-delay or not"
     );
     assert!(next.fence() > lease.fence());
-    let stale = app.release("job", &lease.token()).await;
-    assert_eq!(
-        stale.status,
-        StatusCode::CONFLICT,
-        "the old token holds nothing now"
-    );
+    // Re-sent once the lock went to the next holder, the release still
+    // reports itself, and frees nothing of the next lease.
+    let resent = app.release("job", &lease.token()).await;
+    assert_eq!(resent.status, StatusCode::OK, "{:?}", resent.body);
+    assert_eq!(resent.fence(), lease.fence());
+    assert_eq!(app.status("job").await.body["held"], true);
 }
 
 #[tokio::test]
@@ -365,6 +365,56 @@ async fn busy_answers_say_what_is_in_the_way() {
     let message = delayed.body["error"]["message"].as_str().unwrap_or("");
     assert!(message.contains("lock-delay"), "{message}");
     assert!(message.contains(" ms"), "says for how long: {message}");
+}
+
+/// A release re-sent after the lock went to the next holder (as a client
+/// library re-sends a command whose answer a Redis restart lost) still
+/// reports the clean release with its own fence, never `lease_lost`; an
+/// extend of that lease says its holder released it.
+#[tokio::test]
+async fn a_release_re_sent_after_the_next_grant_still_reports_the_release() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    for mode in ["exclusive", "shared"] {
+        let name = format!("job-{mode}");
+        let first = app
+            .acquire_with(&name, json!({"ttl_ms": 10_000, "mode": mode}))
+            .await;
+        assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+        let released = app.release(&name, &first.token()).await;
+        assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+        let next = app.acquire(&name, 10_000).await;
+        assert_eq!(
+            next.status,
+            StatusCode::OK,
+            "{mode}: the next holder: {}",
+            next.body
+        );
+        let again = app.release(&name, &first.token()).await;
+        assert_eq!(again.status, StatusCode::OK, "{mode}: {}", again.body);
+        assert_eq!(again.body["released"], true);
+        assert_eq!(
+            again.body["fence"],
+            first.fence(),
+            "{mode}: the first lease's fence"
+        );
+        let extend = app.extend(&name, &first.token(), 10_000).await;
+        assert_eq!(
+            (extend.status, extend.code()),
+            (StatusCode::CONFLICT, "lease_lost")
+        );
+        let message = extend.body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("released by its holder"),
+            "{mode}: {message}"
+        );
+        let status = app.status(&name).await;
+        assert_eq!(
+            status.body["fence"],
+            next.fence(),
+            "{mode}: the next holder still holds it"
+        );
+    }
 }
 
 #[tokio::test]

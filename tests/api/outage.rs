@@ -10,8 +10,12 @@ use serde_json::json;
 async fn redis_killed_mid_test_gives_503_then_recovers_without_a_broker_restart() {
     let mut redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
+    // Ahead of the clock, so that only the broker's floor keeps the fence
+    // after the restart (which loses every key) above this one.
+    let ahead = app.put_fence_ahead(&redis, "job");
     let held = app.acquire("job", 30_000).await;
     assert_eq!(held.status, StatusCode::OK);
+    assert_eq!(held.fence(), ahead + 1);
 
     redis.kill();
     let token = held.token();

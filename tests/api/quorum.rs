@@ -84,6 +84,13 @@ impl Backend for Quorum {
         self.connect().await
     }
 
+    async fn put_last_fence(&self, name: &LockName, fence: u64) {
+        let key = lockbroker_redis::KeyLayout::new(self.prefix.clone()).fence(name);
+        for server in &self.servers {
+            server.conn().cmd(&["SET", &key, &fence.to_string()]);
+        }
+    }
+
     async fn lose_data(&self) {
         for server in &self.servers {
             server.conn().cmd(&["FLUSHALL"]);

@@ -333,3 +333,55 @@ async fn a_freed_permit_on_one_broker_wakes_a_waiter_on_another_and_operators_se
         r#"lockbroker_acquires_total{family="other",kind="semaphore",outcome="acquired"} 1"#;
     assert!(metrics.contains(acquired), "{metrics}");
 }
+
+/// A permit's release re-sent after its place went to the next permit still
+/// reports the clean release with its own fence; an extend of that permit
+/// says its holder released it.
+#[tokio::test]
+async fn a_permit_release_re_sent_after_the_next_grant_still_reports_the_release() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let first = semaphore(
+        &app,
+        "slots",
+        "acquire",
+        json!({"limit": 1, "ttl_ms": 10_000}),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.body);
+    let (first_token, first_fence) = (first.body["token"].clone(), first.body["fence"].clone());
+    let token = json!({"token": first_token});
+    let released = semaphore(&app, "slots", "release", token.clone()).await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+    let next = semaphore(
+        &app,
+        "slots",
+        "acquire",
+        json!({"limit": 1, "ttl_ms": 10_000}),
+    )
+    .await;
+    assert_eq!(
+        next.status,
+        StatusCode::OK,
+        "the next permit: {}",
+        next.body
+    );
+    let again = semaphore(&app, "slots", "release", token.clone()).await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.body);
+    assert_eq!(again.body["fence"], first_fence, "the first permit's fence");
+    let extend = semaphore(
+        &app,
+        "slots",
+        "extend",
+        json!({"token": first_token, "ttl_ms": 10_000}),
+    )
+    .await;
+    assert_eq!(
+        (extend.status, extend.code()),
+        (StatusCode::CONFLICT, "lease_lost")
+    );
+    let message = extend.body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("released by its holder"), "{message}");
+    let status = semaphore_status(&app, "slots").await;
+    assert_eq!(status.held, 1, "the next permit still holds its place");
+}

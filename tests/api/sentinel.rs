@@ -16,6 +16,7 @@ use lockbroker_tests::failover::{
 use lockbroker_tests::sentinel::{start_replica, ReplicatedRedis, SERVICE_NAME};
 use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::StatusCode;
+use serde_json::json;
 
 /// A broker's settings for the primary the group's Sentinels name.
 fn sentinel_settings(group: &ReplicatedRedis) -> Settings {
@@ -112,6 +113,23 @@ async fn with_replica_acknowledgement_a_grant_the_replica_missed_is_undone_and_f
     let refused = app.acquire("job", 10_000).await;
     assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.code(), "backend_unavailable");
+    // The grant happened and was undone: the answer says so, not that
+    // nothing was changed.
+    let message = refused.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("held briefly") && message.contains("nothing is held now"),
+        "{message}"
+    );
+    assert!(!message.contains("nothing was changed"), "{message}");
+    let shared = app
+        .acquire_with("shared-job", json!({"ttl_ms": 10_000, "mode": "shared"}))
+        .await;
+    assert_eq!(
+        shared.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        shared.body
+    );
     let extended = app.extend("held", &held.token(), 20_000).await;
     assert_eq!(
         extended.status,
@@ -119,13 +137,18 @@ async fn with_replica_acknowledgement_a_grant_the_replica_missed_is_undone_and_f
         "{:?}",
         extended.body
     );
+    let message = extended.body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("extended on the Redis primary") && message.contains("earlier expiry"),
+        "{message}"
+    );
     let unacknowledged = app.release("held", &held.token()).await;
     assert_eq!(unacknowledged.status, StatusCode::OK);
     assert_eq!(unacknowledged.body["acknowledged"], false);
     replica.resume();
     let metrics = app.metrics().await;
-    for step in ["acquire", "extend", "release"] {
-        let series = format!("lockbroker_replica_acks_missed_total{{step=\"{step}\"}} 1");
+    for (step, missed) in [("acquire", 2), ("extend", 1), ("release", 1)] {
+        let series = format!("lockbroker_replica_acks_missed_total{{step=\"{step}\"}} {missed}");
         assert!(metrics.contains(&series), "{series} in:\n{metrics}");
     }
 
@@ -134,6 +157,9 @@ async fn with_replica_acknowledgement_a_grant_the_replica_missed_is_undone_and_f
     assert_eq!(status.body["held"], false, "{:?}", status.body);
     let next = app.acquire("job", 10_000).await;
     assert_eq!(next.status, StatusCode::OK, "{:?}", next.body);
+    // So was the refused shared lease, by the release of its kind.
+    let writer = app.acquire("shared-job", 10_000).await;
+    assert_eq!(writer.status, StatusCode::OK, "{:?}", writer.body);
 }
 
 #[tokio::test]

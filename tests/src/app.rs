@@ -140,6 +140,23 @@ impl TestApp {
         app
     }
 
+    /// Records a last fence for lock `name` ten minutes ahead of `redis`'s
+    /// clock, as the primary a failover left behind with a clock running
+    /// ahead leaves it, and returns it. A fence is never below Redis's time
+    /// in µs, so only fences above the clock show that the fence counter
+    /// (and, after a data loss, the broker's floor) keeps them growing.
+    pub fn put_fence_ahead(&self, redis: &RedisServer, name: &str) -> u64 {
+        let mut conn = redis.conn();
+        let time = conn.cmd(&["TIME"]);
+        let seconds: u64 = (time.as_array()[0].as_text())
+            .and_then(|s| s.parse().ok())
+            .expect("TIME answers seconds");
+        let ahead = (seconds + 600) * 1_000_000;
+        let key = format!("{}:{{{name}}}:fence", self.prefix);
+        conn.cmd(&["SET", &key, &ahead.to_string()]);
+        ahead
+    }
+
     async fn wait_ready(&self) {
         for _ in 0..200 {
             if self.get("/readyz").await.status == StatusCode::OK {

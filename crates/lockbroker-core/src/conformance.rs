@@ -15,6 +15,7 @@ mod holders;
 pub use cases::*;
 pub use holders::*;
 
+use crate::name::LockName;
 use crate::store::LockStore;
 
 /// A backend under test: brokers on one shared store, and a way to make the
@@ -29,6 +30,13 @@ pub trait Backend: Send + Sync {
 
     /// Forgets every lock and fence, as a restart without persistence does.
     fn lose_data(&self) -> impl Future<Output = ()> + Send;
+
+    /// Records `fence` as the last fence issued for `name`, directly in the
+    /// backend, as a server whose clock ran ahead (the primary a failover
+    /// left behind) leaves it. Fences above the clock are what only the
+    /// store's counter, and after a data loss only the brokers' floors, keep
+    /// growing: a case that starts there fails when either is missing.
+    fn put_last_fence(&self, name: &LockName, fence: u64) -> impl Future<Output = ()> + Send;
 }
 
 /// Writes one `#[tokio::test]` per conformance case, each running against
@@ -44,6 +52,7 @@ macro_rules! store_conformance {
             an_expired_lease_frees_the_lock_and_its_token_is_lost,
             lock_delay_keeps_an_expired_lock_unavailable,
             a_release_frees_at_once_and_is_remembered,
+            a_release_is_remembered_across_the_next_grants,
             extends_replace_the_ttl_up_to_the_max_hold,
             force_release_ends_the_lease_for_its_holder,
             status_reports_the_holder_and_the_last_fence,
@@ -58,6 +67,7 @@ macro_rules! store_conformance {
             a_semaphore_keeps_its_limit_while_permits_are_held,
             permits_expire_extend_and_retry_like_leases,
             freed_places_are_announced_and_force_release_ends_them_all,
+            a_place_release_is_remembered_across_the_next_grants,
             listing_shows_semaphores_apart_from_locks
         );
     };

@@ -25,6 +25,44 @@ pub enum StoreError {
     /// The backend answered something the store cannot interpret.
     #[error("lock store protocol error: {0}")]
     Protocol(String),
+    /// The step changed a lease on the primary, but too few replicas
+    /// acknowledged the change in time (replica acknowledgement); `change`
+    /// says what became of it, `detail` how many replicas answered.
+    #[error("lock store replicas did not acknowledge the {change}: {detail}")]
+    Unacknowledged {
+        /// What the step changed, and what became of that change.
+        change: Unacknowledged,
+        /// How many replicas acknowledged, of how many required, within what.
+        detail: String,
+    },
+}
+
+/// A change to a lease that too few replicas acknowledged, and what became
+/// of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unacknowledged {
+    /// A grant, released again at once: the lock was held briefly (others
+    /// were refused meanwhile) and nothing is held now.
+    GrantReleased,
+    /// A grant whose release failed: the lock stays held, by a lease whose
+    /// token nobody was given, until its TTL runs out.
+    GrantLeftToExpire {
+        /// The lease's TTL.
+        ttl_ms: u64,
+    },
+    /// An extend: it took effect on the primary, but a failover could
+    /// bring back the lease's earlier expiry.
+    Extend,
+}
+
+impl std::fmt::Display for Unacknowledged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::GrantReleased => "grant (released again)",
+            Self::GrantLeftToExpire { .. } => "grant (left to expire at its TTL)",
+            Self::Extend => "extend",
+        })
+    }
 }
 
 /// Every way a lock operation can end other than success.

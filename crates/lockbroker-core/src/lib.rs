@@ -36,7 +36,7 @@ pub mod store;
 pub mod validation;
 pub mod wait;
 
-pub use error::{LockError, StoreError, ValidationError};
+pub use error::{LockError, StoreError, Unacknowledged, ValidationError};
 pub use events::{Announcement, Change, ChangeKind, EventHub, LockEvent, StreamTicket};
 pub use lease::{
     Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus, Owner, Principal,

@@ -125,7 +125,16 @@ impl MemoryStore {
         backend.leases.clear();
         backend.holder_sets.clear();
         backend.fences.clear();
+        backend.memos.clear();
         backend.queues.clear();
+    }
+
+    /// Records `fence` as the last fence issued for `name`, as a backend
+    /// whose clock ran ahead leaves it.
+    pub fn put_last_fence(&self, name: &LockName, fence: u64) {
+        lock(&self.shared.backend)
+            .fences
+            .insert(name.clone(), fence);
     }
 
     /// Makes every step fail as unreachable (`true`) or work again (`false`).
@@ -157,6 +166,7 @@ impl MemoryStore {
             ));
         }
         backend.leases.retain(|_, r| r.kept_until_ms > now_ms);
+        backend.memos.retain(|_, m| m.until_ms > now_ms);
         backend.holder_sets.retain(|_, set| {
             set.prune(now_ms);
             !set.leases.is_empty()
@@ -305,6 +315,10 @@ impl LockStore for MemoryStore {
                 now_ms,
             ));
         }
+        // Released, and the lock granted again since: the memo tells.
+        if backend.released_fence(name, token, now_ms).is_some() {
+            return Ok(ExtendOutcome::Released);
+        }
         let Some(cur) = backend.record_of(name, token) else {
             return Ok(ExtendOutcome::Lost);
         };
@@ -342,6 +356,14 @@ impl LockStore for MemoryStore {
         if token.kind() != LeaseKind::Exclusive {
             return Ok(self.release_place(&mut backend, name, token, now_ms));
         }
+        // Released already (and the lock perhaps granted again since).
+        if let Some(fence) = backend.released_fence(name, token, now_ms) {
+            return Ok(ReleaseOutcome::Released(Release {
+                fence: Fence::new(fence),
+                held_ms: None,
+                acknowledged: None,
+            }));
+        }
         let Some(cur) = backend.record_of(name, token) else {
             return Ok(ReleaseOutcome::Lost);
         };
@@ -361,6 +383,7 @@ impl LockStore for MemoryStore {
         cur.expires_ms = now_ms;
         cur.kept_until_ms = now_ms + RELEASE_MEMO_MS;
         let watched = cur.watched;
+        backend.remember_release(name, token.expose(), fence.get(), now_ms + RELEASE_MEMO_MS);
         let next_fair = backend.queue_head(name, now_ms);
         // As in Redis: only a release that somebody waits for is announced.
         if watched || next_fair.is_some() {

@@ -2,6 +2,7 @@
 
 use lockbroker_core::conformance::Backend;
 use lockbroker_core::memory::MemoryStore;
+use lockbroker_core::LockName;
 
 /// Brokers on one in-memory store.
 struct Memory(MemoryStore);
@@ -15,6 +16,10 @@ impl Backend for Memory {
 
     async fn lose_data(&self) {
         self.0.lose_data();
+    }
+
+    async fn put_last_fence(&self, name: &LockName, fence: u64) {
+        self.0.put_last_fence(name, fence);
     }
 }
 

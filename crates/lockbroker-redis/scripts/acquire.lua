@@ -37,9 +37,10 @@
 --
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms), rel ('1' once released) and
--- w ('1' once a caller waits for it to end).
--- The key lives until exp + delay, so an expired lease keeps the lock
--- unavailable for its lock-delay; a released one frees it at once.
+-- w ('1' once a caller waits for it to end), beside the lock's release memos
+-- (memos.lua). An expired lease keeps the lock unavailable until exp + delay
+-- (its lock-delay); a released one frees it at once. The key lives until
+-- then, or until the memos end if that is later.
 
 local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -67,10 +68,11 @@ local function wait_in_line(blocked_by_shared)
     arrival_us, now_ms, entry_ttl)
 end
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by', 'w')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by', 'w',
+  'delay', 'mu')
 if cur[1] and cur[6] ~= '1' then
   local exp = tonumber(cur[5])
-  local available_in = redis.call('PTTL', lease_key)
+  local available_in = exp + tonumber(cur[9] or '0') - now_ms
   if exp > now_ms then
     -- The same request again (re-sent by the client library, or retried by the
     -- caller with its request_id) gets back the lease it already holds; a
@@ -126,15 +128,16 @@ local fence, fence_text, floor_raised = issue_fence(fence_key, last, now_us, flo
 local exp = now_ms + ttl
 
 -- A released or expired lease's hash may still be there with fields this
--- grant does not set; a free lock that was never taken (or long gone) has none.
+-- grant does not set; its release memos stay (memos.lua), and so does the
+-- hash until they end. A free lock that was never taken (or long gone) has none.
 if cur[1] then
-  redis.call('DEL', lease_key)
+  redis.call('HDEL', lease_key, 'rel', 'w')
 end
 redis.call('HSET', lease_key,
   'token', token, 'fence', fence_text, 'owner', owner, 'rid', rid, 'by', principal,
   'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
   'delay', string.format('%d', delay))
-redis.call('PEXPIRE', lease_key, ttl + delay)
+redis.call('PEXPIRE', lease_key, keep_ms_with_memos(ttl + delay, cur[10], now_ms))
 if epoch_id ~= '' then
   record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max)
 end

@@ -6,7 +6,8 @@
 --
 -- Returns {1, fence, ttl_ms, expires_at_ms, owner} when extended,
 --         {0} when the token holds no valid lease,
---         {-2} when the token's lease was released by its holder (memo kept),
+--         {-2} when the token's lease was released by its holder (while the
+--         release is remembered, also after the lock was granted again),
 --         {-1, expires_in_ms} when the max hold would be exceeded.
 -- Re-sending the same extend is harmless: it sets the same kind of expiry.
 -- Flagged allow-oom: it only rewrites a field of an existing hash, and a
@@ -17,8 +18,16 @@ local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local _, now_ms = clock()
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'acq', 'exp', 'delay', 'rel')
-if not cur[1] or cur[1] ~= token then
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'acq', 'exp', 'delay', 'rel',
+  'mu')
+if not cur[1] then
+  return {0}
+end
+if cur[1] ~= token then
+  -- Released, and the lock granted again since (memos.lua).
+  if memo_fence(lease_key, token, now_ms) then
+    return {-2}
+  end
   return {0}
 end
 if cur[7] == '1' then
@@ -34,7 +43,7 @@ if max_hold > 0 and new_exp > tonumber(cur[4]) + max_hold then
 end
 
 redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
-redis.call('PEXPIRE', lease_key, ttl + tonumber(cur[6]))
+redis.call('PEXPIRE', lease_key, keep_ms_with_memos(ttl + tonumber(cur[6]), cur[8], now_ms))
 if KEYS[2] then
   raise_horizon(KEYS[2], new_exp + tonumber(cur[6]))
 end

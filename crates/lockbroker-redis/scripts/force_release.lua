@@ -23,8 +23,10 @@ local channel, broker_id, name = ARGV[1], ARGV[2], ARGV[3]
 local _, now_ms = clock()
 local ended, fence, owner, exclusive = 0, 0, '', 0
 
-local cur = redis.call('HMGET', lease_key, 'fence', 'owner', 'rel')
-if cur[1] and cur[3] ~= '1' then
+-- A lease that ended unreleased past its lock-delay holds nothing, though
+-- its hash may outlive it with the lock's release memos.
+local cur = redis.call('HMGET', lease_key, 'fence', 'owner', 'rel', 'exp', 'delay')
+if cur[1] and cur[3] ~= '1' and tonumber(cur[4]) + tonumber(cur[5] or '0') > now_ms then
   redis.call('DEL', lease_key)
   ended, fence, owner, exclusive = 1, tonumber(cur[1]), cur[2] or '', 1
 end

@@ -61,10 +61,10 @@ local function wait_in_line()
 end
 
 -- A valid exclusive lease, or its lock-delay, is in the way.
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'w')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'w', 'delay')
 if cur[1] and cur[5] ~= '1' then
-  local available_in = redis.call('PTTL', lease_key)
   local exp = tonumber(cur[4])
+  local available_in = exp + tonumber(cur[7] or '0') - now_ms
   if exp > now_ms or available_in > 0 then
     if waits and exp > now_ms and cur[6] ~= '1' then
       redis.call('HSET', lease_key, 'w', '1')

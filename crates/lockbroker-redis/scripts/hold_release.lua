@@ -31,12 +31,16 @@ if tonumber(lease.e) <= now_ms then
   return {0}
 end
 
--- Keep the lease as a memo marked released until memo_ms from now.
+-- Keep the lease as a memo marked released until memo_ms from now, among
+-- the name's latest HOLDER_MEMOS releases: the oldest memo makes room.
 redis.call('ZREM', holders_key, token)
 lease.x = '1'
 lease.e = string.format('%d', now_ms)
 holder_write(members_key, token, lease)
 redis.call('ZADD', released_key, now_ms + memo_ms, token)
+if redis.call('ZCARD', released_key) > HOLDER_MEMOS then
+  holder_forget(members_key, redis.call('ZPOPMIN', released_key)[1])
+end
 keep_for(released_key, memo_ms)
 keep_for(members_key, memo_ms)
 

@@ -9,7 +9,12 @@
 -- index ('r:<principal>:<request_id>' -> token), the limit in force of a
 -- semaphore ('#limit') and whether a turned-away caller waits ('#w').
 -- Lookups and grants are O(log holders); pruning takes at most 100 entries
--- per call, leaving the rest to later calls.
+-- per call, leaving the rest to later calls. Released leases are
+-- remembered for the memo time, at most HOLDER_MEMOS of them per name (the
+-- latest), so that a re-sent release still reports its release after other
+-- grants, and the memos stay bounded however fast places change hands.
+
+local HOLDER_MEMOS = 64
 
 local function holder_read(members_key, token)
   local text = redis.call('HGET', members_key, token)

@@ -5,7 +5,8 @@
 -- Flagged allow-oom: a Redis out of memory under noeviction refuses writes
 -- that grow memory, and a holder must still be able to free its lock rather
 -- than leave it held for its full TTL. The script only shrinks what it keeps,
--- apart from the one queue entry a quorum's undone grant puts back.
+-- apart from the one queue entry a quorum's undone grant puts back and the
+-- release memo it writes over the oldest of the lock's few (memos.lua).
 --
 -- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
 -- ARGV[1] token  ARGV[2] memo_ms: how long a released lease is remembered so
@@ -17,7 +18,8 @@
 --         costs nobody their place
 --
 -- Returns {1, fence, held_ms} when released ({1, fence, -1} for a re-send of
--- a release that already succeeded), {0} when the token holds no valid lease.
+-- a release that already succeeded, also after the lock was granted again,
+-- while the release is remembered), {0} when the token holds no valid lease.
 
 local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local token, memo_ms = ARGV[1], tonumber(ARGV[2])
@@ -29,8 +31,16 @@ if (ARGV[6] or '') ~= '' then
   queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
 end
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq', 'w')
-if not cur[1] or cur[1] ~= token then
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq', 'w', 'mn')
+if not cur[1] then
+  return {0}
+end
+if cur[1] ~= token then
+  -- Released already, and the lock granted again since (memos.lua).
+  local fence = memo_fence(lease_key, token, now_ms)
+  if fence then
+    return {1, fence, -1}
+  end
   return {0}
 end
 if cur[4] == '1' then
@@ -40,8 +50,10 @@ if tonumber(cur[3]) <= now_ms then
   return {0}
 end
 
--- Keep the hash as a short memo marked released; acquire treats it as free.
-redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms))
+-- Keep the hash marked released (acquire treats it as free), with the
+-- lease among the lock's release memos.
+redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms),
+  memo_fields(cur[7], token, cur[2], now_ms + memo_ms))
 redis.call('PEXPIRE', lease_key, memo_ms)
 
 -- One message for all brokers: each wakes its first waiter for this lock, and

@@ -16,7 +16,7 @@ local lease_key, fence_key, holders_key, members_key = KEYS[1], KEYS[2], KEYS[3]
 
 local _, now_ms = clock()
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'delay')
 local last = math.max(tonumber(redis.call('GET', fence_key) or '-1'), tonumber(cur[2] or '-1'))
 
 local occupying, valid = holders_count(holders_key, members_key, now_ms)
@@ -42,7 +42,7 @@ end
 
 if cur[1] and cur[5] ~= '1' then
   local exp = tonumber(cur[4])
-  local available_in = math.max(redis.call('PTTL', lease_key), 0)
+  local available_in = math.max(exp + tonumber(cur[6] or '0') - now_ms, 0)
   if exp > now_ms then
     state[1], state[2], state[4], state[5], state[6] = 1, cur[3], exp - now_ms, available_in, 'exclusive'
   elseif available_in > state[5] then

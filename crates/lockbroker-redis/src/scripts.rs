@@ -18,13 +18,16 @@ use lockbroker_core::StoreError;
 use crate::keys::KeyLayout;
 
 /// What every script may be prepended with: the clock and announcements
-/// (`prelude.lua`) and the fair-queue helpers (`queue.lua`).
+/// (`prelude.lua`), the fair-queue helpers (`queue.lua`), the holder-set
+/// helpers (`holders.lua`) and the release memos (`memos.lua`).
 const PRELUDE: &str = concat!(
     include_str!("../scripts/prelude.lua"),
     "\n",
     include_str!("../scripts/queue.lua"),
     "\n",
     include_str!("../scripts/holders.lua"),
+    "\n",
+    include_str!("../scripts/memos.lua"),
 );
 
 /// Names a script in [`Scripts`] (and in the script latency metric).

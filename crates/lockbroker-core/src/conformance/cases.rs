@@ -35,11 +35,15 @@ pub async fn a_grant_excludes_everyone_else<B: Backend>(backend: &B) {
 }
 
 /// Every grant's fence exceeds all before it, also after the store lost
-/// its data.
+/// its data. The last fence starts ten minutes ahead of the clock, so the
+/// clock alone makes no grant pass: the store's counter must carry the
+/// fences across grants, and the broker's floor across the data loss.
 pub async fn fences_grow_across_grants_and_data_loss<B: Backend>(backend: &B) {
     let store = backend.broker().await;
     let lock = name(&run_id(), "fenced");
-    let mut last = Fence::new(0);
+    let ahead = crate::lease::unix_micros() + 600_000_000;
+    backend.put_last_fence(&lock, ahead).await;
+    let mut last = Fence::new(ahead);
     for round in 0..3 {
         let ask = Ask::new(10_000);
         let fence = granted(ask.on(&store, &lock).await, "grant");
@@ -160,6 +164,69 @@ pub async fn a_release_frees_at_once_and_is_remembered<B: Backend>(backend: &B) 
     let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
     assert!(matches!(extend, Ok(ExtendOutcome::Released)), "{extend:?}");
     granted(Ask::new(1_000).on(&store, &lock).await, "free at once");
+}
+
+/// A release re-sent after the lock was granted again (a client library
+/// re-sends a command after a reconnect) still reports that release, with
+/// its own fence, also once the next lease expired; an extend then says
+/// the lease was released. The next lease keeps its lock-delay all the
+/// same, and the memos stay bounded: many releases later the first is
+/// forgotten and answers lost.
+pub async fn a_release_is_remembered_across_the_next_grants<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let lock = name(&run_id(), "remembered");
+    let first = Ask::new(10_000);
+    let first_fence = granted(first.on(&store, &lock).await, "first");
+    release(&store, &lock, &first).await;
+    let next = Ask::new(200).lock_delay(600);
+    let next_fence = granted(next.on(&other, &lock).await, "the next holder");
+    let resent_release = |outcome: ReleaseOutcome, fence: Fence, what: &str| match outcome {
+        ReleaseOutcome::Released(again) => {
+            assert_eq!((again.fence, again.held_ms), (fence, None), "{what}");
+        }
+        ReleaseOutcome::Lost => panic!("{what}: a re-sent release is lost"),
+    };
+    resent_release(
+        release(&store, &lock, &first).await,
+        first_fence,
+        "re-sent while the next holder holds the lock",
+    );
+    let extend = store.extend(&lock, &first.token, ttl(1_000), 0).await;
+    assert!(matches!(extend, Ok(ExtendOutcome::Released)), "{extend:?}");
+    sleep_ms(400).await;
+    let (holder, _) = busy(Ask::new(1_000).on(&store, &lock).await, "in lock-delay");
+    assert_eq!((holder.fence, holder.expires_in_ms), (next_fence, 0));
+    assert!(holder.available_in_ms > 0 && holder.available_in_ms <= 400);
+    resent_release(
+        release(&other, &lock, &first).await,
+        first_fence,
+        "re-sent after the next lease expired",
+    );
+    assert!(matches!(
+        release(&other, &lock, &next).await,
+        ReleaseOutcome::Lost
+    ));
+    sleep_ms(holder.available_in_ms + 100).await;
+    let mut last = first_fence;
+    for round in 0..8 {
+        let ask = Ask::new(10_000);
+        last = granted(ask.on(&store, &lock).await, "a later grant");
+        release(&store, &lock, &ask).await;
+        if round == 0 {
+            resent_release(
+                release(&store, &lock, &first).await,
+                first_fence,
+                "re-sent two grants later",
+            );
+        }
+    }
+    assert!(last > next_fence);
+    assert!(
+        matches!(release(&store, &lock, &first).await, ReleaseOutcome::Lost),
+        "eight releases later the first is forgotten"
+    );
+    let extend = store.extend(&lock, &first.token, ttl(1_000), 0).await;
+    assert!(matches!(extend, Ok(ExtendOutcome::Lost)), "{extend:?}");
 }
 
 /// An extend sets the remaining TTL (replace, not add) and keeps the fence;

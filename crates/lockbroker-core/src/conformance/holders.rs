@@ -299,3 +299,57 @@ pub async fn listing_shows_semaphores_apart_from_locks<B: Backend>(backend: &B) 
         assert_eq!(seen, vec![(expected.clone(), 1)], "{space:?}");
     }
 }
+
+/// A shared lease's or a permit's release re-sent after its place was
+/// granted again still reports that release with its own fence, and an
+/// extend then says the lease was released; a holder set remembers a
+/// bounded number of releases, the latest.
+pub async fn a_place_release_is_remembered_across_the_next_grants<B: Backend>(backend: &B) {
+    let (store, other) = (backend.broker().await, backend.broker().await);
+    let run = run_id();
+    let (lock, sem) = (name(&run, "shared-memo"), semaphore(&run, "permit-memo"));
+    let reader = Ask::shared(10_000);
+    let permit = Ask::permit(10_000, 1);
+    let firsts = [(&lock, &reader), (&sem, &permit)];
+    let mut fences = Vec::new();
+    for (name, first) in firsts {
+        fences.push(granted(first.on(&store, name).await, "first"));
+        release(&store, name, first).await;
+    }
+    // The places go to others: a writer on the lock, another permit.
+    granted(Ask::new(10_000).on(&other, &lock).await, "a writer");
+    granted(
+        Ask::permit(10_000, 1).on(&other, &sem).await,
+        "the next permit",
+    );
+    for ((name, first), fence) in firsts.into_iter().zip(fences) {
+        match release(&store, name, first).await {
+            ReleaseOutcome::Released(again) => {
+                assert_eq!((again.fence, again.held_ms), (fence, None), "{name}");
+            }
+            ReleaseOutcome::Lost => panic!("{name}: a re-sent release is lost"),
+        }
+        let extend = store.extend(name, &first.token, ttl(1_000), 0).await;
+        assert!(
+            matches!(extend, Ok(ExtendOutcome::Released)),
+            "{name}: {extend:?}"
+        );
+    }
+    // Releases beyond what a holder set remembers make room, oldest first.
+    let busy_sem = semaphore(&run, "busy-permits");
+    let oldest = Ask::permit(10_000, 1);
+    granted(oldest.on(&store, &busy_sem).await, "the oldest permit");
+    release(&store, &busy_sem, &oldest).await;
+    for _ in 0..100 {
+        let permit = Ask::permit(10_000, 1);
+        granted(permit.on(&store, &busy_sem).await, "a later permit");
+        release(&store, &busy_sem, &permit).await;
+    }
+    assert!(
+        matches!(
+            release(&store, &busy_sem, &oldest).await,
+            ReleaseOutcome::Lost
+        ),
+        "a hundred releases later the oldest is forgotten"
+    );
+}

@@ -1,7 +1,7 @@
 //! The state behind [`super::MemoryStore`]: lease records as the Redis lease
 //! hash holds them, fences, fair queues, and who hears announcements.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -50,6 +50,21 @@ impl Record {
     }
 }
 
+/// How many released leases of one exclusive lock are remembered, as
+/// `memos.lua` keeps them.
+const MEMO_SLOTS: usize = 4;
+
+/// The last few leases of a lock released by their holders, as the Redis
+/// lease hash keeps them beside the lease (`memos.lua`): a release or an
+/// extend re-sent after the next grant still learns of its release.
+#[derive(Default)]
+pub(super) struct ReleaseMemos {
+    /// Token and fence, the latest last.
+    released: VecDeque<(String, u64)>,
+    /// When they are forgotten: the latest release plus the memo time.
+    pub(super) until_ms: u64,
+}
+
 /// A lock's fair queue: waiter id and entry expiry (ms) by arrival (µs, then
 /// a sequence number that breaks ties).
 pub(super) type FairQueue = BTreeMap<(u64, u64), (String, u64)>;
@@ -61,6 +76,8 @@ pub(super) struct Backend {
     pub(super) holder_sets: BTreeMap<LockName, HolderSet>,
     /// The last fence issued per lock.
     pub(super) fences: HashMap<LockName, u64>,
+    /// The release memos of each exclusive lock released lately.
+    pub(super) memos: HashMap<LockName, ReleaseMemos>,
     /// The fair queue of each lock that has one.
     pub(super) queues: HashMap<LockName, FairQueue>,
     pub(super) arrivals: u64,
@@ -83,6 +100,37 @@ impl Backend {
         self.leases
             .get_mut(name)
             .filter(|record| record.token == token.expose())
+    }
+
+    /// Remembers that `token`'s lease of `fence` on `name` was released,
+    /// until `until_ms`, in place of the oldest memo when all are taken.
+    pub(super) fn remember_release(
+        &mut self,
+        name: &LockName,
+        token: &str,
+        fence: u64,
+        until_ms: u64,
+    ) {
+        let memos = self.memos.entry(name.clone()).or_default();
+        if memos.released.len() == MEMO_SLOTS {
+            memos.released.pop_front();
+        }
+        memos.released.push_back((token.to_owned(), fence));
+        memos.until_ms = until_ms;
+    }
+
+    /// The fence of `token`'s lease on `name` if its holder released it and
+    /// the memo lasts.
+    pub(super) fn released_fence(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        now_ms: u64,
+    ) -> Option<u64> {
+        let memos = self.memos.get(name).filter(|m| m.until_ms > now_ms)?;
+        (memos.released.iter())
+            .find(|(released, _)| released == token.expose())
+            .map(|(_, fence)| *fence)
     }
 
     /// The first live fair waiter of `name`, pruning expired entries.

@@ -2,7 +2,7 @@
 //! following `holders.lua`, `hold.lua`, `hold_extend.lua` and
 //! `hold_release.lua` step for step.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use super::backend::{Backend, Record};
 use super::{owner_of, MemoryStore, RELEASE_MEMO_MS};
@@ -14,6 +14,10 @@ use crate::name::LockName;
 use crate::store::{AcquireOutcome, AcquireParams, ExtendOutcome, Release, ReleaseOutcome};
 use crate::wait::Wake;
 
+/// How many released leases of one holder set are remembered at most, as
+/// `holders.lua` keeps them.
+const HOLDER_MEMOS: usize = 64;
+
 /// The leases of one name that many may hold at once.
 #[derive(Default)]
 pub(super) struct HolderSet {
@@ -21,6 +25,8 @@ pub(super) struct HolderSet {
     pub(super) leases: HashMap<String, Record>,
     /// A semaphore's limit in force while any permit takes a place.
     pub(super) limit: Option<u32>,
+    /// The tokens of the released leases remembered, the oldest first.
+    released: VecDeque<String>,
     /// A caller that waits was turned away: releases are announced.
     pub(super) watched: bool,
 }
@@ -29,6 +35,18 @@ impl HolderSet {
     /// Drops leases that stopped taking a place and memos past their time.
     pub(super) fn prune(&mut self, now_ms: u64) {
         self.leases.retain(|_, r| r.kept_until_ms > now_ms);
+    }
+
+    /// Remembers that `token` was released, forgetting the oldest released
+    /// lease beyond [`HOLDER_MEMOS`], as `hold_release.lua` does.
+    fn remember_release(&mut self, token: &str) {
+        self.released.retain(|t| self.leases.contains_key(t));
+        self.released.push_back(token.to_owned());
+        if self.released.len() > HOLDER_MEMOS {
+            if let Some(oldest) = self.released.pop_front() {
+                self.leases.remove(&oldest);
+            }
+        }
     }
 
     /// The leases taking a place at `now_ms` (valid or in their lock-delay),
@@ -230,6 +248,7 @@ impl MemoryStore {
         cur.released = true;
         cur.expires_ms = now_ms;
         cur.kept_until_ms = now_ms + RELEASE_MEMO_MS;
+        set.remember_release(token.expose());
         let next_fair = backend.queue_head(name, now_ms);
         // As hold_release.lua: with no lease left, nobody waits for one.
         if let Some(set) = backend.holder_sets.get_mut(name) {

@@ -103,7 +103,9 @@ impl MemoryStore {
             Space::Semaphore => LeaseKind::Permit,
         };
         if let Some(cur) = backend.leases.get(name).filter(|r| !r.released).cloned() {
+            // As force_release.lua deletes the lease hash, memos and all.
             backend.leases.remove(name);
+            backend.memos.remove(name);
             (ended, fence, owner) = (1, cur.fence, owner_of(&cur.owner));
             mode = LeaseKind::Exclusive;
         }

@@ -13,12 +13,11 @@ use fred::types::config::Options;
 use fred::types::ClusterHash;
 use fred::util::redis_keyslot;
 use lockbroker_core::{
-    AcquireOutcome, ExtendOutcome, LockName, Release, ReleaseOutcome, StoreError,
+    AcquireOutcome, ExtendOutcome, LockName, Release, ReleaseOutcome, StoreError, Unacknowledged,
 };
 
 use super::RedisLockStore;
 use crate::connection::{store_error, ReplicaAck};
-use crate::scripts::calls::ReleaseCall;
 
 /// How many replicas acknowledged everything `client` wrote so far to the
 /// server holding `key`, once `ack.replicas` of them did or `ack.timeout`
@@ -74,7 +73,8 @@ impl RedisLockStore {
     }
 
     /// A grant stands only once enough replicas have it; otherwise it is
-    /// released again and the acquire fails closed.
+    /// released again and the acquire fails closed, saying that the lock was
+    /// held briefly (or, when the release failed, stays held until its TTL).
     pub(super) async fn grant_acknowledged(
         &self,
         client: &Client,
@@ -87,18 +87,18 @@ impl RedisLockStore {
         let Some(shortfall) = self.shortfall(client, name, "acquire").await else {
             return Ok(outcome);
         };
-        let release = ReleaseCall {
-            name,
-            token: &lease.token,
-            requeue: None,
+        // Undone by the release script of the lease's kind. A lease already
+        // gone (expired while the replicas were awaited) holds nothing either.
+        let change = match self.release_call(client, name, &lease.token, None).await {
+            Ok(_) => Unacknowledged::GrantReleased,
+            Err(_) => Unacknowledged::GrantLeftToExpire {
+                ttl_ms: lease.ttl_ms,
+            },
         };
-        let undone = match self.call_on(client, &release).await {
-            Ok(_) => "undone",
-            Err(_) => "left to expire at its TTL",
-        };
-        Err(StoreError::Unavailable(format!(
-            "the grant {shortfall} and was {undone}"
-        )))
+        Err(StoreError::Unacknowledged {
+            change,
+            detail: shortfall,
+        })
     }
 
     /// An extend that too few replicas have fails closed: a failover could
@@ -114,9 +114,10 @@ impl RedisLockStore {
         }
         match self.shortfall(client, name, "extend").await {
             None => Ok(outcome),
-            Some(shortfall) => Err(StoreError::Unavailable(format!(
-                "the extend {shortfall}: count only on the lease's earlier expiry"
-            ))),
+            Some(shortfall) => Err(StoreError::Unacknowledged {
+                change: Unacknowledged::Extend,
+                detail: shortfall,
+            }),
         }
     }
 

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use lockbroker_api::{ErrorCode, ErrorDetail, ErrorResponse};
 use lockbroker_core::{
-    Blockers, LeaseKind, LockError, LockName, Space, StoreError, ValidationError,
+    Blockers, LeaseKind, LockError, LockName, Space, StoreError, Unacknowledged, ValidationError,
 };
 
 use super::views::holder_response;
@@ -131,8 +131,8 @@ impl ApiError {
             Self::Lock(name, LockError::LeaseReleased) => Answer::new(
                 Code::LeaseLost,
                 format!(
-                    "the lease on {name:?} was already released by its holder; acquire the \
-                     lock again"
+                    "the lease on {name:?} was already released by its holder, so no other \
+                     holder overlapped the work done under it; acquire the lock again to go on"
                 ),
             ),
             Self::Lock(
@@ -377,8 +377,34 @@ fn busy_message(name: &LockName, blockers: &Blockers) -> String {
 
 /// What the caller is told when the lock store failed: what is known of the
 /// outcome, never the cause (that is logged).
-fn store_message(cause: &StoreError) -> &'static str {
-    match cause {
+fn store_message(cause: &StoreError) -> String {
+    let message = match cause {
+        StoreError::Unacknowledged {
+            change: Unacknowledged::GrantReleased,
+            ..
+        } => {
+            "the lock was granted, but too few Redis replicas acknowledged the grant in time, \
+             so the broker released it again: the lock was held briefly (other acquires may \
+             have been refused meanwhile) and nothing is held now; retry later"
+        }
+        StoreError::Unacknowledged {
+            change: Unacknowledged::GrantLeftToExpire { ttl_ms },
+            ..
+        } => {
+            return format!(
+                "the lock was granted, but too few Redis replicas acknowledged the grant in \
+                 time, and releasing it again failed: the lock stays held, by a lease whose \
+                 token nobody was given, until its TTL of {ttl_ms} ms runs out; retry after that"
+            );
+        }
+        StoreError::Unacknowledged {
+            change: Unacknowledged::Extend,
+            ..
+        } => {
+            "the lease was extended on the Redis primary, but too few replicas acknowledged the \
+             extend in time, so a failover could bring back its earlier expiry: count only on \
+             the expiry from before this extend; retrying the extend is safe"
+        }
         StoreError::Unavailable(_) => {
             "the lock store is unavailable; nothing was changed, retry later"
         }
@@ -396,7 +422,8 @@ fn store_message(cause: &StoreError) -> &'static str {
              to the lock store and nothing was changed, retry later"
         }
         StoreError::Protocol(_) => "internal error",
-    }
+    };
+    message.to_owned()
 }
 
 impl From<ValidationError> for ApiError {
