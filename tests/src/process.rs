@@ -40,6 +40,26 @@ impl BrokerProcess {
         Self { child, base }
     }
 
+    /// The broker's resident memory now, in bytes (`VmRSS` in
+    /// `/proc/<pid>/status`).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the broker's /proc status");
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| {
+                value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .expect("VmRSS in kB");
+        kib * 1024
+    }
+
     /// Stops the broker with SIGTERM and returns everything it logged.
     pub fn stop(self) -> String {
         Command::new("kill")
