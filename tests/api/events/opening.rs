@@ -16,7 +16,21 @@ use tokio::net::TcpStream;
 
 /// Opens `path` on `base` over a socket with a small receive window and
 /// reads only the answer's head: the broker's buffers fill, then it waits.
+/// A broker busy reading other streams' states answers `429`: try again
+/// after its `Retry-After`.
 async fn stalled_stream(base: &str, path: &str) -> TcpStream {
+    for _ in 0..30 {
+        let (stream, head) = open_stalled(base, path).await;
+        if head.starts_with("HTTP/1.1 200") {
+            return stream;
+        }
+        assert!(head.starts_with("HTTP/1.1 429"), "{head}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!("{path}: refused 30 times");
+}
+
+async fn open_stalled(base: &str, path: &str) -> (TcpStream, String) {
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4_096).expect("buffer size");
     let address = base.trim_start_matches("http://").parse().expect("address");
@@ -32,17 +46,22 @@ async fn stalled_stream(base: &str, path: &str) -> TcpStream {
             _ => panic!("no answer head: {}", String::from_utf8_lossy(&head)),
         }
     }
-    let head = String::from_utf8_lossy(&head);
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    stream
+    (stream, String::from_utf8_lossy(&head).into_owned())
 }
 
-/// Reads what `stream` has until it stays quiet for half a second.
-async fn read_until_quiet(stream: &mut TcpStream) -> String {
+/// The marker that ends a prefix stream's opening state, as sent.
+const MARKER: &[u8] = b"\"complete\":true";
+
+/// Reads what `stream` has until the opening state's marker has come (a
+/// busy store may take a while over a page) and then it stays quiet for half
+/// a second.
+async fn read_past_marker(stream: &mut TcpStream) -> String {
     let mut text = Vec::new();
     let mut chunk = [0u8; 65_536];
     loop {
-        let read = tokio::time::timeout(Duration::from_millis(500), stream.read(&mut chunk)).await;
+        let marked = text.windows(MARKER.len()).any(|w| w == MARKER);
+        let quiet = Duration::from_millis(if marked { 500 } else { 30_000 });
+        let read = tokio::time::timeout(quiet, stream.read(&mut chunk)).await;
         match read {
             Ok(Ok(n)) if n > 0 => text.extend_from_slice(&chunk[..n]),
             _ => break,
@@ -61,13 +80,22 @@ async fn hold_many(base: &str, prefix: &str, count: usize) {
             tokio::spawn(async move {
                 for i in (caller..count).step_by(8) {
                     let url = format!("{base}/v1/locks/{prefix}{i}/acquire");
-                    let answer = http
-                        .post(url)
-                        .json(&json!({"ttl_ms": 600_000, "owner": "holder-with-a-label"}))
-                        .send()
-                        .await
-                        .expect("acquire");
-                    assert_eq!(answer.status(), StatusCode::OK);
+                    let body = json!({
+                        "ttl_ms": 600_000,
+                        "owner": "holder-with-a-label",
+                        "request_id": format!("hold-{i}"),
+                    });
+                    // A loaded machine may answer 503; the request id makes
+                    // the retry safe.
+                    let mut status = StatusCode::SERVICE_UNAVAILABLE;
+                    for _ in 0..5 {
+                        let answer = http.post(&url).json(&body).send().await;
+                        status = answer.expect("acquire").status();
+                        if !status.is_server_error() {
+                            break;
+                        }
+                    }
+                    assert_eq!(status, StatusCode::OK, "{url}");
                 }
             })
         })
@@ -111,7 +139,7 @@ async fn stalled_prefix_streams_cost_the_broker_a_bounded_amount_each() {
     // One stream read to its end first, so that what the broker allocates
     // once is counted before.
     let mut warm = stalled_stream(&broker.base, "/v1/events?prefix=mem:").await;
-    let text = read_until_quiet(&mut warm).await;
+    let text = read_past_marker(&mut warm).await;
     assert_eq!(
         text.matches("event: state").count(),
         HELD + 1,
@@ -136,7 +164,7 @@ async fn stalled_prefix_streams_cost_the_broker_a_bounded_amount_each() {
     );
     // Stalled streams hold no read of the store: others still open.
     let mut late = stalled_stream(&broker.base, "/v1/events?prefix=mem:").await;
-    assert!(read_until_quiet(&mut late)
+    assert!(read_past_marker(&mut late)
         .await
         .contains("\"complete\":true"));
     drop(stalled);
@@ -201,7 +229,7 @@ async fn a_paged_opening_tells_every_lock_and_every_later_change_in_order() {
         expected.push(("released", name, lease.body["fence"].clone()));
     }
 
-    let events = parse_all(&read_until_quiet(&mut reader).await);
+    let events = parse_all(&read_past_marker(&mut reader).await);
     let marker = (events.iter())
         .position(|e| e.data == json!({"prefix": "page:", "complete": true}))
         .expect("the marker that ends the opening state");
@@ -247,6 +275,7 @@ async fn a_paged_opening_tells_every_lock_and_every_later_change_in_order() {
     for i in 0..HELD {
         let name = format!("page:{i}");
         let status = app.status(&name).await;
+        assert_eq!(status.status, StatusCode::OK, "{name}: {}", status.body);
         let fences = (status.body["holders"].as_array().into_iter().flatten())
             .filter_map(|h| h["fence"].as_u64())
             .collect();
