@@ -15,10 +15,19 @@ cd "$(dirname "$0")/.."
 ensure_cargo
 ensure_packages redis-server redis-tools python3-venv curl
 
+# 4.32.5 reads endless event streams up to `max-stream-events` and checks
+# each event against the route's per-event schema.
 venv=target/schemathesis-venv
-if [ ! -x "$venv/bin/schemathesis" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet "schemathesis>=4.3,<5"
+wanted="schemathesis>=4.32.5,<5"
+if ! "$venv/bin/python" - "$wanted" 2>/dev/null <<'PY'
+import sys
+from importlib.metadata import version
+major, minor, patch = (int(part) for part in version("schemathesis").split(".")[:3])
+sys.exit(0 if major == 4 and (minor, patch) >= (32, 5) else 1)
+PY
+then
+  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet "$wanted"
 fi
 cargo build --quiet -p lockbroker-server
 

@@ -12,6 +12,9 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod opening;
+mod shares;
+
 const SOON: Duration = Duration::from_secs(5);
 
 /// A second broker on the same Redis and key prefix as `app`.

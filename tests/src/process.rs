@@ -9,7 +9,8 @@ use crate::redis::{free_port, RedisServer};
 
 /// A `lockbroker` process on a free loopback port, logging JSON.
 pub struct BrokerProcess {
-    child: Child,
+    /// `None` once stopped.
+    child: Option<Child>,
     /// `http://127.0.0.1:<port>`.
     pub base: String,
 }
@@ -37,20 +38,55 @@ impl BrokerProcess {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        Self { child, base }
+        Self {
+            child: Some(child),
+            base,
+        }
+    }
+
+    /// The broker's resident memory now, in bytes (`VmRSS` in
+    /// `/proc/<pid>/status`).
+    pub fn rss_bytes(&self) -> u64 {
+        let pid = self.child.as_ref().map_or(0, Child::id);
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .expect("the broker's /proc status");
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| {
+                value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .expect("VmRSS in kB");
+        kib * 1024
     }
 
     /// Stops the broker with SIGTERM and returns everything it logged.
-    pub fn stop(self) -> String {
+    pub fn stop(mut self) -> String {
+        let child = self.child.take().expect("running");
         Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args(["-TERM", &child.id().to_string()])
             .status()
             .expect("kill");
-        let output = self.child.wait_with_output().expect("broker exits");
+        let output = child.wait_with_output().expect("broker exits");
         format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         )
+    }
+}
+
+/// A test that fails before stopping its broker leaves none behind.
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

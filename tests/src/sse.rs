@@ -35,10 +35,31 @@ impl EventStream {
         path: &str,
         last_event_id: Option<u64>,
     ) -> Result<Self, (StatusCode, Value)> {
+        Self::open_with(app, path, last_event_id, None).await
+    }
+
+    /// `GET path` as a stream with `Authorization: Bearer key`.
+    pub async fn open_as(
+        app: &TestApp,
+        path: &str,
+        key: &str,
+    ) -> Result<Self, (StatusCode, Value)> {
+        Self::open_with(app, path, None, Some(key)).await
+    }
+
+    async fn open_with(
+        app: &TestApp,
+        path: &str,
+        last_event_id: Option<u64>,
+        key: Option<&str>,
+    ) -> Result<Self, (StatusCode, Value)> {
         let mut request = app
             .http
             .get(app.url(path))
             .timeout(Duration::from_secs(3600));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id.to_string());
         }
@@ -91,27 +112,41 @@ impl EventStream {
         loop {
             let end = self.buffer.find("\n\n")?;
             let block: String = self.buffer.drain(..end + 2).collect();
-            let (mut event, mut id, mut data) = ("message".to_owned(), None, Vec::new());
-            for line in block.lines() {
-                if let Some(value) = line.strip_prefix("event:") {
-                    event = value.trim().to_owned();
-                } else if let Some(value) = line.strip_prefix("id:") {
-                    id = value.trim().parse().ok();
-                } else if let Some(value) = line.strip_prefix("data:") {
-                    data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
-                }
+            if let Some(event) = parse_block(&block) {
+                return Some(event);
             }
-            if data.is_empty() {
-                continue;
-            }
-            let raw = data.join("\n");
-            let data = serde_json::from_str(&raw).unwrap_or(Value::Null);
-            return Some(SseEvent {
-                event,
-                id,
-                data,
-                raw,
-            });
         }
     }
+}
+
+/// Every complete message in `text`, a stream's bytes as read (comments
+/// and an unfinished last message are skipped).
+pub fn parse_all(text: &str) -> Vec<SseEvent> {
+    let complete = text.rfind("\n\n").map_or("", |end| &text[..end]);
+    complete.split("\n\n").filter_map(parse_block).collect()
+}
+
+/// One message; `None` for a block without data (a comment).
+fn parse_block(block: &str) -> Option<SseEvent> {
+    let (mut event, mut id, mut data) = ("message".to_owned(), None, Vec::new());
+    for line in block.lines() {
+        if let Some(value) = line.strip_prefix("event:") {
+            event = value.trim().to_owned();
+        } else if let Some(value) = line.strip_prefix("id:") {
+            id = value.trim().parse().ok();
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
+        }
+    }
+    if data.is_empty() {
+        return None;
+    }
+    let raw = data.join("\n");
+    let data = serde_json::from_str(&raw).unwrap_or(Value::Null);
+    Some(SseEvent {
+        event,
+        id,
+        data,
+        raw,
+    })
 }

@@ -120,6 +120,12 @@ const REMOTE_WATCH: Duration = Duration::from_secs(3);
 /// How long a broker goes on keeping events after its last stream closed,
 /// so that a stream that reconnects meanwhile resumes where it was.
 const LINGER: Duration = Duration::from_secs(30);
+/// How close to its expiry by this broker's timer a lease must be for a
+/// newer lease that excludes it to count as proof that it expired. The
+/// timer starts when the broker hears of the lease, a little after the
+/// store granted it, so it fires a little after the store's expiry, and a
+/// waiter granted at that expiry can be heard first.
+const EXPIRY_SLACK: Duration = Duration::from_millis(250);
 
 /// Numbers the changes this broker hears into events, fans them out to its
 /// streams, keeps the last few for resumes, and tells the expiries of the
@@ -157,6 +163,21 @@ struct Known {
     owner: Option<String>,
     expires_at_ms: Option<u64>,
     deadline: (Instant, u64),
+}
+
+impl Known {
+    /// The `expired` change of this lease.
+    fn expired(self, name: LockName, fence: Fence) -> Change {
+        Change {
+            name,
+            kind: ChangeKind::Expired,
+            mode: self.mode,
+            fence,
+            owner: self.owner,
+            expires_in_ms: 0,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
 }
 
 /// One open stream; counted until dropped.
@@ -270,7 +291,10 @@ impl EventHub {
 
     /// The id of the last event so far: a state read after this call is at
     /// least as new, and a stream resumed after it misses nothing later.
+    /// Read under the lock that numbers and sends events, so every event up
+    /// to it is already in every stream's receiver.
     pub fn last_id(&self) -> u64 {
+        let _numbering = self.lock();
         self.next_id() - 1
     }
 
@@ -285,6 +309,9 @@ impl EventHub {
             return;
         }
         let key = (change.name.clone(), change.fence);
+        if change.kind == ChangeKind::Acquired {
+            self.expire_excluded(&mut state, &change);
+        }
         match change.kind {
             ChangeKind::Acquired | ChangeKind::Extended => {
                 let expires_in = Duration::from_millis(change.expires_in_ms);
@@ -349,6 +376,36 @@ impl EventHub {
             );
         }
         self.expiries_changed.notify_one();
+    }
+
+    /// Tells, before a lease granted in the same moment, the `expired` of
+    /// every lease it proves ended: an older lease of the lock that the new
+    /// one excludes (an exclusive lease excludes every other, a shared one
+    /// the exclusive ones), due to expire by this broker's timer. Followers
+    /// of an election then see a term end before the next one begins. A
+    /// semaphore's permits prove nothing of each other.
+    fn expire_excluded(&self, state: &mut HubState, granted: &Change) {
+        if granted.mode == LeaseKind::Permit {
+            return;
+        }
+        let due = Instant::now() + EXPIRY_SLACK;
+        let ended: Vec<_> = (state.deadlines.range(..=(due, u64::MAX)))
+            .filter(|(_, (name, fence))| *name == granted.name && *fence < granted.fence)
+            .map(|(_, key)| key.clone())
+            .collect();
+        for key in ended {
+            let excluded = (state.leases.get(&key)).is_some_and(|known| {
+                granted.mode == LeaseKind::Exclusive || known.mode == LeaseKind::Exclusive
+            });
+            if !excluded {
+                continue;
+            }
+            if let Some(known) = state.forget(&key) {
+                let (name, fence) = key;
+                let expired = known.expired(name, fence);
+                self.emit(state, expired);
+            }
+        }
     }
 
     fn emit(&self, state: &mut HubState, change: Change) {

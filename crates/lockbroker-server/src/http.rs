@@ -21,7 +21,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use axum::middleware;
 use axum::routing::{delete, get, post, MethodRouter};
-use axum::Router;
+use axum::{Extension, Router};
 
 use crate::auth::KeyRing;
 use crate::config::HttpSettings;
@@ -138,6 +138,7 @@ pub fn router(
         .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(Extension(Arc::new(events::StreamAdmission::new(settings))))
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
         .layer(middleware::from_fn_with_state(

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::{sleep_until, Instant};
 
-use super::{Change, ChangeKind, EventHub};
+use super::EventHub;
 
 /// How long the task sleeps at most, to notice that its hub is gone.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
@@ -46,15 +46,6 @@ fn expire_due(hub: &EventHub) {
             continue;
         };
         let (name, fence) = key;
-        let change = Change {
-            name,
-            kind: ChangeKind::Expired,
-            mode: known.mode,
-            fence,
-            owner: known.owner,
-            expires_in_ms: 0,
-            expires_at_ms: known.expires_at_ms,
-        };
-        hub.emit(&mut state, change);
+        hub.emit(&mut state, known.expired(name, fence));
     }
 }

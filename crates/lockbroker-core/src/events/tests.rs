@@ -100,3 +100,35 @@ async fn streams_are_capped_and_nothing_is_kept_while_nobody_watches() {
     drop((two, three));
     assert!(hub.watched(), "kept a while after the last stream closed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_term_granted_as_the_last_one_expires_follows_that_expiry() {
+    let hub = EventHub::new(10, 64);
+    let mut stream = hub.open().expect("a stream");
+    let mut kinds = Vec::new();
+    hub.apply(change(ChangeKind::Acquired, 1, 500));
+    // The next term is heard a moment before this broker's timer fires.
+    tokio::time::sleep(Duration::from_millis(499)).await;
+    hub.apply(change(ChangeKind::Acquired, 2, 500));
+    // A shared lease granted next to a far-off exclusive one proves nothing.
+    hub.apply(Change {
+        mode: LeaseKind::Shared,
+        ..change(ChangeKind::Acquired, 3, 500)
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    while let Ok(event) = stream.events.try_recv() {
+        kinds.push((event.change.kind, event.change.fence.get()));
+    }
+    assert_eq!(
+        kinds,
+        [
+            (ChangeKind::Acquired, 1),
+            (ChangeKind::Expired, 1),
+            (ChangeKind::Acquired, 2),
+            (ChangeKind::Acquired, 3),
+            (ChangeKind::Expired, 2),
+            (ChangeKind::Expired, 3),
+        ],
+        "each term's end before the next term, and each expiry once"
+    );
+}

@@ -67,6 +67,19 @@ pub struct HttpSettings {
     /// more get `503 overloaded` with `Retry-After`. Each page reads every
     /// name it finds, so this bounds the Redis work listings can take.
     pub max_concurrent_listings: usize,
+    /// The most of `max_event_streams` one API key may hold, in percent
+    /// (at least one stream); more get `429`. Without API keys there is no
+    /// share: every caller is the same anonymous one.
+    pub event_stream_share_percent: u32,
+    /// The part of `max_event_streams`, in percent, kept for keys with the
+    /// `admin` scope (the operator page): other keys get `429` once only
+    /// that many are left.
+    pub event_stream_admin_reserve_percent: u32,
+    /// Opening states read from the store at once, one listing page each
+    /// (every stream's first page, a prefix stream's next pages, the fresh
+    /// state after `lagged`). A stream that would open beyond this gets
+    /// `429`; a stream already open waits its turn for its next page.
+    pub max_stream_state_reads: usize,
     /// PEM certificate chain of the HTTPS listener; with `tls_key_path`,
     /// the broker serves HTTPS only. `None` for plain HTTP.
     #[serde(with = "empty_is_none")]
@@ -192,6 +205,9 @@ impl Default for HttpSettings {
             max_connections: 20_000,
             max_event_streams: LockPolicy::default().max_event_streams,
             max_concurrent_listings: LockPolicy::default().max_concurrent_listings,
+            event_stream_share_percent: 25,
+            event_stream_admin_reserve_percent: 5,
+            max_stream_state_reads: 16,
             tls_cert_path: None,
             tls_key_path: None,
         }

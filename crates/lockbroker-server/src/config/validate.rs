@@ -142,6 +142,19 @@ impl Settings {
         if http.max_connections == 0 {
             return Err(invalid("http.max_connections must be at least 1"));
         }
+        if !(1..=100).contains(&http.event_stream_share_percent) {
+            return Err(invalid(
+                "http.event_stream_share_percent must be between 1 and 100",
+            ));
+        }
+        if http.event_stream_admin_reserve_percent > 50 {
+            return Err(invalid(
+                "http.event_stream_admin_reserve_percent must be between 0 and 50",
+            ));
+        }
+        if http.max_stream_state_reads == 0 {
+            return Err(invalid("http.max_stream_state_reads must be at least 1"));
+        }
         if http.max_concurrent_requests <= self.locks.max_waiters {
             return Err(invalid(format!(
                 "http.max_concurrent_requests ({}) must exceed locks.max_waiters ({})",

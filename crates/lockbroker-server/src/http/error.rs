@@ -65,13 +65,26 @@ pub enum ApiError {
     },
     /// The broker is already serving as many requests as it allows.
     Overloaded,
-    /// The broker already has as many event streams open as it allows.
-    TooManyStreams,
+    /// An event stream may not open now: the limit it met.
+    TooManyStreams(StreamLimit),
     /// The request body arrived too slowly.
     BodyTimeout {
         /// The configured limit.
         limit: Duration,
     },
+}
+
+/// Which limit refused an event stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamLimit {
+    /// `http.max_event_streams`: the broker has as many open as it allows.
+    Broker,
+    /// The caller's API key holds its share of the streams.
+    KeyShare,
+    /// The streams left are kept for keys with the `admin` scope.
+    AdminReserve,
+    /// The broker reads as many opening states as it allows at once.
+    StateReads,
 }
 
 /// What one error answers: a row of the table in [`ApiError::answer`].
@@ -200,11 +213,7 @@ impl ApiError {
                 "this API key sent more requests than its rate limit allows; retry later",
             )
             .retry_after(retry_after.as_millis()),
-            Self::TooManyStreams => Answer::new(
-                Code::TooManyStreams,
-                "this broker has as many event streams open as it allows; retry later or on \
-                 another instance",
-            ),
+            Self::TooManyStreams(limit) => Answer::new(Code::TooManyStreams, limit.message()),
             Self::Overloaded => Answer::new(
                 Code::Overloaded,
                 "this broker is serving as many requests as it allows; retry later",
@@ -216,6 +225,30 @@ impl ApiError {
                     limit.as_millis()
                 ),
             ),
+        }
+    }
+}
+
+impl StreamLimit {
+    /// What the refused caller is told.
+    fn message(self) -> &'static str {
+        match self {
+            Self::Broker => {
+                "this broker has as many event streams open as it allows; retry later or on \
+                 another instance"
+            }
+            Self::KeyShare => {
+                "this API key has as many event streams open as one key may; close one or \
+                 retry later"
+            }
+            Self::AdminReserve => {
+                "the event streams this broker has left are kept for admin keys; retry later \
+                 or on another instance"
+            }
+            Self::StateReads => {
+                "this broker is reading as many opening states for event streams as it allows \
+                 at once; retry in a moment"
+            }
         }
     }
 }
