@@ -1,7 +1,8 @@
 //! The operator page (`/ui/`): served without a key under a strict CSP, and
 //! driven in headless Chromium through chromedriver: locks appear and leave
-//! live, a lock's queue length shows, a force release from the page ends a
-//! lease, and the page asks for a key when the API wants one.
+//! live, a lock's queue length and lock-delay show, a force release from the
+//! page ends a lease, semaphores are listed, the table fits at 1024 px, and
+//! the page asks for a key when the API wants one.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+mod semaphores;
 mod webdriver;
 
 use webdriver::Browser;
@@ -107,6 +109,45 @@ async fn open_page(browser: &Browser, app: &TestApp, key_form: bool) {
         )
     };
     browser.wait_until(what, script, json!([])).await;
+}
+
+/// The text of the cell `cell` (a class) in `name`'s row; `None` while the
+/// row is not there.
+async fn cell_text(browser: &Browser, name: &str, cell: &str) -> Value {
+    browser
+        .execute(
+            "const c = document.querySelector(arguments[0] + ' td.' + arguments[1]); \
+             return c === null ? null : c.textContent;",
+            json!([row(name), cell]),
+        )
+        .await
+}
+
+/// Clicks the force-release button of the row `row_css`, confirms, and
+/// waits for the row to go.
+async fn force_release_from_page(browser: &Browser, row_css: &str) {
+    browser
+        .click(
+            &browser
+                .find(&format!("{row_css} button.force-release"))
+                .await,
+        )
+        .await;
+    browser
+        .wait_until(
+            "the confirmation opens",
+            "return document.getElementById('confirm').open;",
+            json!([]),
+        )
+        .await;
+    browser.click(&browser.find("#confirm-yes").await).await;
+    browser
+        .wait_until(
+            &format!("{row_css} goes"),
+            "return document.querySelector(arguments[0]) === null;",
+            json!([row_css]),
+        )
+        .await;
 }
 
 /// Where screenshots go: `<target>/ui-test/`.
@@ -427,5 +468,161 @@ async fn the_page_reads_at_320_px_and_works_by_keyboard() {
     browser.send_keys(&yes, "\u{E007}").await;
     wait_for_row(&browser, "kb:job", false).await;
     assert_eq!(app.status("kb:job").await.body["held"], false);
+    browser.quit().await;
+}
+
+#[tokio::test]
+async fn the_address_without_the_slash_redirects_to_the_page() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn_with(keyed_settings(&redis)).await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("http client");
+    for (asked, location) in [
+        ("/ui", "/ui/"),
+        ("/ui?prefix=billing:", "/ui/?prefix=billing:"),
+    ] {
+        let answer = http.get(app.url(asked)).send().await.expect(asked);
+        assert!(
+            [
+                StatusCode::PERMANENT_REDIRECT,
+                StatusCode::MOVED_PERMANENTLY
+            ]
+            .contains(&answer.status()),
+            "{asked}: {}",
+            answer.status()
+        );
+        assert_eq!(answer.headers()["location"], location, "{asked}");
+    }
+    // Followed, it is the page.
+    let page = app.http.get(app.url("/ui")).send().await.expect("GET /ui");
+    assert_eq!(page.status(), StatusCode::OK);
+    assert!(page.url().path().ends_with("/ui/"), "{}", page.url());
+    assert!(page.text().await.expect("page").contains("<html"));
+}
+
+#[tokio::test]
+async fn the_key_prompt_says_its_sentence_once() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn_with(keyed_settings(&redis)).await;
+    open_page(&browser, &app, true).await;
+    let shown = browser
+        .execute(
+            "return document.body.innerText.split('asks for an API key').length - 1;",
+            json!([]),
+        )
+        .await;
+    assert_eq!(shown, 1, "the sentence shows {shown} times");
+    browser.quit().await;
+}
+
+/// At 1024 px the whole table fits: the force-release button is inside the
+/// window, and neither the page nor the table scrolls sideways, with a long
+/// owner and the largest fences.
+#[tokio::test]
+async fn the_table_fits_at_1024_px() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    browser.resize(1024, 768).await;
+    open_page(&browser, &app, false).await;
+    let lease = app
+        .acquire_with(
+            "wide:billing:invoice-2026-000042",
+            json!({"ttl_ms": 3_600_000, "owner": "worker-7.eu-west-1.example", "lock_delay_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(lease.status, StatusCode::OK, "{}", lease.body);
+    wait_for_row(&browser, "wide:billing:invoice-2026-000042", true).await;
+    let width = browser
+        .execute("return window.innerWidth;", json!([]))
+        .await;
+    assert_eq!(width, 1024, "the window's width");
+    let fit = browser
+        .execute(
+            "const b = document.querySelector(arguments[0] + ' button.force-release').getBoundingClientRect(); \
+             const w = document.querySelector('#locks').closest('.table-wrap'); \
+             return {left: b.left, right: b.right, width: window.innerWidth, \
+                     page: document.documentElement.scrollWidth - document.documentElement.clientWidth, \
+                     table: w.scrollWidth - w.clientWidth};",
+            json!([row("wide:billing:invoice-2026-000042")]),
+        )
+        .await;
+    assert!(
+        fit["left"].as_f64() >= Some(0.0) && fit["right"].as_f64() <= fit["width"].as_f64(),
+        "the button is outside the window: {fit}"
+    );
+    assert!(
+        fit["page"].as_i64() <= Some(0),
+        "the page scrolls sideways: {fit}"
+    );
+    assert!(
+        fit["table"].as_i64() <= Some(0),
+        "the table scrolls sideways: {fit}"
+    );
+    browser.quit().await;
+}
+
+/// A lease that expires unreleased leaves its lock unavailable for its
+/// lock-delay: the page keeps the row, says so and counts down, whether the
+/// delay began before the page opened or while it watched; a force release
+/// ends it.
+#[tokio::test]
+async fn the_page_shows_a_lock_delay_and_force_releases_it() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let delay = json!({"ttl_ms": 1_000, "owner": "stalled", "lock_delay_ms": 60_000});
+
+    // Expired before the page opens: the first fill shows its delay.
+    let before = app.acquire_with("delay:before", delay.clone()).await;
+    assert_eq!(before.status, StatusCode::OK, "{}", before.body);
+    let deadline = std::time::Instant::now() + webdriver::DEADLINE;
+    while app.status("delay:before").await.body["held"] != false {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    open_page(&browser, &app, false).await;
+    wait_for_row(&browser, "delay:before", true).await;
+    assert_eq!(
+        cell_text(&browser, "delay:before", "mode").await,
+        "lock-delay"
+    );
+
+    // Held while the page watches: it shows what the delay will be, and the
+    // row stays when the lease expires.
+    let watched = app.acquire_with("delay:watched", delay).await;
+    assert_eq!(watched.status, StatusCode::OK, "{}", watched.body);
+    wait_for_row(&browser, "delay:watched", true).await;
+    assert_eq!(
+        cell_text(&browser, "delay:watched", "mode").await,
+        "exclusive"
+    );
+    browser
+        .wait_until(
+            "the row of delay:watched shows its lock-delay",
+            "const r = document.querySelector(arguments[0]); \
+             return r !== null && r.querySelector('td.mode').textContent === 'lock-delay';",
+            json!([row("delay:watched")]),
+        )
+        .await;
+    for name in ["delay:before", "delay:watched"] {
+        let status = app.status(name).await.body;
+        assert_eq!(status["held"], false, "{status}");
+        assert!(status["available_in_ms"].as_u64() > Some(0), "{status}");
+        let free = cell_text(&browser, name, "free").await;
+        let free = free.as_str().expect("a free-in cell");
+        assert!(free.ends_with(" s"), "{name} is free in {free}");
+        assert_eq!(cell_text(&browser, name, "expires").await, "—");
+    }
+
+    force_release_from_page(&browser, &row("delay:watched")).await;
+    let status = app.status("delay:watched").await.body;
+    assert_eq!(status["available_in_ms"], 0, "{status}");
     browser.quit().await;
 }

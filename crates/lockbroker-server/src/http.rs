@@ -99,6 +99,7 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         ),
         (Method::GET, "/metrics", get(scrape::metrics)),
         (Method::GET, "/healthz", get(health::healthz)),
+        (Method::GET, "/ui", get(ui::to_page)),
         (Method::GET, "/ui/", get(ui::page)),
         (Method::GET, "/ui/app.js", get(ui::script)),
         (Method::GET, "/ui/app.css", get(ui::style)),

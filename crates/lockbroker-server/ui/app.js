@@ -1,12 +1,26 @@
-// lockbroker operator page: the held locks under a prefix, live.
+// lockbroker operator page: the held locks and semaphores under a prefix.
 //
-// First fill from GET /v1/locks (every page), then the event stream
+// Locks: first fill from GET /v1/locks (every page), then the event stream
 // GET /v1/events?prefix=... read with fetch() (EventSource cannot send an
 // Authorization header) and parsed here. Requests join and leave a lock's
 // queue without any event, so while the page is visible the listing is read
 // again every 5 s for the waiting counts alone; the stream alone adds and
-// drops rows. Every string from the broker goes into the page through
-// textContent, never as markup.
+// drops rows. A lock whose lease expired unreleased stays listed while it
+// waits out its lock-delay; an `expired` event does not say how long that
+// is, so the page then reads the lock's status.
+//
+// A status has no time of grant, so the page cannot say how long a lease has
+// been held; it shows what the status gives: how long the lease stays valid
+// (expires in) and how long until the lock is free (free in:
+// available_in_ms, the lease plus its lock-delay).
+//
+// Semaphores: the prefix stream carries no semaphore, and one stream per
+// semaphore (GET /v1/semaphores/{name}/events) would take one of the
+// browser's few connections to the broker each, so GET /v1/semaphores is
+// read again every 5 s while the page is visible.
+//
+// Every string from the broker goes into the page through textContent,
+// never as markup.
 "use strict";
 
 (function () {
@@ -21,6 +35,8 @@
   const STALE_AFTER_MS = 45000;
   // How often the waiting counts are read again while the page is visible.
   const WAITING_REFRESH_MS = 5000;
+  // How often the semaphore listing is read again while the page is visible.
+  const SEMAPHORE_REFRESH_MS = 5000;
 
   const $ = (id) => document.getElementById(id);
   const el = {
@@ -34,6 +50,9 @@
     prefix: $("prefix"),
     locks: $("locks"),
     empty: $("empty"),
+    semaphores: $("semaphores"),
+    semaphoresEmpty: $("semaphores-empty"),
+    semaphoresFailed: $("semaphores-failed"),
     history: $("history"),
     historyHeading: $("history-heading"),
     historyList: $("history-list"),
@@ -41,6 +60,7 @@
     historyClose: $("history-close"),
     confirm: $("confirm"),
     confirmName: $("confirm-name"),
+    confirmWhat: $("confirm-what"),
     confirmYes: $("confirm-yes"),
     confirmNo: $("confirm-no"),
   };
@@ -48,14 +68,20 @@
   // ---- state -------------------------------------------------------------
 
   /**
-   * name -> {name, holders: Map<fence, holder>, hidden, waiting, waitingAt, row}:
+   * name -> {name, holders: Map<fence, holder>, hidden, delayUntil, waiting,
+   * waitingAt, changedAt, row}: `delayUntil` is the performance.now() until
+   * which an expired lease's lock-delay keeps the lock (0: none known);
    * `waiting` is the queue length last seen (null: unknown), `waitingAt` the
-   * performance.now() when it was read (for a refresh: when it was asked for).
+   * performance.now() when it was read (for a refresh: when it was asked
+   * for); `changedAt` when the row last changed.
    */
   const locks = new Map();
+  /** name -> {name, status, seenAt, row}: the last listing's SemaphoreStatus. */
+  const semaphores = new Map();
   /** name -> [{at: Date, type, fence, owner}], newest last */
   const histories = new Map();
   let selected = null;
+  /** The force release awaiting confirmation: {kind: "lock" | "semaphore", name}. */
   let pendingRelease = null;
   let releaseOpener = null;
 
@@ -72,6 +98,9 @@
   // The waiting-count refresh in flight (one at a time) and when it began.
   let refreshAbort = null;
   let lastRefresh = 0;
+  // The semaphore listing read in flight (one at a time) and when it began.
+  let semaphoreAbort = null;
+  let lastSemaphoreRead = 0;
 
   // ---- API key -----------------------------------------------------------
 
@@ -155,6 +184,27 @@
     return "/v1/locks/" + encodeURIComponent(name);
   }
 
+  function semaphorePath(name) {
+    return "/v1/semaphores/" + encodeURIComponent(name);
+  }
+
+  /**
+   * One call to the broker's API: the stored key as a bearer token, a JSON
+   * answer asked for, and a body (when given) sent as JSON under
+   * `Content-Type: application/json`, the only body type the API takes.
+   * options: {method, query, body, signal, headers}.
+   */
+  function api(path, options) {
+    const o = options || {};
+    const h = headers(Object.assign({ Accept: "application/json" }, o.headers || {}));
+    const init = { method: o.method || "GET", headers: h, signal: o.signal, cache: "no-store" };
+    if (o.body !== undefined) {
+      h.set("Content-Type", "application/json");
+      init.body = JSON.stringify(o.body);
+    }
+    return fetch(apiUrl(path, o.query), init);
+  }
+
   /** The message of a JSON error body, or a generic one. */
   async function errorMessage(response) {
     try {
@@ -214,6 +264,15 @@
 
   // ---- the locks table ---------------------------------------------------
 
+  /** A lease's lock-delay from a status entry; null from an event (unknown). */
+  function delayOf(data) {
+    const left = data.expires_in_ms;
+    const available = data.available_in_ms;
+    return Number.isSafeInteger(left) && Number.isSafeInteger(available) && available >= left
+      ? available - left
+      : null;
+  }
+
   function holderFrom(data, mode) {
     const left = Number(data.expires_in_ms) || 0;
     return {
@@ -221,15 +280,26 @@
       owner: data.owner === undefined ? null : data.owner,
       mode: mode || data.mode || "exclusive",
       expiresAt: performance.now() + left,
+      delayMs: delayOf(data),
     };
   }
 
   function lockFor(name) {
     let lock = locks.get(name);
     if (!lock) {
-      lock = { name, holders: new Map(), hidden: 0, waiting: null, waitingAt: 0, row: null };
+      lock = {
+        name,
+        holders: new Map(),
+        hidden: 0,
+        delayUntil: 0,
+        waiting: null,
+        waitingAt: 0,
+        changedAt: 0,
+        row: null,
+      };
       locks.set(name, lock);
     }
+    lock.changedAt = performance.now();
     return lock;
   }
 
@@ -250,17 +320,30 @@
     updateEmpty();
   }
 
-  /** Replaces a lock's row with a LockStatus (from a listing or `state`). */
+  /** Whether a lease still holds the lock, or its lock-delay keeps it. */
+  function inPlace(lock) {
+    return lock.holders.size + lock.hidden > 0 || lock.delayUntil > performance.now();
+  }
+
+  /**
+   * Replaces a lock's row with a LockStatus (from a listing, a `state` or a
+   * status read): a held lock, or one waiting out a lock-delay.
+   */
   function applyStatus(status) {
     if (!status || typeof status.name !== "string") {
       return;
     }
-    if (!status.held) {
+    const available = Number(status.available_in_ms) || 0;
+    if (!status.held && available <= 0) {
       dropLock(status.name);
       return;
     }
     const lock = lockFor(status.name);
     lock.holders.clear();
+    lock.hidden = 0;
+    // Held, the delays are the holders' own; not held, what keeps the lock
+    // is the lock-delay of a lease that expired.
+    lock.delayUntil = status.held ? 0 : performance.now() + available;
     const shown = Array.isArray(status.holders) ? status.holders : [];
     for (const h of shown) {
       // Leases in their lock-delay are listed too; only valid ones hold.
@@ -268,12 +351,12 @@
         lock.holders.set(String(h.fence), holderFrom(h));
       }
     }
-    if (lock.holders.size === 0) {
+    if (status.held && lock.holders.size === 0) {
       // A status without holder details: the lock as one holder.
       lock.holders.set(String(status.fence), holderFrom(status));
     }
     const count = Number(status.holder_count) || 0;
-    lock.hidden = Math.max(0, count - lock.holders.size);
+    lock.hidden = status.held ? Math.max(0, count - lock.holders.size) : 0;
     lock.waiting = waitingOf(status);
     lock.waitingAt = performance.now();
     render(lock);
@@ -288,7 +371,8 @@
   /**
    * The waiting count of a listing entry read by the refresh, asked for at
    * `askedAt`: only for a row already shown, and not over a `state` event
-   * that arrived after the question.
+   * that arrived after the question. The lock-delays of leases the page
+   * knows from events alone are filled in too.
    */
   function applyWaiting(status, askedAt) {
     if (!status || typeof status.name !== "string") {
@@ -300,8 +384,40 @@
     }
     lock.waiting = waitingOf(status);
     lock.waitingAt = askedAt;
+    for (const h of Array.isArray(status.holders) ? status.holders : []) {
+      const holder = lock.holders.get(String(h.fence));
+      if (holder && holder.delayMs === null) {
+        holder.delayMs = delayOf(h);
+      }
+    }
     if (lock.row) {
       renderWaiting(lock);
+      renderLeft(lock);
+    }
+  }
+
+  /**
+   * Reads the status of a lock whose lease expired: how long its lock-delay
+   * keeps it, which the event does not say. Not over a change that arrived
+   * after the question; on failure the row goes when no lease holds it.
+   */
+  async function readExpired(gen, name) {
+    const askedAt = performance.now();
+    let status = null;
+    try {
+      const response = await api(lockPath(name));
+      status = response.ok ? await response.json() : null;
+    } catch (_) {
+      // The broker did not answer: judged below without the status.
+    }
+    const lock = locks.get(name);
+    if (gen !== generation || !lock || lock.changedAt > askedAt) {
+      return;
+    }
+    if (status && status.name === name) {
+      applyStatus(status);
+    } else if (!inPlace(lock)) {
+      dropLock(name);
     }
   }
 
@@ -309,7 +425,7 @@
    * One change event: acquired, extended, released, expired, force_released.
    * These carry no waiting count: a row keeps the last one known.
    */
-  function applyChange(type, data) {
+  function applyChange(gen, type, data) {
     if (!data || typeof data.name !== "string" || data.mode === "permit") {
       return;
     }
@@ -317,11 +433,18 @@
     if (type === "acquired" || type === "extended") {
       const lock = lockFor(data.name);
       if (type === "acquired" && data.mode === "exclusive") {
-        // An exclusive grant excludes every other lease.
+        // An exclusive grant excludes every other lease, and any lock-delay.
         lock.holders.clear();
         lock.hidden = 0;
+        lock.delayUntil = 0;
       }
-      lock.holders.set(key, holderFrom(data));
+      const before = lock.holders.get(key);
+      const holder = holderFrom(data);
+      if (before) {
+        // An extend keeps the lease's lock-delay.
+        holder.delayMs = before.delayMs;
+      }
+      lock.holders.set(key, holder);
       render(lock);
       return;
     }
@@ -330,17 +453,31 @@
       return;
     }
     if (type === "force_released") {
-      // A force release ends every lease of the lock.
+      // A force release ends every lease of the lock, and any lock-delay.
       dropLock(data.name);
       return;
     }
+    lock.changedAt = performance.now();
+    const holder = lock.holders.get(key);
     if (!lock.holders.delete(key) && lock.hidden > 0) {
       lock.hidden -= 1;
     }
-    if (lock.holders.size + lock.hidden === 0) {
-      dropLock(data.name);
-    } else {
+    let ask = false;
+    if (type === "expired") {
+      if (holder && holder.delayMs !== null) {
+        lock.delayUntil = Math.max(lock.delayUntil, performance.now() + holder.delayMs);
+      } else {
+        // The delay is unknown: the row stays until the status says.
+        ask = true;
+      }
+    }
+    if (ask) {
       render(lock);
+      readExpired(gen, data.name);
+    } else if (inPlace(lock)) {
+      render(lock);
+    } else {
+      dropLock(data.name);
     }
   }
 
@@ -365,13 +502,37 @@
       }
       expiresAt = Math.max(expiresAt, h.expiresAt);
     }
+    const count = holders.length + lock.hidden;
+    let mode = exclusive ? "exclusive" : "shared";
+    if (count === 0) {
+      mode = lock.delayUntil > performance.now() ? "lock-delay" : "expired";
+    }
     return {
       owner,
       fence: text(fence),
-      mode: exclusive ? "exclusive" : "shared",
+      mode,
       expiresAt,
-      count: String(holders.length + lock.hidden),
+      count: String(count),
     };
+  }
+
+  /**
+   * When the lock is free if no lease is released: every lease's expiry
+   * plus its lock-delay, and an expired lease's delay; null when a lease's
+   * delay is unknown (known from an event alone, or beyond the 100 shown).
+   */
+  function freeAt(lock) {
+    let at = lock.delayUntil;
+    if (lock.hidden > 0) {
+      return null;
+    }
+    for (const h of lock.holders.values()) {
+      if (h.delayMs === null) {
+        return null;
+      }
+      at = Math.max(at, h.expiresAt + h.delayMs);
+    }
+    return at;
   }
 
   function buildRow(lock) {
@@ -382,29 +543,39 @@
     row.appendChild(cell("td", "", "owner"));
     row.appendChild(cell("td", "", "fence num"));
     row.appendChild(cell("td", "", "mode"));
-    row.appendChild(cell("td", "", "left num"));
+    row.appendChild(cell("td", "", "expires num"));
+    row.appendChild(cell("td", "", "free num"));
     row.appendChild(cell("td", "", "holders num"));
     row.appendChild(cell("td", "", "waiting num"));
-    const actions = cell("td", "", "actions");
-    const button = cell("button", "Force release", "force-release");
-    button.type = "button";
-    button.setAttribute("aria-label", "Force release " + lock.name);
-    actions.appendChild(button);
-    row.appendChild(actions);
+    row.appendChild(forceButtonCell("Force release " + lock.name));
     if (lock.name === selected) {
       row.classList.add("selected");
       row.setAttribute("aria-current", "true");
     }
-    // Keep rows sorted by name.
+    insertSorted(el.locks, row, "lock", lock.name);
+    return row;
+  }
+
+  /** The last cell of a row: its force-release button, labelled `label`. */
+  function forceButtonCell(label) {
+    const actions = cell("td", "", "actions");
+    const button = cell("button", "Force release", "force-release");
+    button.type = "button";
+    button.setAttribute("aria-label", label);
+    actions.appendChild(button);
+    return actions;
+  }
+
+  /** Inserts `row` into `body`, whose rows are sorted by `data-<key>`. */
+  function insertSorted(body, row, key, name) {
     let before = null;
-    for (const other of el.locks.children) {
-      if (other.dataset.lock > lock.name) {
+    for (const other of body.children) {
+      if (other.dataset[key] > name) {
         before = other;
         break;
       }
     }
-    el.locks.insertBefore(row, before);
-    return row;
+    body.insertBefore(row, before);
   }
 
   function render(lock) {
@@ -417,25 +588,31 @@
     cells[1].textContent = s.owner;
     cells[2].textContent = s.fence;
     cells[3].textContent = s.mode;
-    cells[5].textContent = s.count;
+    cells[6].textContent = s.count;
+    lock.row.classList.toggle("delayed", s.count === "0");
     renderWaiting(lock);
     renderLeft(lock);
     updateEmpty();
   }
 
   function renderWaiting(lock) {
-    const td = lock.row.children[6];
+    const td = lock.row.children[7];
     const shown = text(lock.waiting);
     if (td.textContent !== shown) {
       td.textContent = shown;
     }
   }
 
+  /** The countdowns of a row: expires in, and free in. */
   function renderLeft(lock) {
-    const left = lock.expiresAt - performance.now();
-    const td = lock.row.children[4];
-    td.textContent = formatLeft(left);
-    td.classList.toggle("expiring", left < 5000);
+    const now = performance.now();
+    const held = lock.holders.size + lock.hidden > 0;
+    const left = lock.expiresAt - now;
+    const expires = lock.row.children[4];
+    expires.textContent = held ? formatLeft(left) : "—";
+    expires.classList.toggle("expiring", held && left < 5000);
+    const at = freeAt(lock);
+    lock.row.children[5].textContent = at === null ? "—" : formatLeft(at - now);
   }
 
   function updateEmpty() {
@@ -451,6 +628,166 @@
     locks.clear();
     el.locks.dataset.ready = "false";
     updateEmpty();
+  }
+
+  // ---- the semaphores table ----------------------------------------------
+
+  function dropSemaphore(name) {
+    const entry = semaphores.get(name);
+    if (!entry) {
+      return;
+    }
+    semaphores.delete(name);
+    if (entry.row) {
+      const hadFocus = entry.row.contains(document.activeElement);
+      entry.row.remove();
+      if (hadFocus) {
+        el.prefix.focus();
+      }
+    }
+    updateSemaphoresEmpty();
+  }
+
+  function buildSemaphoreRow(name) {
+    const row = document.createElement("tr");
+    row.dataset.semaphore = name;
+    row.appendChild(cell("th", name)).scope = "row";
+    for (const c of ["limit num", "held num", "available num", "owners", "fence num", "free num", "waiting num"]) {
+      row.appendChild(cell("td", "", c));
+    }
+    row.appendChild(forceButtonCell("Force release semaphore " + name));
+    insertSorted(el.semaphores, row, "semaphore", name);
+    return row;
+  }
+
+  /** The holders' labels in grant order, each once, the first three shown. */
+  function semaphoreOwners(status) {
+    const holders = (Array.isArray(status.holders) ? status.holders : [])
+      .slice()
+      .sort((a, b) => (Number(a.fence) || 0) - (Number(b.fence) || 0));
+    const owners = Array.from(new Set(holders.map((h) => h.owner).filter((o) => o)));
+    let shown = owners.length === 0 ? "—" : owners.slice(0, 3).join(", ");
+    const more = owners.length - 3;
+    if (more > 0) {
+      shown += " +" + more;
+    }
+    return shown;
+  }
+
+  /** Shows one SemaphoreStatus of a listing: a semaphore with permits in place. */
+  function applySemaphore(status) {
+    let entry = semaphores.get(status.name);
+    if (!entry) {
+      entry = { name: status.name, status: null, seenAt: 0, row: buildSemaphoreRow(status.name) };
+      semaphores.set(status.name, entry);
+    }
+    entry.status = status;
+    entry.seenAt = performance.now();
+    const cells = entry.row.children;
+    cells[1].textContent = text(status.limit);
+    cells[2].textContent = text(status.held);
+    cells[3].textContent = text(status.available);
+    cells[4].textContent = semaphoreOwners(status);
+    cells[5].textContent = text(status.fence);
+    cells[7].textContent = text(waitingOf(status));
+    renderSemaphoreLeft(entry);
+  }
+
+  /** Free in: now while a permit is free, else until one can be granted. */
+  function renderSemaphoreLeft(entry) {
+    const wait = Number(entry.status.available_in_ms) || 0;
+    const td = entry.row.children[6];
+    td.textContent = wait > 0 ? formatLeft(entry.seenAt + wait - performance.now()) : "now";
+  }
+
+  function updateSemaphoresEmpty() {
+    el.semaphoresEmpty.hidden = semaphores.size > 0 || el.semaphores.dataset.ready !== "true";
+  }
+
+  function clearSemaphores() {
+    for (const entry of semaphores.values()) {
+      entry.row.remove();
+    }
+    semaphores.clear();
+    el.semaphores.dataset.ready = "false";
+    el.semaphoresFailed.hidden = true;
+    updateSemaphoresEmpty();
+  }
+
+  /**
+   * Reads GET /v1/semaphores under the current prefix, every page, and puts
+   * the table right: a semaphore missing from the whole listing has no
+   * permit in place any more. One read at a time; `restart` aborts the one
+   * in flight (its answer may predate a force release). A failure leaves
+   * the rows as they are and says why under the table.
+   */
+  async function readSemaphores(restart) {
+    if (semaphoreAbort !== null) {
+      if (!restart) {
+        return;
+      }
+      semaphoreAbort.abort();
+    }
+    if (document.visibilityState !== "visible" && !restart) {
+      return;
+    }
+    const gen = generation;
+    const controller = new AbortController();
+    semaphoreAbort = controller;
+    lastSemaphoreRead = performance.now();
+    try {
+      const listed = [];
+      let cursor = null;
+      for (let page = 0; page < LIST_MAX_PAGES; page += 1) {
+        const response = await api("/v1/semaphores", {
+          query: { prefix, cursor, limit: LIST_PAGE_LIMIT },
+          signal: controller.signal,
+        });
+        if (gen !== generation || controller.signal.aborted) {
+          return;
+        }
+        if (!response.ok) {
+          // 401: the lock listing asks for a key; here it would only repeat it.
+          el.semaphoresFailed.hidden = response.status === 401;
+          el.semaphoresFailed.textContent =
+            response.status === 403
+              ? "Listing semaphores needs a key with the admin scope."
+              : "Listing semaphores failed (" + (await errorMessage(response)) + "); retrying.";
+          return;
+        }
+        const body = await response.json();
+        if (gen !== generation || controller.signal.aborted) {
+          return;
+        }
+        listed.push(...(Array.isArray(body.semaphores) ? body.semaphores : []));
+        cursor = body.next_cursor;
+        if (lastPage(cursor)) {
+          break;
+        }
+      }
+      const names = new Set();
+      for (const status of listed) {
+        if (status && typeof status.name === "string") {
+          names.add(status.name);
+          applySemaphore(status);
+        }
+      }
+      for (const name of Array.from(semaphores.keys())) {
+        if (!names.has(name)) {
+          dropSemaphore(name);
+        }
+      }
+      el.semaphoresFailed.hidden = true;
+      el.semaphores.dataset.ready = "true";
+      updateSemaphoresEmpty();
+    } catch (_) {
+      // Aborted by a new prefix, key or force release, or no answer: the
+      // next round retries.
+    } finally {
+      if (semaphoreAbort === controller) {
+        semaphoreAbort = null;
+      }
+    }
   }
 
   // ---- history -----------------------------------------------------------
@@ -521,10 +858,7 @@
   // ---- the first fill: GET /v1/locks, every page ----------------------------
 
   function listPage(cursor, signal) {
-    return fetch(
-      apiUrl("/v1/locks", { prefix, cursor, limit: LIST_PAGE_LIMIT }),
-      { headers: headers({ Accept: "application/json" }), signal, cache: "no-store" },
-    );
+    return api("/v1/locks", { query: { prefix, cursor, limit: LIST_PAGE_LIMIT }, signal });
   }
 
   function lastPage(cursor) {
@@ -726,7 +1060,7 @@
       case "released":
       case "expired":
       case "force_released":
-        applyChange(event.type, data);
+        applyChange(gen, event.type, data);
         if (data && typeof data.name === "string" && data.mode !== "permit") {
           remember(data.name, event.type, data);
         }
@@ -745,14 +1079,14 @@
 
   /** One connection; resolves to {stop} or {retryAfterMs}. */
   async function streamOnce(gen, controller) {
-    const h = headers({ Accept: "text/event-stream" });
+    const extra = { Accept: "text/event-stream" };
     if (lastEventId !== null) {
-      h.set("Last-Event-ID", lastEventId);
+      extra["Last-Event-ID"] = lastEventId;
     }
-    const response = await fetch(apiUrl("/v1/events", { prefix }), {
-      headers: h,
+    const response = await api("/v1/events", {
+      query: { prefix },
+      headers: extra,
       signal: controller.signal,
-      cache: "no-store",
     });
     if (gen !== generation) {
       return { stop: true };
@@ -845,6 +1179,8 @@
     snapshot = null;
     streamLive = false;
     clearLocks();
+    clearSemaphores();
+    readSemaphores(true);
     setConnection("connecting", "Connecting…");
     let go;
     try {
@@ -875,15 +1211,17 @@
       url.searchParams.delete("prefix");
     }
     window.history.replaceState(null, "", url.toString());
-    setStatus(prefix ? "Watching locks under “" + prefix + "”." : "Watching every lock.");
+    setStatus(prefix ? "Watching locks and semaphores under “" + prefix + "”." : "Watching every lock and semaphore.");
     start();
   }
 
   // ---- force release ---------------------------------------------------------
 
-  function askRelease(name, opener) {
-    pendingRelease = name;
+  /** Asks to confirm the force release of the lock or semaphore `name`. */
+  function askRelease(kind, name, opener) {
+    pendingRelease = { kind, name };
     releaseOpener = opener;
+    el.confirmWhat.textContent = kind === "semaphore" ? "permit" : "lease";
     el.confirmName.textContent = name;
     el.confirmYes.disabled = false;
     el.confirm.showModal();
@@ -891,19 +1229,17 @@
   }
 
   async function forceRelease() {
-    const name = pendingRelease;
-    if (name === null) {
+    if (pendingRelease === null) {
       return;
     }
+    const { kind, name } = pendingRelease;
+    const semaphore = kind === "semaphore";
+    const unit = semaphore ? "permit" : "lease";
     el.confirmYes.disabled = true;
     let message;
-    let kind = "error";
+    let outcome = "error";
     try {
-      const response = await fetch(apiUrl(lockPath(name)), {
-        method: "DELETE",
-        headers: headers({ Accept: "application/json" }),
-        cache: "no-store",
-      });
+      const response = await api(semaphore ? semaphorePath(name) : lockPath(name), { method: "DELETE" });
       if (response.status === 401) {
         el.confirm.close();
         askForKey();
@@ -915,21 +1251,33 @@
         message = "Force release of " + name + " failed: " + (await errorMessage(response));
       } else {
         const body = await response.json();
-        kind = "ok";
+        outcome = "ok";
         if (body.released) {
           const ended = Number(body.leases_ended) || 0;
           message =
-            "Force released " + name + ": " + ended + (ended === 1 ? " lease" : " leases") +
+            "Force released " + name + ": " + ended + " " + unit + (ended === 1 ? "" : "s") +
             " ended" + (body.fence !== null && body.fence !== undefined ? " (fence " + body.fence + ")." : ".");
         } else {
           message = name + " was not held; nothing to release.";
+        }
+        if (semaphore) {
+          // No event says so: the row goes now, and the listing is read anew.
+          dropSemaphore(name);
+          readSemaphores(true);
+        } else {
+          // A lock kept by a lock-delay alone had no lease to end, so no
+          // event may follow; a held lock's row goes with its event.
+          const lock = locks.get(name);
+          if (lock && lock.holders.size + lock.hidden === 0) {
+            dropLock(name);
+          }
         }
       }
     } catch (_) {
       message = "Force release of " + name + " failed: the broker did not answer.";
     }
     el.confirm.close();
-    setStatus(message, kind);
+    setStatus(message, outcome);
   }
 
   // ---- wiring ------------------------------------------------------------------
@@ -940,10 +1288,18 @@
       return;
     }
     if (event.target.closest("button.force-release")) {
-      askRelease(row.dataset.lock, event.target.closest("button"));
+      askRelease("lock", row.dataset.lock, event.target.closest("button"));
       return;
     }
     select(row.dataset.lock);
+  });
+
+  el.semaphores.addEventListener("click", (event) => {
+    const row = event.target.closest("tr[data-semaphore]");
+    const button = event.target.closest("button.force-release");
+    if (row && button) {
+      askRelease("semaphore", row.dataset.semaphore, button);
+    }
   });
 
   el.locks.addEventListener("keydown", (event) => {
@@ -1005,12 +1361,18 @@
     start();
   });
 
-  // Each second: the time left of every row, and a stream gone silent.
+  // Each second: the countdowns of every row, the end of a lock-delay, and
+  // a stream gone silent.
   window.setInterval(() => {
-    for (const lock of locks.values()) {
-      if (lock.row) {
+    for (const lock of Array.from(locks.values())) {
+      if (lock.holders.size + lock.hidden === 0 && lock.delayUntil > 0 && !inPlace(lock)) {
+        dropLock(lock.name);
+      } else if (lock.row) {
         renderLeft(lock);
       }
+    }
+    for (const entry of semaphores.values()) {
+      renderSemaphoreLeft(entry);
     }
     if (abort && !abort.signal.aborted && lastActivity > 0 &&
         performance.now() - lastActivity > STALE_AFTER_MS && el.connection.dataset.state === "live") {
@@ -1021,10 +1383,18 @@
 
   // The waiting counts, every 5 s while the page is visible, and at once when
   // it shows again after a longer time hidden.
+  // The same for the semaphore listing.
   window.setInterval(refreshWaiting, WAITING_REFRESH_MS);
+  window.setInterval(() => readSemaphores(false), SEMAPHORE_REFRESH_MS);
   document.addEventListener("visibilitychange", () => {
-    if (document.visibilityState === "visible" && performance.now() - lastRefresh >= WAITING_REFRESH_MS) {
+    if (document.visibilityState !== "visible") {
+      return;
+    }
+    if (performance.now() - lastRefresh >= WAITING_REFRESH_MS) {
       refreshWaiting();
+    }
+    if (performance.now() - lastSemaphoreRead >= SEMAPHORE_REFRESH_MS) {
+      readSemaphores(false);
     }
   });
 

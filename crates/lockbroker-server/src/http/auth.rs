@@ -20,7 +20,7 @@ use crate::auth::{Caller, KeyRing, Scope};
 /// route is closed until it is listed here.
 pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     match (method, path) {
-        (_, "/healthz" | "/readyz" | "/ui/" | "/ui/app.js" | "/ui/app.css") => None,
+        (_, "/healthz" | "/readyz" | "/ui" | "/ui/" | "/ui/app.js" | "/ui/app.css") => None,
         (&Method::GET | &Method::HEAD, "/v1/locks" | "/v1/semaphores")
         | (&Method::DELETE, "/v1/locks/{name}" | "/v1/semaphores/{name}") => Some(Scope::Admin),
         (_, "/metrics") => Some(Scope::Metrics),
@@ -179,6 +179,7 @@ mod tests {
             (Method::GET, "/v1/events", Some(Scope::Lock)),
             (Method::GET, "/metrics", Some(Scope::Metrics)),
             (Method::GET, "/healthz", None),
+            (Method::GET, "/ui", None),
             (Method::GET, "/ui/", None),
             (Method::GET, "/ui/app.js", None),
             (Method::GET, "/ui/app.css", None),

@@ -2,7 +2,7 @@
 //! key (the page asks for one when the API wants it) under a strict
 //! Content-Security-Policy: nothing inline, nothing from elsewhere.
 
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
 /// Scripts and styles only from the broker itself, nothing inline, no
@@ -10,6 +10,23 @@ use axum::response::{IntoResponse, Response};
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
     style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; \
     form-action 'none'; frame-ancestors 'none'";
+
+/// `GET /ui`: a permanent redirect to `/ui/`, the query kept (the page
+/// reads its prefix from it). The page's own links are absolute, so it would
+/// load from `/ui` too; the redirect gives it one address.
+pub async fn to_page(uri: Uri) -> Response {
+    let location = match uri.query() {
+        Some(query) => format!("/ui/?{query}"),
+        None => "/ui/".to_owned(),
+    };
+    let mut response = StatusCode::PERMANENT_REDIRECT.into_response();
+    // Built from "/ui/" and a query the request line already carried, which
+    // is valid in a header value; a failure would leave the bare 308.
+    if let Ok(value) = HeaderValue::try_from(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    response
+}
 
 /// `GET /ui/`
 pub async fn page() -> Response {
