@@ -30,6 +30,7 @@ use watches::Watches;
 mod calling;
 mod listing;
 mod node;
+pub use node::NodeIdentity;
 mod replicas;
 pub(crate) mod watches;
 
