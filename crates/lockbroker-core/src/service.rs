@@ -336,14 +336,23 @@ impl<S: LockStore> LockService<S> {
         }
     }
 
-    /// Reads a lock's state; never reveals a token.
+    /// Reads a lock's state; never reveals a token. `waiting` counts the
+    /// store's queue and this broker's own line for the lock (other
+    /// brokers' lines are theirs to count).
     pub async fn status(&self, name: &LockName) -> Result<LockStatus, LockError> {
-        Ok(self.store.status(name).await?)
+        let mut status = self.store.status(name).await?;
+        status.waiting += self.waiters.in_line(name) as u64;
+        Ok(status)
     }
 
-    /// Lists held locks for an operator, one bounded page at a time.
+    /// Lists held locks for an operator, one bounded page at a time; each
+    /// `waiting` counts as in [`LockService::status`].
     pub async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
-        self.store.list(request).await
+        let mut page = self.store.list(request).await?;
+        for entry in &mut page.locks {
+            entry.status.waiting += self.waiters.in_line(&entry.name) as u64;
+        }
+        Ok(page)
     }
 
     /// Succeeds when the store can serve lock steps.
