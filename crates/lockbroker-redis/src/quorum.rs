@@ -434,7 +434,7 @@ pub struct NodeCounts {
 }
 
 /// `count` followed by "node" or "nodes".
-fn nodes(count: usize) -> String {
+pub(crate) fn nodes(count: usize) -> String {
     match count {
         1 => "1 node".to_owned(),
         _ => format!("{count} nodes"),

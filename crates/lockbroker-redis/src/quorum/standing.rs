@@ -176,8 +176,10 @@ impl Standing {
                 })
                 .collect()
         };
-        let up: Vec<bool> = (epochs.iter().zip(&identities))
-            .map(|(epoch, identity)| epoch.is_some() || identity.is_some())
+        // Answering now: to this look's epoch read or identity question (a
+        // known identity is no answer).
+        let up: Vec<bool> = (epochs.iter().zip(&asked))
+            .map(|(epoch, asked)| epoch.is_some() || matches!(asked, Some(Some(_))))
             .collect();
         let endpoints: Vec<String> = nodes.iter().map(RedisLockStore::endpoint).collect();
         let misconfigured = misconfigurations(&identities, &endpoints);
