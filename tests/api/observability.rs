@@ -403,3 +403,67 @@ async fn the_dashboard_and_alerts_query_only_exported_metrics() {
         }
     }
 }
+
+/// The JSON lines of `logs` whose message is `message`.
+fn log_lines<'a>(logs: &'a str, message: &'a str) -> impl Iterator<Item = serde_json::Value> + 'a {
+    logs.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(move |line| line["message"] == message)
+}
+
+#[tokio::test]
+async fn the_log_names_the_mode_and_endpoints_and_each_node_change_once() {
+    let password = "s3cret-pw";
+    // The default user has no password, so it takes any: the URL carries one.
+    let first = RedisServer::start();
+    let (mut second, third) = (RedisServer::start(), RedisServer::start());
+    let nodes = [
+        format!("redis://default:{password}@127.0.0.1:{}/0", first.port()),
+        second.url(),
+        third.url(),
+    ]
+    .join(",");
+    let broker = BrokerProcess::start(
+        &second,
+        &[
+            ("LOCKBROKER_REDIS_MODE", "quorum"),
+            ("LOCKBROKER_REDIS_NODES", &nodes),
+            ("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "200"),
+        ],
+    )
+    .await;
+    second.kill();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    second.restart();
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    let logs = broker.stop();
+
+    assert!(
+        !logs.contains(password),
+        "a password leaked into the logs:\n{logs}"
+    );
+    let start: Vec<_> = log_lines(&logs, "lockbroker store").collect();
+    assert_eq!(start.len(), 1, "{logs}");
+    assert_eq!(start[0]["mode"], "quorum");
+    let endpoints = start[0]["endpoints"].as_str().expect("endpoints");
+    assert_eq!(
+        endpoints,
+        format!(
+            "redis://127.0.0.1:{}/0,{},{}",
+            first.port(),
+            second.url(),
+            third.url()
+        )
+    );
+    for message in [
+        "quorum node stopped answering",
+        "quorum node answers again",
+        "quorum node restarted without its data; it stays out of every majority until every \
+         lease it may have held has expired",
+    ] {
+        let lines: Vec<_> = log_lines(&logs, message).collect();
+        assert_eq!(lines.len(), 1, "{message:?} once:\n{logs}");
+        assert_eq!(lines[0]["node"], 1, "{message}");
+        assert_eq!(lines[0]["endpoint"], second.url(), "{message}");
+    }
+}

@@ -478,3 +478,151 @@ async fn a_node_back_empty_is_readmitted_above_every_fence_the_others_kept() {
     quorum.servers[1].resume();
     quorum.servers[2].resume();
 }
+
+/// Which server a node is, asked of the servers: a broker whose node list
+/// names one server twice (in any spelling) or a replica refuses to start,
+/// and a node found to be one later counts toward no majority.
+mod identity {
+    use std::time::{Duration, Instant};
+
+    use lockbroker_server::config::RedisMode;
+    use lockbroker_server::{Application, Settings};
+    use lockbroker_tests::app::test_settings;
+    use lockbroker_tests::proxy::Proxy;
+    use lockbroker_tests::sentinel::start_replica;
+    use lockbroker_tests::{RedisServer, TestApp};
+    use reqwest::StatusCode;
+
+    /// Quorum-mode settings over `urls`.
+    fn settings(first: &RedisServer, urls: Vec<String>) -> Settings {
+        let mut settings = test_settings(first);
+        settings.redis.mode = RedisMode::Quorum;
+        settings.redis.nodes = urls;
+        settings.redis.node_timeout_ms = 200;
+        settings
+    }
+
+    /// Why the broker refused to start over `urls`; panics if it started.
+    async fn refusal(first: &RedisServer, urls: Vec<String>) -> String {
+        match Application::build(settings(first, urls.clone())).await {
+            Ok(_) => panic!("a broker over {urls:?} started"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_server_in_two_spellings_or_a_replica_refuses_to_start() {
+        let (p, q) = (RedisServer::start(), RedisServer::start());
+        let other_spellings = [
+            format!("redis://127.1:{}/0", p.port()),
+            format!("redis://127.0.0.1:{}/1", p.port()),
+            format!("redis://2130706433:{}/0", p.port()),
+        ];
+        for spelling in other_spellings {
+            let why = refusal(&p, vec![p.url(), spelling.clone(), q.url()]).await;
+            assert!(
+                why.contains(&format!(
+                    "{spelling} is the same Redis server as {}",
+                    p.url()
+                )),
+                "{why}"
+            );
+        }
+        let replica = start_replica(&p);
+        let why = refusal(&p, vec![p.url(), q.url(), replica.url()]).await;
+        assert!(
+            why.contains(&format!("{} is a replica", replica.url())),
+            "{why}"
+        );
+
+        // With one node stopped, the two that answer are still compared.
+        let mut r = RedisServer::start();
+        r.kill();
+        let twice = format!("redis://127.1:{}/0", p.port());
+        let why = refusal(&p, vec![p.url(), twice, r.url()]).await;
+        assert!(why.contains("is the same Redis server as"), "{why}");
+    }
+
+    /// The value of `series` in a scrape of `app`, once it is `want`.
+    async fn wait_for_sample(app: &TestApp, series: &str, want: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = app.metrics().await;
+            let value = text
+                .lines()
+                .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '));
+            if value == Some(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{series} never became {want}:\n{text}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_listed_twice_that_shows_up_later_is_no_second_vote() {
+        let (p, mut q) = (RedisServer::start(), RedisServer::start());
+        // Node 1 is node 0's server through a proxy, cut while the broker
+        // starts: the start check cannot see it.
+        let proxy = Proxy::start(p.port()).await;
+        proxy.cut();
+        let app = TestApp::spawn_with(settings(&p, vec![p.url(), proxy.url(), q.url()])).await;
+        assert_eq!(app.acquire("before", 5_000).await.status, StatusCode::OK);
+
+        proxy.restore();
+        wait_for_sample(
+            &app,
+            r#"lockbroker_quorum_node_misconfigured{node="1"}"#,
+            "1",
+        )
+        .await;
+        wait_for_sample(
+            &app,
+            r#"lockbroker_quorum_node_misconfigured{node="0"}"#,
+            "0",
+        )
+        .await;
+        assert_eq!(
+            app.get("/readyz").await.status,
+            StatusCode::OK,
+            "nodes 0 and 2 remain"
+        );
+
+        // Node 0's server alone is no majority, whichever places it has.
+        q.kill();
+        let refused = app.acquire("after", 5_000).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{:?}",
+            refused.body
+        );
+        assert_eq!(
+            app.get("/readyz").await.status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[tokio::test]
+    async fn a_replica_that_comes_up_as_a_node_is_marked_and_counted_toward_nothing() {
+        let (p, mut q) = (RedisServer::start(), RedisServer::start());
+        let mut replica = start_replica(&p);
+        replica.kill();
+        let app = TestApp::spawn_with(settings(&p, vec![p.url(), q.url(), replica.url()])).await;
+        replica.restart();
+        wait_for_sample(
+            &app,
+            r#"lockbroker_quorum_node_misconfigured{node="2"}"#,
+            "1",
+        )
+        .await;
+        q.kill();
+        assert_eq!(
+            app.acquire("job", 5_000).await.status,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+}

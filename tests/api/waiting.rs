@@ -427,3 +427,38 @@ async fn a_waiting_acquire_of_a_free_lock_is_granted_even_at_the_waiter_cap() {
     assert_eq!(busy.code(), "too_many_waiters");
     assert_eq!(waiter.await.expect("task").code(), "lock_busy");
 }
+
+#[tokio::test]
+async fn a_plain_waiter_shows_in_the_status_as_waiting() {
+    let redis = RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let holder = app.acquire("job", 30_000).await;
+    assert_eq!(app.status("job").await.body["waiting"], 0);
+
+    let waiter = {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move {
+            app.acquire_with("job", json!({"ttl_ms": 5_000, "wait_ms": 20_000}))
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.status("job").await.body["waiting"] != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never showed as waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listed = app.get("/v1/locks?prefix=job").await;
+    assert_eq!(listed.body["locks"][0]["waiting"], 1, "{:?}", listed.body);
+
+    app.release("job", &holder.token()).await;
+    let granted = waiter.await.expect("waiter task");
+    assert_eq!(granted.status, StatusCode::OK);
+    assert_eq!(
+        app.status("job").await.body["waiting"],
+        0,
+        "a granted waiter waits no more"
+    );
+}

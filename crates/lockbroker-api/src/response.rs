@@ -157,8 +157,9 @@ pub struct StatusResponse {
     pub holders: Vec<HolderResponse>,
     /// How many leases are valid now.
     pub holder_count: u64,
-    /// Requests waiting in the lock's queue in Redis (fair waiters, and
-    /// waiting requests once shared leases made a queue).
+    /// Requests waiting for the lock: those in its queue in Redis (fair
+    /// waiters, and waiting requests once shared leases made a queue) and
+    /// those in the answering broker's own line.
     pub waiting: u64,
 }
 

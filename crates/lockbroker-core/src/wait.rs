@@ -199,6 +199,15 @@ impl Waiters {
         self.lock().lines.contains_key(name)
     }
 
+    /// How many acquires wait for `name` in this broker's own line: those
+    /// not in the store's queue, which the store cannot count.
+    pub fn in_line(&self, name: &LockName) -> usize {
+        self.lock()
+            .lines
+            .get(name)
+            .map_or(0, |line| line.queue.len())
+    }
+
     /// How many acquires are waiting on this broker now.
     pub fn count(&self) -> usize {
         self.lock().total

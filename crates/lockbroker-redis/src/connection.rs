@@ -233,6 +233,17 @@ impl Connections {
     }
 }
 
+/// `url` without its credentials (`user:password@`), for logs and messages.
+pub fn endpoint(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "an invalid Redis URL".to_owned();
+    };
+    // Credentials end at the last `@` before the path (a password may hold
+    // `@` or `/`, a host never does).
+    let server = rest.rsplit_once('@').map_or(rest, |(_, server)| server);
+    format!("{scheme}://{server}")
+}
+
 /// How many times fred sends one command across reconnects.
 const MAX_COMMAND_ATTEMPTS: u32 = 3;
 
@@ -284,5 +295,24 @@ pub fn store_error(error: RedisError) -> StoreError {
     match error.details().split_whitespace().next() {
         Some("OOM" | "READONLY") => StoreError::RefusesWrites(text),
         _ => StoreError::Unavailable(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::endpoint;
+
+    #[test]
+    fn an_endpoint_never_carries_credentials() {
+        assert_eq!(
+            endpoint("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+        assert_eq!(
+            endpoint("rediss://user:p@ss/w0rd@redis.example:6380/2"),
+            "rediss://redis.example:6380/2"
+        );
+        assert_eq!(endpoint("redis://:secret@host"), "redis://host");
+        assert!(!endpoint("secret").contains("secret"));
     }
 }

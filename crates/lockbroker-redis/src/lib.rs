@@ -17,6 +17,7 @@
 //! - [`quorum`]: [`quorum::QuorumStore`], the store over a majority of
 //!   independent Redis primaries (Redlock, with a fence a majority keeps).
 //! - [`mode`]: [`RedisStore`], either of the two behind one type.
+//! - [`topology`]: logs of a Sentinel failover and a Cluster slot map change.
 //!
 //! An acquire reads `store.rs` (`acquire`) -> `scripts/calls.rs`
 //! (`AcquireCall`) -> `scripts/acquire.lua`.
@@ -29,6 +30,7 @@ pub mod mode;
 pub mod quorum;
 pub mod scripts;
 pub mod store;
+pub mod topology;
 pub mod wakes;
 
 pub use connection::{ClusterSettings, RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};

@@ -10,11 +10,13 @@
 //! gone, by which time the first fence was written there: so every fence
 //! exceeds all before it without trusting any clock. See docs/quorum.md.
 
+mod identity;
 mod permits;
 mod repair;
 mod standing;
 mod tally;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,11 +113,56 @@ impl QuorumStore {
         })
     }
 
-    /// Which nodes answer (in the order of the node list), how many of those
-    /// are out of majorities after a restart, and how many a majority is.
-    pub fn node_counts(&self) -> (Vec<bool>, usize, usize) {
-        let (up, restarting) = self.inner.standing.counts();
-        (up, restarting, self.inner.majority)
+    /// What this broker knows of its nodes, for the node gauges.
+    pub fn node_counts(&self) -> NodeCounts {
+        let (up, misconfigured, restarting) = self.inner.standing.counts();
+        NodeCounts {
+            up,
+            misconfigured,
+            restarting,
+            majority: self.inner.majority,
+        }
+    }
+
+    /// Why some nodes that answer in time are not independent primaries (a
+    /// replica, or one server listed twice, whatever the spelling of its
+    /// URLs), one reason per misconfigured node; empty when every node that
+    /// answered is one. A node that does not answer is checked once it does.
+    pub async fn misconfigured_nodes(&self) -> Vec<String> {
+        identity::check_at_start(&self.inner.nodes).await
+    }
+
+    /// The nodes' URLs without credentials, in the order of the node list.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.inner
+            .nodes
+            .iter()
+            .map(RedisLockStore::endpoint)
+            .collect()
+    }
+
+    /// Runs `step` on every node at once. A misconfigured node is not asked:
+    /// it answers as a node that is down, so it counts toward no majority.
+    async fn on_nodes<'s, T, Fut>(
+        &'s self,
+        step: impl Fn(&'s RedisLockStore) -> Fut,
+    ) -> Vec<Result<T, StoreError>>
+    where
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let standing = &self.inner.standing;
+        join_all(self.inner.nodes.iter().enumerate().map(|(at, node)| {
+            let asked = (!standing.is_misconfigured(at)).then(|| step(node));
+            async move {
+                match asked {
+                    Some(answer) => answer.await,
+                    None => Err(StoreError::Unavailable(
+                        "the node is misconfigured (a replica, or a server listed twice)".into(),
+                    )),
+                }
+            }
+        }))
+        .await
     }
 
     /// Closes every node's connections.
@@ -224,13 +271,9 @@ impl LockStore for QuorumStore {
     ) -> Result<ExtendOutcome, StoreError> {
         let inner = &self.inner;
         let started = Instant::now();
-        let answers = join_all(
-            inner
-                .nodes
-                .iter()
-                .map(|node| node.extend(name, token, ttl, max_hold_ms)),
-        )
-        .await;
+        let answers = self
+            .on_nodes(|node| node.extend(name, token, ttl, max_hold_ms))
+            .await;
         let validity = inner.drift.validity(ttl, started.elapsed());
         // A permit must stay on as many nodes as its grant needed.
         let limit = (answers.iter().flatten())
@@ -254,24 +297,18 @@ impl LockStore for QuorumStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let answers = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| node.release(name, token)),
-        )
-        .await;
+        let answers = self.on_nodes(|node| node.release(name, token)).await;
         tally::release(answers, self.inner.majority)
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
-        let answers = join_all(self.inner.nodes.iter().map(|node| node.status(name))).await;
+        let answers = self.on_nodes(|node| node.status(name)).await;
         tally::status(&answers, self.inner.majority)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
-        let answers = join_all(inner.nodes.iter().map(RedisLockStore::ping)).await;
+        let answers = self.on_nodes(RedisLockStore::ping).await;
         let up = answers.iter().filter(|answer| answer.is_ok()).count();
         let standing = inner.standing.in_standing();
         if up >= inner.majority && standing >= inner.majority {
@@ -284,8 +321,11 @@ impl LockStore for QuorumStore {
             return Err(StoreError::RefusesWrites(cause.clone()));
         }
         Err(StoreError::Unavailable(format!(
-            "{up} of {} nodes answer and {standing} are in good standing; a majority is {}",
-            inner.nodes.len(),
+            "{up} of {} answer{} and {standing} {} in good standing (answering, not \
+             misconfigured, not restarting); a majority is {}",
+            nodes(inner.nodes.len()),
+            if up == 1 { "s" } else { "" },
+            if standing == 1 { "is" } else { "are" },
             inner.majority
         )))
     }
@@ -302,18 +342,22 @@ impl LockStore for QuorumStore {
         let Some(node) = nodes.get(at) else {
             return Ok(LockPage::default());
         };
-        // A node that does not answer is passed over: every lock a majority
-        // holds lives on other nodes too, and is listed from one of them.
-        let page = node
-            .list(&ListRequest {
-                cursor: ListCursor::new(node_cursor),
-                ..request.clone()
-            })
-            .await
-            .unwrap_or_default();
+        // A node that does not answer, or is misconfigured, is passed over:
+        // every lock a majority holds lives on other nodes too, and is
+        // listed from one of them.
+        let page = match self.inner.standing.is_misconfigured(at) {
+            true => LockPage::default(),
+            false => node
+                .list(&ListRequest {
+                    cursor: ListCursor::new(node_cursor),
+                    ..request.clone()
+                })
+                .await
+                .unwrap_or_default(),
+        };
         let mut locks = Vec::new();
         for entry in page.locks {
-            let answers = join_all(nodes.iter().map(|n| n.status(&entry.name))).await;
+            let answers = self.on_nodes(|n| n.status(&entry.name)).await;
             let listed_before = answers[..at]
                 .iter()
                 .any(|a| a.as_ref().is_ok_and(|s| s.held || s.available_in_ms > 0));
@@ -337,24 +381,21 @@ impl LockStore for QuorumStore {
     }
 
     async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
-        let answers = join_all(self.inner.nodes.iter().map(|node| node.force_release(name))).await;
+        let answers = self.on_nodes(|node| node.force_release(name)).await;
         tally::force_release(answers, self.inner.majority)
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
-        let answers = join_all(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| node.leave_queue(name, waiter_id)),
-        )
-        .await;
+        let answers = self
+            .on_nodes(|node| node.leave_queue(name, waiter_id))
+            .await;
         let done = answers.iter().filter(|answer| answer.is_ok()).count();
         if done >= self.inner.majority {
             Ok(())
         } else {
             Err(StoreError::Unavailable(format!(
-                "only {done} nodes took the waiter out of the queue"
+                "only {} took the waiter out of the queue",
+                nodes(done)
             )))
         }
     }
@@ -376,6 +417,27 @@ impl LockStore for QuorumStore {
 
     fn orphan_window(&self) -> Duration {
         self.inner.orphan_window
+    }
+}
+
+/// What a broker knows of its nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeCounts {
+    /// Per node, in the order of the node list: whether it answers.
+    pub up: Vec<bool>,
+    /// Per node: whether it is a replica or a server listed before it.
+    pub misconfigured: Vec<bool>,
+    /// Answering nodes out of majorities after a restart without data.
+    pub restarting: usize,
+    /// How many nodes a majority is.
+    pub majority: usize,
+}
+
+/// `count` followed by "node" or "nodes".
+pub(crate) fn nodes(count: usize) -> String {
+    match count {
+        1 => "1 node".to_owned(),
+        _ => format!("{count} nodes"),
     }
 }
 

@@ -31,6 +31,7 @@ use watches::Watches;
 mod calling;
 mod listing;
 mod node;
+pub use node::NodeIdentity;
 mod replicas;
 pub(crate) mod watches;
 
@@ -161,6 +162,14 @@ impl RedisLockStore {
                 Some(watches) => Subscription::PerLock(watches.clone()),
                 None => Subscription::Shared(context.wake_channel.clone()),
             };
+            if settings.sentinel.is_some() {
+                let subscriber = connections.subscriber.clone();
+                runtime.spawn(crate::topology::log_primary_moves(subscriber));
+            }
+            if clustered {
+                let client = connections.pool.next().clone();
+                runtime.spawn(crate::topology::log_slot_map_changes(client));
+            }
             runtime.spawn(forward_wakes(
                 connections.subscriber.clone(),
                 subscription,

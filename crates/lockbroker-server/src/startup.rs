@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use lockbroker_core::listing::{ListLimit, ListRequest, MAX_LIST_LIMIT};
 use lockbroker_core::{LockService, Space, StoreError};
+use lockbroker_redis::connection::endpoint;
 use lockbroker_redis::quorum::QuorumStore;
 use lockbroker_redis::{RedisLockStore, RedisStore, StoreObserver};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, RedisMode, Settings};
 use crate::http;
 use crate::metrics::{Families, Metrics};
 use crate::serve::ServeOptions;
@@ -95,9 +96,24 @@ impl Application {
                 observer,
             )?),
         };
+        log_store(&settings, &store);
         // A cluster of too old a Redis is refused now, not at the first wait.
         if let Some(why) = store.unsupported_server().await {
             return Err(StoreError::Unavailable(why).into());
+        }
+        // Quorum nodes that are one server in two spellings, or a replica,
+        // would let one Redis act as a majority (or count a node that
+        // refuses every write): refused now when they answer, and kept out
+        // of every majority when they show up later.
+        if let RedisStore::Quorum(quorum) = &store {
+            let reasons = quorum.misconfigured_nodes().await;
+            if !reasons.is_empty() {
+                return Err(ConfigError::Invalid {
+                    layer: "redis.nodes, as their servers answer".into(),
+                    message: reasons.join("; "),
+                }
+                .into());
+            }
         }
         let service = Arc::new(LockService::new(store, settings.lock_policy()));
         let metrics_listener = match settings.metrics.listen {
@@ -213,6 +229,29 @@ impl Application {
     }
 }
 
+/// Logs the mode and the Redis endpoints the broker uses (never
+/// credentials: the URLs are logged without them).
+fn log_store(settings: &Settings, store: &RedisStore) {
+    let redis = &settings.redis;
+    let mode = redis.mode.as_str();
+    let endpoints = match store {
+        RedisStore::Quorum(quorum) => quorum.endpoints().join(","),
+        RedisStore::Single(single) => match redis.mode {
+            RedisMode::Sentinel => format!(
+                "Sentinels {} (service {})",
+                redis.sentinels.join(","),
+                redis.service_name
+            ),
+            RedisMode::Cluster => {
+                let seeds: Vec<String> = redis.nodes.iter().map(|url| endpoint(url)).collect();
+                format!("seed nodes {}", seeds.join(","))
+            }
+            _ => single.endpoint(),
+        },
+    };
+    tracing::info!(mode, endpoints, "lockbroker store");
+}
+
 /// Keeps the gauges that cannot be counted on the request path: `redis_up`
 /// from a ping every few seconds, and `leases_held` recounted from Redis in
 /// bounded pages, correcting for leases that expired instead of being released.
@@ -223,19 +262,33 @@ async fn keep_gauges(service: Arc<Service>, metrics: Arc<Metrics>, reconcile_eve
     // The node gauges wait for the first ready answer: before it, the broker
     // has not read its nodes yet, and would report them all down.
     let mut nodes_read = false;
+    // Whether the store was ready at the last look, to log each change once.
+    let mut was_ready = None;
     loop {
         tokio::select! {
             _ = ping.tick() => {
-                let ready = service.ready().await.is_ok();
+                let answer = service.ready().await;
+                let ready = answer.is_ok();
                 metrics.redis_up.set(i64::from(ready));
+                // Before its first ready answer the store is still connecting.
+                match (was_ready, &answer) {
+                    (None, Ok(())) => tracing::info!("the lock store serves"),
+                    (Some(false), Ok(())) => tracing::info!("the lock store serves again"),
+                    (Some(true), Err(error)) => {
+                        tracing::warn!(%error, "the lock store stopped serving");
+                    }
+                    _ => {}
+                }
+                if was_ready.is_some() || ready {
+                    was_ready = Some(ready);
+                }
                 if ready && !nodes_read {
                     nodes_read = true;
                     let every = Duration::from_secs(5);
                     ping = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
                 }
                 if let (true, RedisStore::Quorum(quorum)) = (nodes_read, service.store()) {
-                    let (up, restarting, majority) = quorum.node_counts();
-                    metrics.quorum.set_nodes(&up, restarting, majority);
+                    metrics.quorum.set_nodes(&quorum.node_counts());
                 }
             }
             _ = reconcile.tick() => {

@@ -97,7 +97,8 @@ pub struct LockStatus {
     pub first_free_in_ms: u64,
     /// Requests waiting in the name's queue in the store: fair waiters,
     /// every waiting shared or permit request, and waiting exclusive ones
-    /// once a queue exists (a broker's other waiters wait in its own line).
+    /// once a queue exists. The service adds the waiters in its own line
+    /// (a broker's other waiters wait there, out of the store's sight).
     pub waiting: u64,
 }
 

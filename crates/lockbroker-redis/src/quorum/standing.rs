@@ -1,10 +1,14 @@
 //! Which nodes may count toward a majority: those whose data this broker
-//! trusts. A node that restarted without its data (Redlock's "delayed
-//! restart") gets a new epoch, made by the first broker to notice, with a time
-//! until which it stays out of every majority: until every lease that could
-//! have been on it expired, as the other nodes' lease horizons say. Every
-//! broker reads that time from the node itself, so all agree on it.
+//! trusts, and that are independent primaries. A node that restarted without
+//! its data (Redlock's "delayed restart") gets a new epoch, made by the first
+//! broker to notice, with a time until which it stays out of every majority:
+//! until every lease that could have been on it expired, as the other nodes'
+//! lease horizons say. Every broker reads that time from the node itself, so
+//! all agree on it. A node that turns out to be a replica, or the same server
+//! as a node before it, counts toward nothing until that is mended
+//! ([`super::identity`]). Each change of a node's standing is logged once.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -13,26 +17,51 @@ use lockbroker_core::lease::random_hex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::identity::misconfigurations;
 use super::tally::Drift;
 use crate::scripts::calls::{Epoch, EpochCall, ReadmitCall};
-use crate::store::RedisLockStore;
+use crate::store::{NodeIdentity, RedisLockStore};
 
 /// How often every node's epoch is read.
 const REFRESH: Duration = Duration::from_millis(250);
 
+/// How often an answering node is asked again which server it is (it is
+/// asked at once when it answers after not answering, or gets a new epoch).
+const IDENTIFY_EVERY: Duration = Duration::from_secs(5);
+
 #[derive(Clone, Default)]
 struct Node {
+    /// Looked at least once.
+    seen: bool,
     up: bool,
     epoch: Option<String>,
     /// Out of every majority until then (after a restart without data).
     out_until: Option<Instant>,
     /// Restarted without data, and its fence floor not yet raised.
     pending_marks: bool,
+    /// Which server answered, while the node answers.
+    identity: Option<NodeIdentity>,
+    identified_at: Option<Instant>,
+    /// Why the node is no independent primary.
+    misconfigured: Option<String>,
+}
+
+impl Node {
+    fn needs_identity(&self, now: Instant) -> bool {
+        !self.up
+            || self.identity.is_none()
+            || self
+                .identified_at
+                .is_none_or(|at| now.duration_since(at) >= IDENTIFY_EVERY)
+    }
 }
 
 /// What this broker knows of each node's standing.
 pub struct Standing {
     nodes: Mutex<Vec<Node>>,
+    /// Per node: a replica or a second place of one server. Read on every
+    /// step, so kept apart from the lock.
+    misconfigured: Vec<AtomicBool>,
     majority: usize,
     drift: Drift,
     /// Wakes the watcher before its next round (a node answered that it is
@@ -45,6 +74,7 @@ impl Standing {
     pub fn new(count: usize, drift: Drift) -> Self {
         Self {
             nodes: Mutex::new(vec![Node::default(); count]),
+            misconfigured: (0..count).map(|_| AtomicBool::new(false)).collect(),
             majority: count / 2 + 1,
             drift,
             recheck: Notify::new(),
@@ -59,11 +89,23 @@ impl Standing {
     /// write-back (which the node refuses if it has another, or is still out
     /// of majorities). `None` while unknown; asks for a fresh look.
     pub fn epoch(&self, at: usize) -> Option<String> {
+        // A misconfigured node stays out until the next look finds it mended.
+        if self.is_misconfigured(at) {
+            return None;
+        }
         let epoch = self.lock().get(at).and_then(|node| node.epoch.clone());
         if epoch.is_none() {
             self.recheck.notify_one();
         }
         epoch
+    }
+
+    /// Whether node `at` was found to be a replica or the same server as a
+    /// node before it: it counts toward no majority.
+    pub fn is_misconfigured(&self, at: usize) -> bool {
+        self.misconfigured
+            .get(at)
+            .is_some_and(|flag| flag.load(Ordering::Relaxed))
     }
 
     /// Asks the watcher to look at every node again now.
@@ -77,20 +119,23 @@ impl Standing {
         self.lock()
             .iter()
             .filter(|n| n.up && n.epoch.is_some() && !n.pending_marks)
+            .filter(|n| n.identity.is_some() && n.misconfigured.is_none())
             .filter(|n| n.out_until.is_none_or(|t| t <= now))
             .count()
     }
 
-    /// Which nodes answer, and how many of those are out of majorities.
-    pub fn counts(&self) -> (Vec<bool>, usize) {
+    /// Which nodes answer, which are misconfigured, and how many answering
+    /// nodes are out of majorities after a restart.
+    pub fn counts(&self) -> (Vec<bool>, Vec<bool>, usize) {
         let now = Instant::now();
         let nodes = self.lock();
         let up = nodes.iter().map(|n| n.up).collect();
+        let misconfigured = nodes.iter().map(|n| n.misconfigured.is_some()).collect();
         let out = nodes
             .iter()
             .filter(|n| n.up && (n.pending_marks || n.out_until.is_some_and(|t| t > now)))
             .count();
-        (up, out)
+        (up, misconfigured, out)
     }
 
     /// Reads every node's epoch every [`REFRESH`] (or at once when asked),
@@ -110,11 +155,42 @@ impl Standing {
             fresh_id: "",
             quarantine_ms: 0,
         };
-        let mut epochs: Vec<Option<Epoch>> = join_all(nodes.iter().map(|node| node.epoch(&read)))
-            .await
-            .into_iter()
-            .map(Result::ok)
+        let now = Instant::now();
+        let ask: Vec<bool> = self.lock().iter().map(|n| n.needs_identity(now)).collect();
+        let (epochs, asked) = tokio::join!(
+            join_all(nodes.iter().map(|node| node.epoch(&read))),
+            join_all(nodes.iter().zip(&ask).map(|(node, ask)| async move {
+                match ask {
+                    true => Some(node.identity().await.ok()),
+                    false => None,
+                }
+            })),
+        );
+        let mut epochs: Vec<Option<Epoch>> = epochs.into_iter().map(Result::ok).collect();
+        let identities: Vec<Option<NodeIdentity>> = {
+            let known = self.lock();
+            (asked.iter().zip(known.iter()))
+                .map(|(asked, node)| match asked {
+                    Some(answer) => answer.clone(),
+                    None => node.identity.clone(),
+                })
+                .collect()
+        };
+        // Answering now: to this look's epoch read or identity question (a
+        // known identity is no answer).
+        let up: Vec<bool> = (epochs.iter().zip(&asked))
+            .map(|(epoch, asked)| epoch.is_some() || matches!(asked, Some(Some(_))))
             .collect();
+        let endpoints: Vec<String> = nodes.iter().map(RedisLockStore::endpoint).collect();
+        let misconfigured = misconfigurations(&identities, &endpoints);
+        // A node not known to be an independent primary takes no part in
+        // the decisions below: a second place of one server would count its
+        // epoch and horizon twice.
+        for (at, epoch) in epochs.iter_mut().enumerate() {
+            if identities[at].is_none() || misconfigured[at].is_some() {
+                *epoch = None;
+            }
+        }
         // How long a lease now on some node may still last: a node that lost
         // its data stays out of majorities that long.
         let horizon_ms = epochs
@@ -168,13 +244,90 @@ impl Standing {
         }
         let now = Instant::now();
         let mut known = self.lock();
-        for (node, epoch) in known.iter_mut().zip(epochs) {
-            node.up = epoch.is_some();
+        for (at, (node, epoch)) in known.iter_mut().zip(epochs).enumerate() {
+            let change = Change {
+                at,
+                endpoint: &endpoints[at],
+                up: up[at],
+                misconfigured: misconfigured[at].as_deref(),
+                new_epoch: epoch.as_ref().and_then(|e| e.id.as_deref()),
+            };
+            change.log(node);
+            self.misconfigured[at].store(misconfigured[at].is_some(), Ordering::Relaxed);
+            node.seen = true;
+            node.up = up[at];
+            if asked[at].is_some() {
+                node.identified_at = identities[at].as_ref().map(|_| now);
+            }
+            node.identity = identities[at].clone().filter(|_| up[at]);
+            node.misconfigured = misconfigured[at].clone();
             if let Some(epoch) = epoch {
+                if node.epoch.is_some() && node.epoch != epoch.id {
+                    // A new epoch is a new server at the node: ask who it is.
+                    node.identified_at = None;
+                }
                 node.out_until = (epoch.until_ms > epoch.now_ms)
                     .then(|| now + Duration::from_millis(epoch.until_ms - epoch.now_ms));
                 node.epoch = epoch.id;
                 node.pending_marks = epoch.pending_marks;
+            } else if up[at] {
+                // Answering, yet not to be used: no epoch to grant in.
+                node.epoch = None;
+            }
+        }
+    }
+}
+
+/// What one look found of one node, to log against what was known before.
+struct Change<'a> {
+    at: usize,
+    endpoint: &'a str,
+    up: bool,
+    misconfigured: Option<&'a str>,
+    new_epoch: Option<&'a str>,
+}
+
+impl Change<'_> {
+    /// Logs what changed since `before`, once per change.
+    fn log(&self, before: &Node) {
+        let (node, endpoint) = (self.at, self.endpoint);
+        match (before.seen, before.up, self.up) {
+            (false, _, false) => {
+                tracing::warn!(node, endpoint, "quorum node does not answer");
+            }
+            (true, true, false) => {
+                tracing::warn!(node, endpoint, "quorum node stopped answering");
+            }
+            (true, false, true) => {
+                tracing::info!(node, endpoint, "quorum node answers again");
+            }
+            _ => {}
+        }
+        match (before.misconfigured.as_deref(), self.misconfigured) {
+            (None, Some(why)) => {
+                tracing::error!(
+                    node,
+                    endpoint,
+                    "quorum node misconfigured, counted toward no majority: {why}"
+                );
+            }
+            (Some(_), None) if self.up => {
+                tracing::info!(
+                    node,
+                    endpoint,
+                    "quorum node is an independent primary again"
+                );
+            }
+            _ => {}
+        }
+        if let (Some(old), Some(new)) = (before.epoch.as_deref(), self.new_epoch) {
+            if old != new {
+                tracing::warn!(
+                    node,
+                    endpoint,
+                    "quorum node restarted without its data; it stays out of every majority \
+                     until every lease it may have held has expired"
+                );
             }
         }
     }

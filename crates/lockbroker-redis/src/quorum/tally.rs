@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::nodes;
+
 use lockbroker_core::{
     AcquireOutcome, Blockers, ExtendOutcome, Fence, ForceReleaseOutcome, Holder, Lease, LeaseKind,
     LeaseToken, LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
@@ -145,8 +147,9 @@ impl Votes {
     pub fn busy_answer(&self) -> Result<AcquireOutcome, StoreError> {
         if self.answered < self.majority {
             return Err(StoreError::Unavailable(format!(
-                "only {} nodes answered; a majority is {}",
-                self.answered, self.majority
+                "only {} answered; a majority is {}",
+                nodes(self.answered),
+                self.majority
             )));
         }
         // A node that keeps another limit speaks for permits the caller
@@ -225,12 +228,14 @@ pub fn extend(
         // restarted empty): the lease stays valid until its expiry, but this
         // extend did not make it last longer.
         return Err(StoreError::Unavailable(format!(
-            "only {} of the {answered} nodes that answered extended the lease; {needed} must",
-            extended.len()
+            "only {} of the {} that answered extended the lease; {needed} must",
+            extended.len(),
+            nodes(answered)
         )));
     }
     Err(StoreError::Unavailable(format!(
-        "only {answered} nodes answered the extend; a majority is {majority}"
+        "only {} answered the extend; a majority is {majority}",
+        nodes(answered)
     )))
 }
 
@@ -252,7 +257,8 @@ pub fn release(
         .collect::<Vec<_>>();
     if answered < majority {
         return Err(StoreError::Unavailable(format!(
-            "only {answered} nodes answered the release; a majority is {majority}"
+            "only {} answered the release; a majority is {majority}",
+            nodes(answered)
         )));
     }
     // The lease's fence is the highest (a node the write-back missed keeps
@@ -275,8 +281,8 @@ pub fn status(
     let statuses: Vec<&LockStatus> = answers.iter().flatten().collect();
     if statuses.len() < majority {
         return Err(StoreError::Unavailable(format!(
-            "only {} nodes answered; a majority is {majority}",
-            statuses.len()
+            "only {} answered; a majority is {majority}",
+            nodes(statuses.len())
         )));
     }
     let fence = statuses.iter().filter_map(|s| s.fence).max();
@@ -393,7 +399,8 @@ pub fn force_release(
     let answered = answers.iter().filter(|a| a.is_ok()).count();
     if answered < majority {
         return Err(StoreError::Unavailable(format!(
-            "only {answered} nodes answered the force release; a majority is {majority}"
+            "only {} answered the force release; a majority is {majority}",
+            nodes(answered)
         )));
     }
     // Every node ended what it held: the answer of the node that ended the

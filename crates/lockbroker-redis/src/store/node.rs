@@ -1,10 +1,14 @@
 //! Quorum mode: the steps a [`crate::quorum::QuorumStore`] takes on one
 //! node besides the lock steps: a fence write-back, undoing a grant no
-//! majority made, the node's epoch and its readmission.
+//! majority made, the node's epoch and its readmission, and which server
+//! the node is.
 
+use fred::interfaces::ClientLike;
+use fred::types::InfoKind;
 use lockbroker_core::{FairEntry, LeaseToken, LockName, ReleaseOutcome, StoreError};
 
 use super::RedisLockStore;
+use crate::connection::{endpoint, store_error};
 use crate::scripts::calls::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 
 impl RedisLockStore {
@@ -36,4 +40,57 @@ impl RedisLockStore {
     pub async fn epoch(&self, call: &EpochCall<'_>) -> Result<Epoch, StoreError> {
         self.call(call).await
     }
+
+    /// Quorum mode: which Redis server answers at this node's URL (its
+    /// `run_id`, new at every server start) and whether it is a primary.
+    pub async fn identity(&self) -> Result<NodeIdentity, StoreError> {
+        let client = self.client();
+        let (server, replication) = tokio::try_join!(
+            client.info::<String>(Some(InfoKind::Server)),
+            client.info::<String>(Some(InfoKind::Replication)),
+        )
+        .map_err(store_error)?;
+        let field = |text: &str, name: &str| {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(|value| value.trim().to_owned())
+        };
+        let run_id = field(&server, "run_id")
+            .filter(|id| !id.is_empty())
+            .ok_or_else(|| StoreError::Unavailable("INFO server names no run_id".into()))?;
+        let primary_of = match field(&replication, "role").as_deref() {
+            Some("master") => None,
+            _ => Some(
+                match (
+                    field(&replication, "master_host"),
+                    field(&replication, "master_port"),
+                ) {
+                    (Some(host), Some(port)) => format!("{host}:{port}"),
+                    _ => "an unknown primary".to_owned(),
+                },
+            ),
+        };
+        Ok(NodeIdentity { run_id, primary_of })
+    }
+
+    /// How long a first answer may take: a connection, then a command.
+    pub fn first_answer_limit(&self) -> std::time::Duration {
+        let settings = &self.inner.settings;
+        settings.connect_timeout + settings.command_timeout
+    }
+
+    /// This store's Redis URL without credentials, for logs and messages.
+    pub fn endpoint(&self) -> String {
+        endpoint(&self.inner.settings.url)
+    }
+}
+
+/// Which Redis server answers at a node's URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeIdentity {
+    /// The server's `run_id`: two URLs with one are one server.
+    pub run_id: String,
+    /// Set when the server is a replica: the primary it copies, as
+    /// `host:port`. A replica refuses every write, so it is no node.
+    pub primary_of: Option<String>,
 }

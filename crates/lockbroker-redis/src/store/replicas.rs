@@ -66,8 +66,11 @@ impl RedisLockStore {
             observer.replica_ack_missed(step);
         }
         Some(format!(
-            "reached {count} of the {} replicas required within {} ms",
-            ack.replicas,
+            "reached {count} of the {} required within {} ms",
+            match ack.replicas {
+                1 => "1 replica".to_owned(),
+                many => format!("{many} replicas"),
+            },
             ack.timeout.as_millis()
         ))
     }

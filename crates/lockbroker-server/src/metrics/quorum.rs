@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use lockbroker_redis::quorum::NodeCounts;
 use lockbroker_redis::QuorumEvent;
 use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 
@@ -20,6 +21,8 @@ pub struct QuorumMetrics {
     pub majority: IntGauge,
     /// 1 per node that answers, by its place in `redis.nodes`.
     node_up: IntGaugeVec,
+    /// 1 per node found to be a replica or a server listed before it.
+    node_misconfigured: IntGaugeVec,
     /// Script latency per node.
     node_seconds: HistogramVec,
     fence_write_backs: IntCounter,
@@ -49,6 +52,13 @@ impl QuorumMetrics {
                 ),
                 &["node"],
             )?,
+            node_misconfigured: IntGaugeVec::new(
+                Opts::new(
+                    "lockbroker_quorum_node_misconfigured",
+                    "Quorum mode: 1 while the node (its place in redis.nodes, from 0) is a replica or the same Redis server as a node before it; it counts toward no majority.",
+                ),
+                &["node"],
+            )?,
             node_seconds: HistogramVec::new(
                 HistogramOpts::new(
                     "lockbroker_quorum_node_script_duration_seconds",
@@ -70,6 +80,7 @@ impl QuorumMetrics {
         registry.register(Box::new(metrics.nodes_restarting.clone()))?;
         registry.register(Box::new(metrics.majority.clone()))?;
         registry.register(Box::new(metrics.node_up.clone()))?;
+        registry.register(Box::new(metrics.node_misconfigured.clone()))?;
         registry.register(Box::new(metrics.node_seconds.clone()))?;
         registry.register(Box::new(metrics.fence_write_backs.clone()))?;
         registry.register(Box::new(metrics.rollbacks.clone()))?;
@@ -77,18 +88,24 @@ impl QuorumMetrics {
     }
 
     /// Sets the node gauges from what the store knows: which nodes answer,
-    /// how many are restarting, and how many a majority is.
-    pub fn set_nodes(&self, up: &[bool], restarting: usize, majority: usize) {
+    /// which are misconfigured, how many are restarting, and how many a
+    /// majority is.
+    pub fn set_nodes(&self, nodes: &NodeCounts) {
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        for (at, up) in up.iter().enumerate() {
+        for (at, up) in nodes.up.iter().enumerate() {
+            let label = node_label(at);
             self.node_up
-                .with_label_values(&[node_label(at).as_str()])
+                .with_label_values(&[label.as_str()])
                 .set(i64::from(*up));
+            let misconfigured = nodes.misconfigured.get(at).copied().unwrap_or(false);
+            self.node_misconfigured
+                .with_label_values(&[label.as_str()])
+                .set(i64::from(misconfigured));
         }
         self.nodes_up
-            .set(count(up.iter().filter(|up| **up).count()));
-        self.nodes_restarting.set(count(restarting));
-        self.majority.set(count(majority));
+            .set(count(nodes.up.iter().filter(|up| **up).count()));
+        self.nodes_restarting.set(count(nodes.restarting));
+        self.majority.set(count(nodes.majority));
     }
 
     /// Records one script's latency on node `node`.

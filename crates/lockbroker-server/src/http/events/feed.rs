@@ -61,7 +61,7 @@ pub async fn read_page(
                 limit: ListLimit::parse(STATE_PAGE).unwrap_or_default(),
                 cursor,
             };
-            let page = service.list(&request).await.map_err(ApiError::Store)?;
+            let page = (service.read_page(&request).await).map_err(ApiError::Store)?;
             let entries = page.locks.into_iter().map(|e| (e.name, e.status));
             (entries.collect(), page.next_cursor)
         }
