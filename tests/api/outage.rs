@@ -134,3 +134,54 @@ async fn an_acquire_whose_answer_is_lost_says_the_outcome_is_unknown() {
     }
     assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_redis_that_refuses_connections_is_told_apart_from_a_lost_answer() {
+    let mut redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let held = app.acquire("held", 30_000).await;
+    redis.kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.get("/readyz").await.status == StatusCode::OK {
+        assert!(Instant::now() < deadline, "the broker never noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every connection of the pool has seen the close by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let message = |reply: &lockbroker_tests::Reply| {
+        assert_eq!(
+            reply.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            reply.body
+        );
+        assert_eq!(reply.code(), "backend_unavailable");
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    for read in [app.status("held").await, app.get("/v1/locks").await] {
+        let said = message(&read);
+        assert!(said.contains("this read changed nothing"), "{said}");
+        assert!(!said.contains("unknown"), "{said}");
+    }
+    for (step, write) in [
+        ("acquire", app.acquire("job", 30_000).await),
+        ("extend", app.extend("held", &held.token(), 30_000).await),
+        ("release", app.release("held", &held.token()).await),
+        (
+            "force release",
+            app.send(app.http.delete(app.url("/v1/locks/held"))).await,
+        ),
+    ] {
+        let said = message(&write);
+        assert!(
+            said.contains("did not reach it; nothing was changed"),
+            "{step}: {said}"
+        );
+        assert!(said.contains(step), "{step}: {said}");
+        assert!(!said.contains("unknown"), "{step}: {said}");
+    }
+}

@@ -10,6 +10,7 @@ pub mod health;
 pub mod limits;
 pub mod locks;
 pub mod observe;
+pub mod origin;
 pub mod scrape;
 pub mod semaphores;
 pub mod ui;
@@ -114,11 +115,13 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// The complete router with its limits, behind the API keys in `keys`, logging
-/// and measuring every request into `metrics`.
+/// The complete router with its limits, taking requests only from `sources`
+/// and behind the API keys in `keys`, logging and measuring every request
+/// into `metrics`.
 pub fn router(
     service: Arc<Service>,
     settings: &HttpSettings,
+    sources: Arc<origin::Sources>,
     keys: Arc<KeyRing>,
     metrics: Arc<Metrics>,
 ) -> Router {
@@ -138,6 +141,7 @@ pub fn router(
         .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(sources, origin::guard))
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
         .layer(middleware::from_fn_with_state(

@@ -23,7 +23,7 @@ use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
-use super::error::ApiError;
+use super::error::{ApiError, Step};
 use super::extract::{LockPath, QueryParams, SemaphorePath};
 use super::views::{semaphore_status_response, status_response};
 use super::AppState;
@@ -213,10 +213,10 @@ async fn state_events(
 ) -> Result<Vec<Event>, ApiError> {
     match watched {
         Watched::Name(name) => {
-            let status =
-                (service.status(name).await).map_err(|e| ApiError::Lock(name.clone(), e))?;
+            let status = (service.status(name).await)
+                .map_err(|e| ApiError::Lock(Step::Read, name.clone(), e))?;
             service.events().learn(name, &status);
-            Ok(vec![state_event(name, status, id)])
+            Ok(vec![state_event(name, status, id)?])
         }
         Watched::Prefix(prefix) => {
             let mut request = ListRequest {
@@ -230,7 +230,7 @@ async fn state_events(
                 let page = service.list(&request).await.map_err(ApiError::Store)?;
                 for entry in page.locks {
                     service.events().learn(&entry.name, &entry.status);
-                    events.push(state_event(&entry.name, entry.status, id));
+                    events.push(state_event(&entry.name, entry.status, id)?);
                 }
                 match page.next_cursor {
                     Some(cursor) => request.cursor = cursor,
@@ -245,15 +245,21 @@ async fn state_events(
     }
 }
 
-fn state_event(name: &LockName, status: LockStatus, id: u64) -> Event {
+/// The `state` event of `name`; an error rather than an empty event when
+/// the state cannot be written.
+fn state_event(name: &LockName, status: LockStatus, id: u64) -> Result<Event, ApiError> {
     let data = match name.space() {
         Space::Lock => serde_json::to_string(&status_response(name, status)),
         Space::Semaphore => serde_json::to_string(&semaphore_status_response(name, status)),
     };
-    Event::default()
+    let data = data.map_err(|error| ApiError::Internal {
+        event: "a state event could not be written",
+        cause: error.to_string(),
+    })?;
+    Ok(Event::default()
         .event("state")
         .id(id.to_string())
-        .data(data.unwrap_or_default())
+        .data(data))
 }
 
 /// A change as a stream tells it: never a token.
