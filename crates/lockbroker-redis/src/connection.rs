@@ -263,23 +263,6 @@ fn tls_connector(ca_path: &Path) -> Result<TlsConnector, StoreError> {
 /// a Redis that answers but refuses writes, which Redis names by the error
 /// code that opens its reply: `OOM` (out of memory) or `READONLY` (a replica).
 pub fn store_error(error: RedisError) -> StoreError {
-    store_error_of(error, true)
-}
-
-/// As [`store_error`], for a command that may not have reached Redis:
-/// `reached` is false when its client had no connection when the command
-/// was issued and still has none when it failed. fred holds such a command
-/// back until it connects, so it never went out and changed nothing: the
-/// step is unavailable, not of unknown outcome (a wrong address or a
-/// refused connection says so at once, instead of "the outcome is unknown").
-pub fn store_error_of(error: RedisError, reached: bool) -> StoreError {
-    if !reached {
-        return StoreError::Unavailable(format!(
-            "not connected, the command was never sent: {:?}: {}",
-            error.kind(),
-            error.details()
-        ));
-    }
     let text = format!("{:?}: {}", error.kind(), error.details());
     if matches!(
         error.kind(),

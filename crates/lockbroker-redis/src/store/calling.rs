@@ -2,13 +2,12 @@
 //! while a Redis Cluster moves the lock's slot, timed for the metrics.
 
 use fred::clients::Client;
-use fred::interfaces::ClientLike;
 use fred::types::Value;
 use lockbroker_core::StoreError;
 use tokio::time::Instant;
 
 use super::RedisLockStore;
-use crate::connection::store_error_of;
+use crate::connection::store_error;
 use crate::scripts::{Reply, ScriptCall};
 
 /// How long a script that met a slot on the move waits before it is sent
@@ -31,7 +30,6 @@ impl RedisLockStore {
         let inner = &self.inner;
         let script = inner.scripts.get(C::SCRIPT);
         let started = Instant::now();
-        let connected = client.is_connected();
         let mut result: Result<Value, _>;
         loop {
             let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
@@ -56,9 +54,6 @@ impl RedisLockStore {
                 observer.node_script_finished(node, elapsed);
             }
         }
-        // A client that had no connection from before the call until its
-        // failure never sent it.
-        let reached = |error| store_error_of(error, connected || client.is_connected());
-        call.decode(&mut Reply::from_value(result.map_err(reached)?))
+        call.decode(&mut Reply::from_value(result.map_err(store_error)?))
     }
 }
