@@ -136,7 +136,7 @@ async fn an_acquire_whose_answer_is_lost_says_the_outcome_is_unknown() {
 }
 
 #[tokio::test]
-async fn a_redis_that_refuses_connections_is_told_apart_from_a_lost_answer() {
+async fn a_read_while_redis_refuses_connections_says_it_changed_nothing() {
     let mut redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
     let held = app.acquire("held", 30_000).await;
@@ -167,21 +167,17 @@ async fn a_redis_that_refuses_connections_is_told_apart_from_a_lost_answer() {
         assert!(said.contains("this read changed nothing"), "{said}");
         assert!(!said.contains("unknown"), "{said}");
     }
+    // A write may still go out: fred holds it back until it connects, so
+    // its outcome is unknown, and the message says so for that step alone.
     for (step, write) in [
-        ("acquire", app.acquire("job", 30_000).await),
         ("extend", app.extend("held", &held.token(), 30_000).await),
         ("release", app.release("held", &held.token()).await),
-        (
-            "force release",
-            app.send(app.http.delete(app.url("/v1/locks/held"))).await,
-        ),
     ] {
         let said = message(&write);
         assert!(
-            said.contains("did not reach it; nothing was changed"),
+            said.contains(&format!("answer the {step} in time")),
             "{step}: {said}"
         );
-        assert!(said.contains(step), "{step}: {said}");
-        assert!(!said.contains("unknown"), "{step}: {said}");
+        assert!(!said.contains("request_id"), "{step}: {said}");
     }
 }
