@@ -120,8 +120,8 @@ type Unavailable struct {
 func (e *Unavailable) Unwrap() error { return &e.BrokerError }
 
 // InvalidRequest is a request the broker refused as such: invalid_request
-// (Field names the field), payload_too_large, uri_too_long, headers_too_large,
-// not_found, method_not_allowed.
+// (Field names the field), payload_too_large, unsupported_media_type,
+// uri_too_long, headers_too_large, not_found, method_not_allowed.
 type InvalidRequest struct {
 	BrokerError
 }
@@ -152,32 +152,33 @@ type errorBody struct {
 
 // kinds is the one table from error code to error type.
 var kinds = map[string]string{
-	"lock_busy":           "busy",
-	"lease_lost":          "lost",
-	"max_hold_exceeded":   "max_hold",
-	"limit_conflict":      "limit",
-	"backend_unavailable": "unavailable",
-	"shutting_down":       "unavailable",
-	"overloaded":          "unavailable",
-	"too_many_waiters":    "unavailable",
-	"too_many_streams":    "unavailable",
-	"rate_limited":        "unavailable",
-	"request_timeout":     "unavailable",
-	"internal":            "unavailable",
-	"invalid_request":     "invalid",
-	"payload_too_large":   "invalid",
-	"not_found":           "invalid",
-	"method_not_allowed":  "invalid",
-	"uri_too_long":        "invalid",
-	"headers_too_large":   "invalid",
-	"unauthorized":        "auth",
-	"forbidden":           "auth",
+	"lock_busy":              "busy",
+	"lease_lost":             "lost",
+	"max_hold_exceeded":      "max_hold",
+	"limit_conflict":         "limit",
+	"backend_unavailable":    "unavailable",
+	"shutting_down":          "unavailable",
+	"overloaded":             "unavailable",
+	"too_many_waiters":       "unavailable",
+	"too_many_streams":       "unavailable",
+	"rate_limited":           "unavailable",
+	"request_timeout":        "unavailable",
+	"internal":               "unavailable",
+	"invalid_request":        "invalid",
+	"payload_too_large":      "invalid",
+	"unsupported_media_type": "invalid",
+	"not_found":              "invalid",
+	"method_not_allowed":     "invalid",
+	"uri_too_long":           "invalid",
+	"headers_too_large":      "invalid",
+	"unauthorized":           "auth",
+	"forbidden":              "auth",
 }
 
 // byStatus types answers that carry no known code (a proxy's HTML 502, say).
 var byStatus = map[int]string{
 	400: "invalid", 401: "auth", 403: "auth", 404: "invalid", 405: "invalid",
-	408: "unavailable", 413: "invalid", 414: "invalid", 423: "busy", 429: "unavailable",
+	408: "unavailable", 413: "invalid", 414: "invalid", 415: "invalid", 423: "busy", 429: "unavailable",
 	431: "invalid",
 }
 

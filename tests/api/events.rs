@@ -256,7 +256,7 @@ async fn a_reader_that_stops_reading_is_told_it_lagged_then_the_state() {
         .expect("address");
     let mut stalled = socket.connect(address).await.expect("connect");
     stalled
-        .write_all(b"GET /v1/events?prefix=busy: HTTP/1.1\r\nHost: broker\r\n\r\n")
+        .write_all(b"GET /v1/events?prefix=busy: HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
         .expect("request");
     tokio::time::sleep(Duration::from_millis(200)).await;

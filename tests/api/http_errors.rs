@@ -24,17 +24,17 @@ async fn requests_hyper_cannot_parse_get_json_errors() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
     let long_path = format!(
-        "GET /v1/locks/{} HTTP/1.1\r\nHost: b\r\n\r\n",
+        "GET /v1/locks/{} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
         "a".repeat(100 * 1024)
     );
     let many_headers = format!(
-        "GET /healthz HTTP/1.1\r\nHost: b\r\n{}\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n{}\r\n",
         (0..200)
             .map(|i| format!("x-h{i}: v\r\n"))
             .collect::<String>()
     );
     let huge_header = format!(
-        "GET /healthz HTTP/1.1\r\nHost: b\r\nx-big: {}\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nx-big: {}\r\n\r\n",
         "v".repeat(1024 * 1024)
     );
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
@@ -46,13 +46,13 @@ async fn requests_hyper_cannot_parse_get_json_errors() {
         ),
         (
             "NUL in a header",
-            b"GET /healthz HTTP/1.1\r\nHost: b\r\nx-a: a\0b\r\n\r\n".to_vec(),
+            b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nx-a: a\0b\r\n\r\n".to_vec(),
             400,
             "invalid_request",
         ),
         (
             "conflicting Content-Length",
-            b"POST /v1/locks/a/acquire HTTP/1.1\r\nHost: b\r\nContent-Length: 2\r\n\
+            b"POST /v1/locks/a/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\
               Content-Length: 3\r\n\r\n{}"
                 .to_vec(),
             400,
@@ -93,7 +93,7 @@ async fn a_body_announced_over_the_limit_gets_413_at_once() {
     // The header announces 10 MB; not one byte of it follows.
     let (status, body) = raw(
         &app,
-        b"POST /v1/locks/big/acquire HTTP/1.1\r\nHost: b\r\nContent-Length: 10000000\r\n\r\n",
+        b"POST /v1/locks/big/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10000000\r\n\r\n",
     )
     .await;
     assert_eq!(status, 413, "{body}");

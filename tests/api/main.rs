@@ -4,6 +4,7 @@ mod alerts;
 mod cluster;
 mod config;
 mod conformance;
+mod cross_site;
 mod events;
 mod faults;
 mod fences;

@@ -138,3 +138,50 @@ async fn an_acquire_whose_answer_is_lost_says_the_outcome_is_unknown() {
     }
     assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn a_read_while_redis_refuses_connections_says_it_changed_nothing() {
+    let mut redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let held = app.acquire("held", 30_000).await;
+    redis.kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.get("/readyz").await.status == StatusCode::OK {
+        assert!(Instant::now() < deadline, "the broker never noticed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every connection of the pool has seen the close by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let message = |reply: &lockbroker_tests::Reply| {
+        assert_eq!(
+            reply.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{}",
+            reply.body
+        );
+        assert_eq!(reply.code(), "backend_unavailable");
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    for read in [app.status("held").await, app.get("/v1/locks").await] {
+        let said = message(&read);
+        assert!(said.contains("this read changed nothing"), "{said}");
+        assert!(!said.contains("unknown"), "{said}");
+    }
+    // A write may still go out: fred holds it back until it connects, so
+    // its outcome is unknown, and the message says so for that step alone.
+    for (step, write) in [
+        ("extend", app.extend("held", &held.token(), 30_000).await),
+        ("release", app.release("held", &held.token()).await),
+    ] {
+        let said = message(&write);
+        assert!(
+            said.contains(&format!("answer the {step} in time")),
+            "{step}: {said}"
+        );
+        assert!(!said.contains("request_id"), "{step}: {said}");
+    }
+}

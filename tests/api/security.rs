@@ -470,6 +470,7 @@ async fn hostile_names_and_bodies_on_every_route_change_nothing() {
                     app.http
                         .post(app.url(&format!("/v1/locks/a:held/{verb}")))
                         .bearer_auth(OPS)
+                        .header("content-type", "application/json")
                         .body(body.clone()),
                 )
                 .await;
@@ -486,6 +487,7 @@ async fn hostile_names_and_bodies_on_every_route_change_nothing() {
                 app.http
                     .post(app.url("/v1/locks/a:new/acquire"))
                     .bearer_auth(OPS)
+                    .header("content-type", "application/json")
                     .body(body),
             )
             .await;
@@ -525,7 +527,7 @@ async fn a_slow_request_body_gets_408_and_changes_nothing() {
     let mut stream = raw_connection(&app).await;
     stream
         .write_all(
-            b"POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: broker\r\n\
+            b"POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\n\
               Content-Type: application/json\r\nContent-Length: 20\r\n\r\n{\"ttl_ms\":",
         )
         .await
@@ -548,7 +550,7 @@ async fn headers_trickled_byte_by_byte_are_cut_off() {
 
     let mut stream = raw_connection(&app).await;
     stream
-        .write_all(b"POST /v1/locks/slowloris/acquire HTTP/1.1\r\nHost: broker\r\n")
+        .write_all(b"POST /v1/locks/slowloris/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         .await
         .expect("write");
     let started = Instant::now();
@@ -590,7 +592,7 @@ async fn the_concurrency_limit_answers_503_overloaded() {
         let mut stream = raw_connection(&app).await;
         stream
             .write_all(
-                b"POST /v1/locks/busy/acquire HTTP/1.1\r\nHost: broker\r\n\
+                b"POST /v1/locks/busy/acquire HTTP/1.1\r\nHost: 127.0.0.1\r\n\
                   Content-Length: 10\r\n\r\n{",
             )
             .await

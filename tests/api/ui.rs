@@ -2,7 +2,8 @@
 //! driven in headless Chromium through chromedriver: locks appear and leave
 //! live, a lock's queue length and lock-delay show, a force release from the
 //! page ends a lease, semaphores are listed, the table fits at 1024 px, and
-//! the page asks for a key when the API wants one.
+//! the page asks for a key when the API wants one. A page of another origin,
+//! in the same browser, cannot take or free a lock.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 mod semaphores;
 mod webdriver;
@@ -624,5 +627,116 @@ async fn the_page_shows_a_lock_delay_and_force_releases_it() {
     force_release_from_page(&browser, &row("delay:watched")).await;
     let status = app.status("delay:watched").await.body;
     assert_eq!(status["available_in_ms"], 0, "{status}");
+    browser.quit().await;
+}
+
+/// Serves `html` to every request on a loopback port of its own: a web page
+/// of an origin other than the broker's. Its base URL; the server stops
+/// with the test's runtime.
+async fn serve_elsewhere(html: String) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let html = html.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{html}",
+                    html.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    base
+}
+
+/// What a hostile page tries against the broker at `broker`: no-cors
+/// `fetch` POSTs (a JSON text as `text/plain`, and no body at all), a
+/// `DELETE` (which needs a preflight), and two form POSTs, one of them
+/// shaped so its `text/plain` body reads as JSON. `window.settled` counts
+/// the fetches that ended, `window.answered` those the broker answered, and
+/// `window.framed` the form answers that loaded.
+fn hostile_page(broker: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<title>another origin</title>
+<iframe name="sink-a"></iframe><iframe name="sink-b"></iframe>
+<form id="as-json" method="POST" target="sink-a" enctype="text/plain"
+      action="{broker}/v1/locks/csrf:form/acquire">
+  <input name='{{"ttl_ms": 86400000, "owner": "form", "pad": "' value='"}}'>
+</form>
+<form id="as-form" method="POST" target="sink-b" action="{broker}/v1/locks/csrf:urlencoded/acquire">
+  <input name="ttl_ms" value="86400000">
+</form>
+<script>
+window.settled = 0; window.answered = 0; window.framed = 0;
+const broker = "{broker}";
+const send = (path, init) => fetch(broker + path, init)
+  .then(() => {{ window.answered++; }}, () => {{}})
+  .finally(() => {{ window.settled++; }});
+const text = {{"Content-Type": "text/plain"}};
+const day = JSON.stringify({{ttl_ms: 86400000, owner: "fetch"}});
+send("/v1/locks/csrf:text/acquire", {{method: "POST", mode: "no-cors", headers: text, body: day}});
+send("/v1/locks/csrf:text/acquire", {{method: "POST", mode: "no-cors", body: day}});
+send("/v1/locks/csrf:bare/acquire", {{method: "POST", mode: "no-cors"}});
+send("/v1/semaphores/csrf:sem/acquire", {{method: "POST", mode: "no-cors", headers: text,
+  body: JSON.stringify({{limit: 1, ttl_ms: 86400000}})}});
+send("/v1/locks/csrf:held", {{method: "DELETE"}});
+for (const frame of document.querySelectorAll("iframe")) {{
+  frame.addEventListener("load", () => {{ window.framed++; }});
+}}
+document.getElementById("as-json").submit();
+document.getElementById("as-form").submit();
+</script>
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_page_of_another_origin_cannot_take_or_free_a_lock() {
+    let browser = Browser::new_session().await;
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let held = app
+        .acquire_with("csrf:held", json!({"ttl_ms": 60_000, "owner": "victim"}))
+        .await;
+    assert_eq!(held.status, StatusCode::OK, "{}", held.body);
+
+    let elsewhere = serve_elsewhere(hostile_page(&app.base)).await;
+    browser.goto(&format!("{elsewhere}/")).await;
+    browser
+        .wait_until(
+            "every fetch settled and both forms were answered",
+            "return window.settled === 5 && window.framed === 2;",
+            json!([]),
+        )
+        .await;
+    // The no-cors POSTs reached the broker (their opaque answers resolve);
+    // only the DELETE was stopped by the browser, at its preflight.
+    let answered = browser.execute("return window.answered;", json!([])).await;
+    assert_eq!(answered, 4, "the no-cors fetches reach the broker");
+
+    for name in ["csrf:text", "csrf:bare", "csrf:form", "csrf:urlencoded"] {
+        let status = app.status(name).await;
+        assert_eq!(status.body["held"], false, "{name}: {}", status.body);
+    }
+    let semaphore = app.get("/v1/semaphores/csrf:sem").await;
+    assert_eq!(semaphore.body["held"], 0, "{}", semaphore.body);
+    let status = app.status("csrf:held").await;
+    assert_eq!(status.body["fence"], held.fence(), "{}", status.body);
+    assert!(redis
+        .conn()
+        .keys(&format!("{}:{{csrf:t*", app.prefix))
+        .is_empty());
     browser.quit().await;
 }

@@ -105,7 +105,7 @@ export class BrokerUnavailable extends LockBrokerError {}
 
 /**
  * The broker refused the request itself (`invalid_request`, `payload_too_large`,
- * `uri_too_long`, `headers_too_large`, `not_found`, `method_not_allowed`);
+ * `unsupported_media_type`, `uri_too_long`, `headers_too_large`, `not_found`, `method_not_allowed`);
  * `field` names the offending field when the broker said.
  */
 export class InvalidRequest extends LockBrokerError {
@@ -135,6 +135,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   internal: BrokerUnavailable,
   invalid_request: InvalidRequest,
   payload_too_large: InvalidRequest,
+  unsupported_media_type: InvalidRequest,
   uri_too_long: InvalidRequest,
   headers_too_large: InvalidRequest,
   not_found: InvalidRequest,
@@ -153,6 +154,7 @@ const BY_STATUS: Readonly<Record<number, ErrorClass>> = {
   408: BrokerUnavailable,
   413: InvalidRequest,
   414: InvalidRequest,
+  415: InvalidRequest,
   423: LockBusy,
   429: BrokerUnavailable,
   431: InvalidRequest,

@@ -98,12 +98,16 @@ pub enum ErrorCode {
     TooManyStreams,
     /// `401`: no API key, or one the broker does not accept.
     Unauthorized,
-    /// `403`: the API key lacks the route's scope or the lock's prefix.
+    /// `403`: the API key lacks the route's scope or the lock's prefix, or the
+    /// request comes from a web page of another origin or names a host this
+    /// broker does not answer to.
     Forbidden,
     /// `408`: the request body did not arrive within the body read timeout.
     RequestTimeout,
     /// `413`: the body is larger than the configured limit.
     PayloadTooLarge,
+    /// `415`: the request has a body not declared as `application/json`.
+    UnsupportedMediaType,
     /// `404`: no route matches the path.
     NotFound,
     /// `405`: the path exists but not with this method.
@@ -126,7 +130,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the spec's list.
-    pub const ALL: [ErrorCode; 20] = [
+    pub const ALL: [ErrorCode; 21] = [
         Self::InvalidRequest,
         Self::LockBusy,
         Self::LeaseLost,
@@ -139,6 +143,7 @@ impl ErrorCode {
         Self::Forbidden,
         Self::RequestTimeout,
         Self::PayloadTooLarge,
+        Self::UnsupportedMediaType,
         Self::NotFound,
         Self::MethodNotAllowed,
         Self::BackendUnavailable,
@@ -164,6 +169,7 @@ impl ErrorCode {
             Self::Forbidden => "forbidden",
             Self::RequestTimeout => "request_timeout",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::UnsupportedMediaType => "unsupported_media_type",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::BackendUnavailable => "backend_unavailable",
@@ -186,6 +192,7 @@ impl ErrorCode {
             Self::RequestTimeout => 408,
             Self::LeaseLost | Self::MaxHoldExceeded | Self::LimitConflict => 409,
             Self::PayloadTooLarge => 413,
+            Self::UnsupportedMediaType => 415,
             Self::UriTooLong => 414,
             Self::LockBusy => 423,
             Self::TooManyWaiters | Self::RateLimited | Self::TooManyStreams => 429,

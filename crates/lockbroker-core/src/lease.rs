@@ -5,7 +5,7 @@ use std::fmt;
 use rand::RngCore;
 
 use crate::name::LockName;
-use crate::validation::ValidationError;
+use crate::validation::{check_visible, ValidationError};
 
 mod seen;
 
@@ -18,13 +18,24 @@ pub struct Ttl(u64);
 impl Ttl {
     /// Accepts `ms` in `1..=max_ms`; the error names `field`.
     pub fn parse(field: &'static str, ms: u64, max_ms: u64) -> Result<Self, ValidationError> {
+        Self::parse_under(field, ms, max_ms, "the configured maximum")
+    }
+
+    /// Accepts `ms` in `1..=max_ms`, where `max_ms` comes from the setting
+    /// `setting`, which a refusal names so the caller knows what limits it.
+    pub fn parse_under(
+        field: &'static str,
+        ms: u64,
+        max_ms: u64,
+        setting: &'static str,
+    ) -> Result<Self, ValidationError> {
         if ms == 0 {
             return Err(ValidationError::new(field, "must be at least 1"));
         }
         if ms > max_ms {
             return Err(ValidationError::new(
                 field,
-                format!("must be at most {max_ms} (the configured maximum)"),
+                format!("must be at most {max_ms} ({setting})"),
             ));
         }
         Ok(Self(ms))
@@ -47,7 +58,7 @@ impl LockDelay {
         if ms > max_ms {
             return Err(ValidationError::new(
                 "lock_delay_ms",
-                format!("must be at most {max_ms} (the configured maximum)"),
+                format!("must be at most {max_ms} (locks.max_lock_delay_ms)"),
             ));
         }
         Ok(Self(ms))
@@ -128,8 +139,6 @@ impl LeaseKind {
 
 /// Bytes of randomness in a lease token (128 bits).
 const TOKEN_BYTES: usize = 16;
-/// The longest token text accepted from a caller; longer input cannot be ours.
-const MAX_TOKEN_LEN: usize = 128;
 
 /// The secret that proves a caller holds a lease.
 ///
@@ -164,20 +173,25 @@ impl LeaseToken {
             .unwrap_or(LeaseKind::Exclusive)
     }
 
-    /// Accepts a token sent back by a caller: 1 to 128 URL-safe characters.
-    /// The error never repeats the input.
+    /// Accepts a token sent back by a caller: exactly the shape
+    /// [`LeaseToken::generate_for`] makes (an optional kind prefix, then 32
+    /// lowercase hex digits), so a mistyped or altered token is told apart
+    /// from a lease that was lost. The error never repeats the input.
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
         if raw.is_empty() {
             return Err(ValidationError::new("token", "must not be empty"));
         }
-        if raw.len() > MAX_TOKEN_LEN
-            || !raw
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        let digits = [LeaseKind::Shared, LeaseKind::Permit]
+            .into_iter()
+            .find_map(|kind| raw.strip_prefix(kind.token_prefix()))
+            .unwrap_or(raw);
+        let issued = digits.len() == TOKEN_BYTES * 2 && digits.bytes().all(|b| HEX.contains(&b));
+        if !issued {
             return Err(ValidationError::new(
                 "token",
-                "is not a token this broker issued",
+                "is not a token this broker issued (32 lowercase hex digits, after `r-` for \
+                 a shared lease or `s-` for a permit): send the token of the acquire's answer \
+                 unchanged",
             ));
         }
         Ok(Self(raw.to_owned()))
@@ -261,7 +275,7 @@ impl RequestId {
 }
 
 /// Free text a caller chooses for `field`: at most `max_len` characters and
-/// no control characters (they would break log lines and terminals).
+/// no hidden characters (see [`check_visible`]).
 fn check_text(field: &'static str, raw: &str, max_len: usize) -> Result<String, ValidationError> {
     if raw.chars().count() > max_len {
         return Err(ValidationError::new(
@@ -269,12 +283,7 @@ fn check_text(field: &'static str, raw: &str, max_len: usize) -> Result<String, 
             format!("must be at most {max_len} characters"),
         ));
     }
-    if raw.chars().any(char::is_control) {
-        return Err(ValidationError::new(
-            field,
-            "must not contain control characters",
-        ));
-    }
+    check_visible(field, raw)?;
     Ok(raw.to_owned())
 }
 
@@ -368,6 +377,30 @@ mod tests {
     }
 
     #[test]
+    fn only_the_shape_of_an_issued_token_parses() {
+        let real = LeaseToken::generate_for(LeaseKind::Shared);
+        let upper = real.expose().to_ascii_uppercase();
+        let short = &real.expose()[..20];
+        for bad in [
+            "X",
+            "has spaces",
+            upper.as_str(),
+            short,
+            "r-",
+            "q-0123456789abcdef0123456789abcdef",
+        ] {
+            let error = LeaseToken::parse(bad).expect_err(bad);
+            assert_eq!(error.field, "token");
+            // The message names the prefixes, so only longer input can be echoed.
+            assert!(
+                bad.len() <= 3 || !error.message.contains(bad),
+                "{}",
+                error.message
+            );
+        }
+    }
+
+    #[test]
     fn token_debug_is_redacted() {
         let token = LeaseToken::generate();
         assert!(!format!("{token:?}").contains(token.expose()));
@@ -385,6 +418,18 @@ mod tests {
         assert!(Owner::parse(&"é".repeat(256)).is_ok());
         assert!(Owner::parse(&"o".repeat(257)).is_err());
         assert!(Owner::parse("a\nb").is_err());
+        assert_eq!(
+            Owner::parse("\u{202e}1-rekrow-SSAP")
+                .expect_err("bidi")
+                .field,
+            "owner"
+        );
+        assert_eq!(
+            RequestId::parse("req\u{200b}1")
+                .expect_err("zero width")
+                .field,
+            "request_id"
+        );
         assert!(RequestId::parse("").is_err());
         assert!(RequestId::parse(&"r".repeat(129)).is_err());
         assert!(RequestId::parse("req-1").is_ok());

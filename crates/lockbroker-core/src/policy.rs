@@ -112,15 +112,18 @@ impl LockPolicy {
         shutting_down: bool,
     ) -> Result<AcquirePlan, ValidationError> {
         let policy = self;
-        let max_ttl_ms = policy
-            .max_hold_ms
-            .map_or(policy.max_ttl_ms, |hold| hold.min(policy.max_ttl_ms));
-        let ttl = Ttl::parse(
+        // A lease can never be valid longer than it may be held.
+        let (max_ttl_ms, setting) = match policy.max_hold_ms {
+            Some(hold) if hold < policy.max_ttl_ms => (hold, "locks.max_hold_ms"),
+            _ => (policy.max_ttl_ms, "locks.max_ttl_ms"),
+        };
+        let ttl = Ttl::parse_under(
             "ttl_ms",
             request
                 .ttl_ms
                 .unwrap_or(policy.default_ttl_ms.min(max_ttl_ms)),
             max_ttl_ms,
+            setting,
         )?;
         let lock_delay = LockDelay::parse(
             request

@@ -10,6 +10,7 @@ pub mod health;
 pub mod limits;
 pub mod locks;
 pub mod observe;
+pub mod origin;
 pub mod scrape;
 pub mod semaphores;
 pub mod ui;
@@ -115,11 +116,13 @@ pub fn served_routes() -> Vec<(Method, &'static str)> {
         .collect()
 }
 
-/// The complete router with its limits, behind the API keys in `keys`, logging
-/// and measuring every request into `metrics`.
+/// The complete router with its limits, taking requests only from `sources`
+/// and behind the API keys in `keys`, logging and measuring every request
+/// into `metrics`.
 pub fn router(
     service: Arc<Service>,
     settings: &HttpSettings,
+    sources: Arc<origin::Sources>,
     keys: Arc<KeyRing>,
     metrics: Arc<Metrics>,
 ) -> Router {
@@ -140,6 +143,7 @@ pub fn router(
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(Extension(Arc::new(events::StreamAdmission::new(settings))))
+        .layer(middleware::from_fn_with_state(sources, origin::guard))
         .layer(DefaultBodyLimit::max(settings.max_body_bytes))
         .layer(middleware::from_fn_with_state(limits, limits::enforce))
         .layer(middleware::from_fn_with_state(

@@ -135,9 +135,16 @@ impl Application {
             addr: settings.listen,
             source,
         })?;
+        let sources = settings
+            .request_sources()
+            .map_err(|message| ConfigError::Invalid {
+                layer: "settings".into(),
+                message,
+            })?;
         let router = http::router(
             Arc::clone(&service),
             &settings.http,
+            Arc::new(sources),
             Arc::clone(&keys),
             Arc::clone(&metrics),
         );

@@ -125,7 +125,7 @@ class BrokerUnavailable(LockBrokerError):
 
 
 class InvalidRequest(LockBrokerError):
-    """The broker rejected the request itself (400, 404, 405, 413): a bad lock name,
+    """The broker rejected the request itself (400, 404, 405, 413, 415): a bad lock name,
     TTL or other field. ``field`` names the offending field when the broker said."""
 
     @property
@@ -153,6 +153,7 @@ _BY_CODE: Dict[str, Type[LockBrokerError]] = {
     "request_timeout": BrokerUnavailable,
     "invalid_request": InvalidRequest,
     "payload_too_large": InvalidRequest,
+    "unsupported_media_type": InvalidRequest,
     "not_found": InvalidRequest,
     "method_not_allowed": InvalidRequest,
     "unauthorized": AuthError,
@@ -167,6 +168,7 @@ _BY_STATUS: Dict[int, Type[LockBrokerError]] = {
     405: InvalidRequest,
     408: BrokerUnavailable,
     413: InvalidRequest,
+    415: InvalidRequest,
     423: LockBusy,
     429: BrokerUnavailable,
 }

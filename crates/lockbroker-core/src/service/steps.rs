@@ -55,10 +55,11 @@ impl<S: LockStore> LockService<S> {
         token: &LeaseToken,
         ttl_ms: Option<u64>,
     ) -> Result<Renewal, LockError> {
-        let ttl = Ttl::parse(
+        let ttl = Ttl::parse_under(
             "ttl_ms",
             ttl_ms.unwrap_or(self.policy.default_ttl_ms),
             self.policy.max_ttl_ms,
+            "locks.max_ttl_ms",
         )?;
         check_token_space(name, token)?;
         let max_hold_ms = self.policy.max_hold_ms.unwrap_or(0);

@@ -87,6 +87,14 @@ pub struct HttpSettings {
     /// PEM private key of `tls_cert_path`.
     #[serde(with = "empty_is_none")]
     pub tls_key_path: Option<PathBuf>,
+    /// Host names the broker answers to beside the ones its listen address
+    /// implies (loopback names on loopback; those and any IP address on
+    /// every address): `name`, `.domain` for every name under it, or `*`
+    /// for any. Other `Host`s get `403`, against DNS rebinding.
+    pub allowed_hosts: Vec<String>,
+    /// Web page origins (`https://ops.example.com`) whose requests the
+    /// broker takes beside its own; requests of other origins get `403`.
+    pub allowed_origins: Vec<String>,
 }
 
 /// Lease limits and defaults (`LOCKBROKER_LOCKS_*`).
@@ -210,6 +218,8 @@ impl Default for HttpSettings {
             max_stream_state_reads: 16,
             tls_cert_path: None,
             tls_key_path: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
         }
     }
 }

@@ -15,6 +15,7 @@ use lockbroker_redis::{ClusterSettings, RedisAuth, RedisSettings, ReplicaAck, Se
 use super::schema::{HttpSettings, MetricsSettings, RedisMode, Settings};
 use super::ConfigError;
 use crate::auth::{KeyConfigError, KeyRing};
+use crate::http::origin::Sources;
 
 /// The one conversion from a `*_ms` setting to a [`Duration`].
 fn millis(ms: u64) -> Duration {
@@ -131,6 +132,7 @@ impl Settings {
             )));
         }
         let http = &self.http;
+        self.request_sources().map_err(invalid)?;
         if http.tls_cert_path.is_some() != http.tls_key_path.is_some() {
             return Err(invalid(
                 "http.tls_cert_path and http.tls_key_path must be set together",
@@ -167,6 +169,15 @@ impl Settings {
     /// How long in-flight requests may take to finish after a shutdown signal.
     pub fn shutdown_grace(&self) -> Duration {
         millis(self.shutdown_grace_ms)
+    }
+
+    /// The host names and page origins the broker takes requests from.
+    pub fn request_sources(&self) -> Result<Sources, String> {
+        Sources::new(
+            self.listen,
+            &self.http.allowed_hosts,
+            &self.http.allowed_origins,
+        )
     }
 
     /// The API keys the broker accepts.

@@ -9,7 +9,7 @@ use lockbroker_core::{
     Space,
 };
 
-use super::error::ApiError;
+use super::error::{ApiError, Step};
 use super::extract::{LockPath, QueryParams};
 use super::views::status_response;
 use super::AppState;
@@ -100,7 +100,7 @@ pub(super) async fn end_all(
         .service
         .force_release(name)
         .await
-        .map_err(|e| ApiError::Lock(name.clone(), e))?;
+        .map_err(|e| ApiError::Lock(Step::ForceRelease, name.clone(), e))?;
     let (fence, owner, leases_ended) = match outcome {
         ForceReleaseOutcome::Released {
             fence,

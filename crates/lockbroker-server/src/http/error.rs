@@ -19,11 +19,40 @@ use lockbroker_core::{
 
 use super::views::holder_response;
 
+/// What a request asked of the lock store: it decides what a failed step
+/// can have changed, and so what the caller is told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// An acquire: it may take a lease.
+    Acquire,
+    /// An extend of the caller's lease.
+    Extend,
+    /// A release of the caller's lease.
+    Release,
+    /// An operator's force release.
+    ForceRelease,
+    /// A status, listing or readiness check: it changes nothing.
+    Read,
+}
+
+impl Step {
+    /// The step as messages name it.
+    fn noun(self) -> &'static str {
+        match self {
+            Self::Acquire => "acquire",
+            Self::Extend => "extend",
+            Self::Release => "release",
+            Self::ForceRelease => "force release",
+            Self::Read => "read",
+        }
+    }
+}
+
 /// Every way an HTTP request can fail.
 #[derive(Debug)]
 pub enum ApiError {
-    /// The lock service refused or failed, for the named lock.
-    Lock(LockName, LockError),
+    /// The lock service refused or failed the step, for the named lock.
+    Lock(Step, LockName, LockError),
     /// A field failed a rule before any lock was touched.
     Invalid(ValidationError),
     /// The body is not the JSON this route takes.
@@ -35,6 +64,8 @@ pub enum ApiError {
     },
     /// The body is over the configured limit.
     PayloadTooLarge,
+    /// The body is not declared as `application/json`.
+    UnsupportedMediaType(String),
     /// No route matches the path.
     NotFound,
     /// The path exists but not with this method.
@@ -67,6 +98,13 @@ pub enum ApiError {
     Overloaded,
     /// An event stream may not open now: the limit it met.
     TooManyStreams(StreamLimit),
+    /// The broker failed on its own, never because of the request: `500`.
+    Internal {
+        /// What failed, for the log line.
+        event: &'static str,
+        /// Why, for the log line only.
+        cause: String,
+    },
     /// The request body arrived too slowly.
     BodyTimeout {
         /// The configured limit.
@@ -104,6 +142,8 @@ struct Cause<'a> {
     lock: Option<&'a LockName>,
     error: Option<&'a StoreError>,
     limit: Option<Duration>,
+    /// A failure that is no store error, as text.
+    detail: Option<&'a str>,
 }
 
 impl ApiError {
@@ -111,7 +151,7 @@ impl ApiError {
     fn answer(&self) -> Answer<'_> {
         use ErrorCode as Code;
         match self {
-            Self::Invalid(e) | Self::Lock(_, LockError::Invalid(e)) => {
+            Self::Invalid(e) | Self::Lock(_, _, LockError::Invalid(e)) => {
                 Answer::new(Code::InvalidRequest, e.to_string()).field(e.field)
             }
             Self::BadBody { field, message } => {
@@ -121,10 +161,10 @@ impl ApiError {
                 Code::InvalidRequest,
                 "Authorization: send one Authorization header, not several",
             ),
-            Self::Lock(name, LockError::Busy(blockers)) => {
+            Self::Lock(_, name, LockError::Busy(blockers)) => {
                 Answer::new(Code::LockBusy, busy_message(name, blockers)).blockers(blockers)
             }
-            Self::Lock(name, LockError::LimitConflict { limit }) => Answer::new(
+            Self::Lock(_, name, LockError::LimitConflict { limit }) => Answer::new(
                 Code::LimitConflict,
                 format!(
                     "semaphore {name:?} has limit {limit} while permits are held; ask with \
@@ -133,7 +173,7 @@ impl ApiError {
             )
             .field("limit")
             .limit(*limit),
-            Self::Lock(name, LockError::LeaseLost) => Answer::new(
+            Self::Lock(_, name, LockError::LeaseLost) => Answer::new(
                 Code::LeaseLost,
                 format!(
                     "the lease on {name:?} expired or was taken by another holder; another \
@@ -141,7 +181,7 @@ impl ApiError {
                      possibly duplicated"
                 ),
             ),
-            Self::Lock(name, LockError::LeaseReleased) => Answer::new(
+            Self::Lock(_, name, LockError::LeaseReleased) => Answer::new(
                 Code::LeaseLost,
                 format!(
                     "the lease on {name:?} was already released by its holder, so no other \
@@ -149,6 +189,7 @@ impl ApiError {
                 ),
             ),
             Self::Lock(
+                _,
                 name,
                 LockError::MaxHoldExceeded {
                     max_hold_ms,
@@ -158,27 +199,30 @@ impl ApiError {
                 Code::MaxHoldExceeded,
                 format!(
                     "the lease on {name:?} cannot be extended past its maximum hold of \
-                     {max_hold_ms} ms; finish and release, or acquire again"
+                     {max_hold_ms} ms (locks.max_hold_ms); finish and release, or acquire again"
                 ),
             )
             .expires_in(*expires_in_ms),
-            Self::Lock(_, LockError::TooManyWaiters) => Answer::new(
+            Self::Lock(_, _, LockError::TooManyWaiters) => Answer::new(
                 Code::TooManyWaiters,
                 "too many requests are already waiting; retry later",
             ),
-            Self::Lock(_, LockError::ShuttingDown) | Self::ShuttingDown => Answer::new(
+            Self::Lock(_, _, LockError::ShuttingDown) | Self::ShuttingDown => Answer::new(
                 Code::ShuttingDown,
                 "this broker is shutting down; retry on another instance",
             ),
-            Self::Lock(name, LockError::Store(error)) => {
-                store_failed(error).logged("lock step failed", Some(name), Some(error))
+            Self::Lock(step, name, LockError::Store(error)) => {
+                store_failed(*step, error).logged("lock step failed", Some(name), Some(error))
             }
             Self::Store(error) => {
-                store_failed(error).logged("lock store step failed", None, Some(error))
+                store_failed(Step::Read, error).logged("lock store step failed", None, Some(error))
             }
             // A failed probe is never `internal`: the broker is just not ready.
-            Self::Unavailable(error) => Answer::new(Code::BackendUnavailable, store_message(error))
-                .logged("readiness check failed", None, Some(error)),
+            Self::Unavailable(error) => Answer::new(
+                Code::BackendUnavailable,
+                store_message(Step::Read, error),
+            )
+            .logged("readiness check failed", None, Some(error)),
             Self::Timeout { limit } => Answer::new(
                 Code::BackendUnavailable,
                 format!(
@@ -192,6 +236,9 @@ impl ApiError {
                 Code::PayloadTooLarge,
                 "the request body is larger than this broker accepts",
             ),
+            Self::UnsupportedMediaType(message) => {
+                Answer::new(Code::UnsupportedMediaType, message.as_str())
+            }
             Self::NotFound => Answer::new(Code::NotFound, "no such route"),
             Self::MethodNotAllowed => Answer::new(
                 Code::MethodNotAllowed,
@@ -218,6 +265,9 @@ impl ApiError {
                 Code::Overloaded,
                 "this broker is serving as many requests as it allows; retry later",
             ),
+            Self::Internal { event, cause } => {
+                Answer::new(Code::Internal, "internal error").logged_cause(event, cause)
+            }
             Self::BodyTimeout { limit } => Answer::new(
                 Code::RequestTimeout,
                 format!(
@@ -313,7 +363,17 @@ impl<'a> Answer<'a> {
             lock,
             error,
             limit: None,
+            detail: None,
         });
+        self
+    }
+
+    /// Logs the answer as `event`, caused by `detail`.
+    fn logged_cause(mut self, event: &'static str, detail: &'a str) -> Self {
+        self = self.logged(event, None, None);
+        if let Some(cause) = &mut self.cause {
+            cause.detail = Some(detail);
+        }
         self
     }
 
@@ -335,6 +395,7 @@ impl<'a> Answer<'a> {
             code = self.detail.code.as_str(),
             lock = cause.lock.map(tracing::field::display),
             error = cause.error.map(tracing::field::display),
+            detail = cause.detail,
             limit_ms,
             "{}",
             cause.event
@@ -364,15 +425,15 @@ impl IntoResponse for Answer<'_> {
     }
 }
 
-/// What a failed lock store step answers: `internal` when the store could not
-/// make sense of the backend's reply, else `backend_unavailable`.
-fn store_failed(error: &StoreError) -> Answer<'_> {
+/// What a failed lock store `step` answers: `internal` when the store could
+/// not make sense of the backend's reply, else `backend_unavailable`.
+fn store_failed(step: Step, error: &StoreError) -> Answer<'_> {
     let code = match error {
         StoreError::Protocol(_) => ErrorCode::Internal,
         StoreError::Overloaded(_) => ErrorCode::Overloaded,
         _ => ErrorCode::BackendUnavailable,
     };
-    Answer::new(code, store_message(error))
+    Answer::new(code, store_message(step, error))
 }
 
 /// What a `lock_busy` answer says is in the way: live leases, the
@@ -408,55 +469,81 @@ fn busy_message(name: &LockName, blockers: &Blockers) -> String {
     }
 }
 
-/// What the caller is told when the lock store failed: what is known of the
-/// outcome, never the cause (that is logged).
-fn store_message(cause: &StoreError) -> String {
-    let message = match cause {
-        StoreError::Unacknowledged {
-            change: Unacknowledged::GrantReleased,
-            ..
-        } => {
+/// What the caller is told when the lock store failed `step`: what is known
+/// of the outcome, never the cause (that is logged). Only a change whose
+/// answer was lost has an unknown outcome: a read changes nothing, and a
+/// step that never reached the store changed nothing either.
+fn store_message(step: Step, cause: &StoreError) -> String {
+    let noun = step.noun();
+    match (step, cause) {
+        (_, StoreError::Protocol(_)) => "internal error".to_owned(),
+        (_, StoreError::Overloaded(_)) => format!(
+            "the broker is already doing as much of this work as it allows; the {noun} was \
+             not sent to the lock store and nothing was changed, retry later"
+        ),
+        (
+            _,
+            StoreError::Unacknowledged {
+                change: Unacknowledged::GrantReleased,
+                ..
+            },
+        ) => "the lock was granted, but too few Redis replicas acknowledged the grant in time, \
+              so the broker released it again: the lock was held briefly (other acquires may \
+              have been refused meanwhile) and nothing is held now; retry later"
+            .to_owned(),
+        (
+            _,
+            StoreError::Unacknowledged {
+                change: Unacknowledged::GrantLeftToExpire { ttl_ms },
+                ..
+            },
+        ) => format!(
             "the lock was granted, but too few Redis replicas acknowledged the grant in time, \
-             so the broker released it again: the lock was held briefly (other acquires may \
-             have been refused meanwhile) and nothing is held now; retry later"
+             and releasing it again failed: the lock stays held, by a lease whose token nobody \
+             was given, until its TTL of {ttl_ms} ms runs out; retry after that"
+        ),
+        (
+            _,
+            StoreError::Unacknowledged {
+                change: Unacknowledged::Extend,
+                ..
+            },
+        ) => "the lease was extended on the Redis primary, but too few replicas acknowledged \
+              the extend in time, so a failover could bring back its earlier expiry: count only \
+              on the expiry from before this extend; retrying the extend is safe"
+            .to_owned(),
+        (Step::Read, StoreError::RefusesWrites(_)) => {
+            "the lock store refuses writes (Redis is out of memory or read-only); this read \
+             changed nothing, retry later"
+                .to_owned()
         }
-        StoreError::Unacknowledged {
-            change: Unacknowledged::GrantLeftToExpire { ttl_ms },
-            ..
-        } => {
-            return format!(
-                "the lock was granted, but too few Redis replicas acknowledged the grant in \
-                 time, and releasing it again failed: the lock stays held, by a lease whose \
-                 token nobody was given, until its TTL of {ttl_ms} ms runs out; retry after that"
-            );
+        (Step::Read, _) => {
+            "the lock store is unavailable; this read changed nothing, retry later".to_owned()
         }
-        StoreError::Unacknowledged {
-            change: Unacknowledged::Extend,
-            ..
-        } => {
-            "the lease was extended on the Redis primary, but too few replicas acknowledged the \
-             extend in time, so a failover could bring back its earlier expiry: count only on \
-             the expiry from before this extend; retrying the extend is safe"
-        }
-        StoreError::Unavailable(_) => {
-            "the lock store is unavailable; nothing was changed, retry later"
-        }
-        StoreError::RefusesWrites(_) => {
-            "the lock store refuses writes (Redis is out of memory or read-only); nothing was \
+        (_, StoreError::Unavailable(_)) => format!(
+            "the lock store is unavailable and the {noun} did not reach it; nothing was \
              changed, retry later"
+        ),
+        (_, StoreError::RefusesWrites(_)) => format!(
+            "the lock store refuses writes (Redis is out of memory or read-only), so the \
+             {noun} was not made; nothing was changed, retry later"
+        ),
+        (Step::Acquire, StoreError::OutcomeUnknown(_)) => {
+            "the lock store did not answer the acquire in time, so the outcome is unknown: a \
+             lease it took is being released by the broker; retrying with the same request_id \
+             is safe"
+                .to_owned()
         }
-        StoreError::OutcomeUnknown(_) => {
-            "the lock store did not answer in time, so the outcome is unknown: the step may \
-             still take effect, and a lease an acquire took this way is being released by the \
-             broker; retrying with the same token or request_id is safe"
+        (Step::ForceRelease, StoreError::OutcomeUnknown(_)) => {
+            "the lock store did not answer the force release in time, so the outcome is \
+             unknown: it may still take effect; retrying it is safe"
+                .to_owned()
         }
-        StoreError::Overloaded(_) => {
-            "the broker is already doing as much of this work as it allows; nothing was sent \
-             to the lock store and nothing was changed, retry later"
-        }
-        StoreError::Protocol(_) => "internal error",
-    };
-    message.to_owned()
+        (_, StoreError::OutcomeUnknown(_)) => format!(
+            "the lock store did not answer the {noun} in time, so the outcome is unknown: it \
+             may still take effect; retrying it with the same token is safe"
+        ),
+    }
 }
 
 impl From<ValidationError> for ApiError {

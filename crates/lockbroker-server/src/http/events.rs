@@ -140,14 +140,21 @@ async fn open(
 }
 
 /// A `state` event: the status of `name`, as its own route answers it.
-fn state_event(name: &LockName, status: LockStatus) -> Event {
+///
+/// `None` when the state cannot be written: the stream then ends, rather
+/// than tell an empty state (the cause is logged).
+fn state_event(name: &LockName, status: LockStatus) -> Option<Event> {
     let data = match name.space() {
         Space::Lock => serde_json::to_string(&status_response(name, status)),
         Space::Semaphore => serde_json::to_string(&semaphore_status_response(name, status)),
     };
-    Event::default()
-        .event("state")
-        .data(data.unwrap_or_default())
+    match data {
+        Ok(data) => Some(Event::default().event("state").data(data)),
+        Err(error) => {
+            tracing::error!(%error, "a state event could not be written; the stream ends");
+            None
+        }
+    }
 }
 
 /// A change as a stream tells it: never a token.

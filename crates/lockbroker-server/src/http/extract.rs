@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use lockbroker_core::{LockName, Space};
 use serde::de::DeserializeOwned;
 
@@ -96,14 +96,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
     }
 }
 
-/// A JSON body decoded into `T`. Any content type is accepted (so `curl -d`
-/// works without a header); an empty body reads as `{}`.
+/// A JSON body decoded into `T`. The body must be declared
+/// `Content-Type: application/json`, which a web page of another origin
+/// cannot send without the broker's consent (a CORS preflight the broker
+/// never grants): a `text/plain` or form body is refused `415` however JSON
+/// it looks. A request without a body may leave the header out; an empty
+/// body reads as `{}`.
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let declared = declared_json(request.headers())?;
         let limit = request
             .extensions()
             .get::<BodyReadTimeout>()
@@ -121,6 +126,13 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                     }
                 }
             })?;
+        if !declared && !bytes.is_empty() {
+            return Err(ApiError::UnsupportedMediaType(
+                "this request has a body but no Content-Type: send it as \
+                 `Content-Type: application/json`"
+                    .into(),
+            ));
+        }
         let text: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
             b"{}"
         } else {
@@ -130,10 +142,47 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
-/// Decodes `bytes` as one JSON value of type `T`, naming the failing field.
+/// Whether the request declares a JSON body: `Ok(true)` for
+/// `application/json` (any parameters, such as `charset`, allowed),
+/// `Ok(false)` when it names no type, `415` for any other type.
+fn declared_json(headers: &HeaderMap) -> Result<bool, ApiError> {
+    let mut types = headers.get_all(header::CONTENT_TYPE).iter();
+    let Some(value) = types.next() else {
+        return Ok(false);
+    };
+    let essence = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.split(';').next())
+        .map(str::trim);
+    match essence {
+        Some(essence)
+            if types.next().is_none() && essence.eq_ignore_ascii_case("application/json") =>
+        {
+            Ok(true)
+        }
+        _ => Err(ApiError::UnsupportedMediaType(
+            "this route takes a JSON body: send it as `Content-Type: application/json` (one \
+             header)"
+                .into(),
+        )),
+    }
+}
+
+/// Decodes `bytes` as one JSON object of type `T`, naming the failing field.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // serde's derive would also take an array, field by position.
+    if let Some(kind) = not_an_object(bytes) {
+        return Err(ApiError::BadBody {
+            field: "body".into(),
+            message: format!("must be a JSON object ({{...}}), not {kind}"),
+        });
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        if is_syntax(error.inner()) {
+            return not_json(error.inner());
+        }
         let message = describe(error.inner());
         let path = error.path().to_string();
         let field = if path.is_empty() || path == "." || path == "?" {
@@ -144,11 +193,54 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::BadBody { field, message }
     })?;
-    deserializer.end().map_err(|error| ApiError::BadBody {
-        field: "body".into(),
-        message: describe(&error),
-    })?;
+    deserializer.end().map_err(|error| not_json(&error))?;
     Ok(value)
+}
+
+/// What kind of JSON value `bytes` opens with, when it is a value but not an
+/// object; `None` for an object or for what is no JSON value at all.
+fn not_an_object(bytes: &[u8]) -> Option<&'static str> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+    match first {
+        b'[' => Some("an array"),
+        b'"' => Some("a string"),
+        b'-' | b'0'..=b'9' => Some("a number"),
+        b't' | b'f' if serde_json::from_slice::<bool>(bytes).is_ok() => Some("a boolean"),
+        b'n' if serde_json::from_slice::<()>(bytes).is_ok() => Some("null"),
+        _ => None,
+    }
+}
+
+/// Whether serde_json failed on the text itself rather than on a value (a
+/// number too large for any field is well-formed JSON, so it names its field).
+fn is_syntax(error: &serde_json::Error) -> bool {
+    let malformed = matches!(
+        error.classify(),
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof
+    );
+    malformed && describe(error) != "number out of range"
+}
+
+/// The answer to a body that is not valid JSON: where it breaks, and what
+/// the parser expected there.
+fn not_json(error: &serde_json::Error) -> ApiError {
+    let expected = match describe(error).as_str() {
+        "expected ident" => "expected `true`, `false` or `null`".to_owned(),
+        "expected value" => "expected a JSON value".to_owned(),
+        "trailing characters" => "expected the end of the body after one JSON object".to_owned(),
+        "EOF while parsing an object" | "EOF while parsing a value" => {
+            "the body ends before the JSON object is complete".to_owned()
+        }
+        other => other.to_owned(),
+    };
+    ApiError::BadBody {
+        field: "body".into(),
+        message: format!(
+            "is not valid JSON: {expected} at line {}, column {}",
+            error.line(),
+            error.column()
+        ),
+    }
 }
 
 /// The name in "duplicate field `ttl_ms`" or "unknown field `colour`, expected ...".
@@ -166,5 +258,80 @@ fn describe(error: &serde_json::Error) -> String {
     match text.rfind(" at line ") {
         Some(at) => text[..at].to_owned(),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use lockbroker_api::AcquireBody;
+
+    use super::*;
+
+    fn refusal(body: &str) -> (String, String) {
+        match decode::<AcquireBody>(body.as_bytes()) {
+            Err(ApiError::BadBody { field, message }) => (field, message),
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_an_object_is_a_body() {
+        for (body, kind) in [
+            (
+                r#"[60000, null, "owner", null, null, false, "shared"]"#,
+                "an array",
+            ),
+            ("[]", "an array"),
+            (r#""text""#, "a string"),
+            ("42", "a number"),
+            ("true", "a boolean"),
+            (" null ", "null"),
+        ] {
+            let (field, message) = refusal(body);
+            assert_eq!(field, "body", "{body}");
+            assert!(message.contains(kind), "{body}: {message}");
+        }
+        assert!(decode::<AcquireBody>(b"{}").is_ok());
+    }
+
+    #[test]
+    fn broken_json_says_where_and_what_was_expected() {
+        let (field, message) = refusal("{\"ttl_ms\": tru}");
+        assert_eq!(field, "body");
+        assert_eq!(
+            message,
+            "is not valid JSON: expected `true`, `false` or `null` at line 1, column 15"
+        );
+        let (_, message) = refusal("{\"ttl_ms\": 1}\n{}");
+        assert!(message.contains("line 2, column 1"), "{message}");
+        let (_, message) = refusal("{\"ttl_ms\": ");
+        assert!(message.starts_with("is not valid JSON: "), "{message}");
+        // A well-formed body with a wrong value still names the field.
+        assert_eq!(refusal(r#"{"ttl_ms": "x"}"#).0, "ttl_ms");
+    }
+
+    #[test]
+    fn only_json_is_declared_json() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, value.parse().expect("header"));
+            declared_json(&headers)
+        };
+        assert!(matches!(declared_json(&HeaderMap::new()), Ok(false)));
+        for ok in ["application/json", "Application/JSON; charset=utf-8"] {
+            assert!(matches!(with(ok), Ok(true)), "{ok}");
+        }
+        for bad in [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonp",
+            "",
+        ] {
+            assert!(
+                matches!(with(bad), Err(ApiError::UnsupportedMediaType(_))),
+                "{bad}"
+            );
+        }
     }
 }

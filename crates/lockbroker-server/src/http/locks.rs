@@ -12,7 +12,7 @@ use lockbroker_api::{
 use lockbroker_core::{AcquireRequest, Lease, LeaseKind, LeaseToken, LockError, LockName};
 
 use super::delivery;
-use super::error::ApiError;
+use super::error::{ApiError, Step};
 use super::extract::{JsonBody, LockPath};
 use super::views::{lease_response, renewal_response, status_response};
 use super::AppState;
@@ -48,11 +48,10 @@ pub(super) async fn grant_answer(
     let waited = waits.then(|| started.elapsed());
     app.metrics
         .acquire_finished(name, kind, result.as_ref().map(|_| ()), waited);
-    let grant = result.map_err(in_lock(name))?;
+    let grant = result.map_err(in_step(Step::Acquire, name))?;
     let lease = grant.lease();
     tracing::info!(lock = %name, kind = kind.as_str(), fence = %lease.fence, "lease granted");
-    let json = json(lease).unwrap_or_default();
-    Ok(delivery::json_confirming(json, grant))
+    delivery::grant_answer(grant, json)
 }
 
 /// `POST /v1/locks/{name}/extend`
@@ -86,7 +85,7 @@ pub(super) async fn extend_lease(
     if let Err(LockError::LeaseLost) = &result {
         tracing::warn!(lock = %name, "extend found the lease lost: its holder overran it");
     }
-    let renewal = result.map_err(in_lock(name))?;
+    let renewal = result.map_err(in_step(Step::Extend, name))?;
     Ok(renewal_response(name, renewal))
 }
 
@@ -105,7 +104,7 @@ pub(super) async fn release_lease(
     if let Err(LockError::LeaseLost) = &result {
         tracing::warn!(lock = %name, "release found the lease lost: its holder overran it");
     }
-    let release = result.map_err(in_lock(name))?;
+    let release = result.map_err(in_step(Step::Release, name))?;
     tracing::info!(lock = %name, fence = %release.fence, "lease released");
     Ok(ReleaseResponse {
         name: name.to_string(),
@@ -120,7 +119,7 @@ pub async fn status(
     State(app): State<AppState>,
     LockPath(name): LockPath,
 ) -> Result<Json<StatusResponse>, ApiError> {
-    let status = app.service.status(&name).await.map_err(in_lock(&name))?;
+    let status = (app.service.status(&name).await).map_err(in_step(Step::Read, &name))?;
     Ok(Json(status_response(&name, status)))
 }
 
@@ -150,6 +149,7 @@ fn required_token(token: Option<String>) -> Result<LeaseToken, ApiError> {
     Ok(LeaseToken::parse(&token)?)
 }
 
-pub(super) fn in_lock(name: &LockName) -> impl FnOnce(LockError) -> ApiError + '_ {
-    move |error| ApiError::Lock(name.clone(), error)
+/// Maps a failure of `step` on `name` to its answer.
+pub(super) fn in_step(step: Step, name: &LockName) -> impl FnOnce(LockError) -> ApiError + '_ {
+    move |error| ApiError::Lock(step, name.clone(), error)
 }

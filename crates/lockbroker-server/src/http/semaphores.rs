@@ -12,9 +12,9 @@ use lockbroker_api::{
 use lockbroker_core::{AcquireRequest, LeaseKind, Space};
 
 use super::admin::{end_all, listed_page};
-use super::error::ApiError;
+use super::error::{ApiError, Step};
 use super::extract::{JsonBody, QueryParams, SemaphorePath};
-use super::locks::{extend_lease, grant_answer, in_lock, release_lease};
+use super::locks::{extend_lease, grant_answer, in_step, release_lease};
 use super::views::{permit_response, semaphore_status_response};
 use super::AppState;
 use crate::auth::Caller;
@@ -69,7 +69,7 @@ pub async fn status(
     State(app): State<AppState>,
     SemaphorePath(name): SemaphorePath,
 ) -> Result<Json<SemaphoreStatusResponse>, ApiError> {
-    let status = app.service.status(&name).await.map_err(in_lock(&name))?;
+    let status = (app.service.status(&name).await).map_err(in_step(Step::Read, &name))?;
     Ok(Json(semaphore_status_response(&name, status)))
 }
 

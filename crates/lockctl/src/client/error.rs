@@ -65,7 +65,10 @@ impl BrokerError {
             "max_hold_exceeded" => exit::MAX_HOLD,
             // A --limit other than the one in force is the caller's to fix,
             // like an invalid request: retrying the same command cannot help.
-            "invalid_request" | "payload_too_large" | "limit_conflict" => exit::USAGE,
+            "invalid_request"
+            | "payload_too_large"
+            | "unsupported_media_type"
+            | "limit_conflict" => exit::USAGE,
             _ if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN => {
                 exit::NO_PERMISSION
             }

@@ -22,7 +22,7 @@ use tokio::sync::{watch, Semaphore};
 
 use super::admission::StreamPass;
 use super::{change_event, state_event, Watched};
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, Step};
 use crate::Service;
 
 /// Keys one page of a prefix's opening state visits: what bounds the states
@@ -50,8 +50,8 @@ pub async fn read_page(
     let as_of = service.events().last_id();
     let (entries, next) = match watched {
         Watched::Name(name) => {
-            let status =
-                (service.status(name).await).map_err(|e| ApiError::Lock(name.clone(), e))?;
+            let status = (service.status(name).await)
+                .map_err(|e| ApiError::Lock(Step::Read, name.clone(), e))?;
             (VecDeque::from([(name.clone(), status)]), None)
         }
         Watched::Prefix(prefix) => {
@@ -200,7 +200,7 @@ impl Feed {
                         continue;
                     };
                     if let Some((name, status)) = page.entries.pop_front() {
-                        return Some(self.state(&name, status));
+                        return self.state(&name, status);
                     }
                     match page.next.take() {
                         Some(cursor) => match self.read_page(cursor).await {
@@ -273,12 +273,12 @@ impl Feed {
     /// A state of the opening: a name's carries the id it is as of, so a
     /// resume after it misses nothing; a prefix's carry none until the
     /// marker that ends the list, so a resume never skips the rest of it.
-    fn state(&self, name: &LockName, status: LockStatus) -> Event {
-        let event = state_event(name, status);
-        match self.watched {
+    fn state(&self, name: &LockName, status: LockStatus) -> Option<Event> {
+        let event = state_event(name, status)?;
+        Some(match self.watched {
             Watched::Name(_) => event.id(self.last_id.to_string()),
             Watched::Prefix(_) => event,
-        }
+        })
     }
 
     /// `lagged`, and a fresh opening state to follow.
