@@ -66,7 +66,10 @@ hold() {
 import json, os, sys, urllib.request
 body = json.dumps({"ttl_ms": 30000, "owner": "someone-else"}).encode()
 url = f"{os.environ['LOCKBROKER_URL']}/v1/locks/{sys.argv[1]}/acquire"
-urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=5)
+request = urllib.request.Request(
+    url, data=body, method="POST", headers={"Content-Type": "application/json"}
+)
+urllib.request.urlopen(request, timeout=5)
 PY
 }
 

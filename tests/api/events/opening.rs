@@ -35,7 +35,7 @@ async fn open_stalled(base: &str, path: &str) -> (TcpStream, String) {
     socket.set_recv_buffer_size(4_096).expect("buffer size");
     let address = base.trim_start_matches("http://").parse().expect("address");
     let mut stream = socket.connect(address).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: broker\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("request");
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
