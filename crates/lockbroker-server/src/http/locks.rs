@@ -83,7 +83,7 @@ pub(super) async fn extend_lease(
     app.metrics
         .extend_finished(name, token.kind(), result.as_ref().map(|_| ()));
     if let Err(LockError::LeaseLost) = &result {
-        tracing::warn!(lock = %name, "extend found the lease lost: its holder overran it");
+        tracing::warn!(lock = %name, "extend found the lease lost: it expired before its holder renewed it, or an operator force-released it");
     }
     let renewal = result.map_err(in_step(Step::Extend, name))?;
     Ok(renewal_response(name, renewal))
@@ -102,7 +102,7 @@ pub(super) async fn release_lease(
         .map(|r| r.held_ms.map(Duration::from_millis));
     app.metrics.release_finished(name, token.kind(), held);
     if let Err(LockError::LeaseLost) = &result {
-        tracing::warn!(lock = %name, "release found the lease lost: its holder overran it");
+        tracing::warn!(lock = %name, "release found the lease lost: it expired before its holder released it, or an operator force-released it");
     }
     let release = result.map_err(in_step(Step::Release, name))?;
     tracing::info!(lock = %name, fence = %release.fence, "lease released");
