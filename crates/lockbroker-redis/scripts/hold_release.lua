@@ -31,18 +31,24 @@ if tonumber(lease.e) <= now_ms then
   return {0}
 end
 
--- Keep the lease as a memo marked released until memo_ms from now, among
--- the name's latest HOLDER_MEMOS releases: the oldest memo makes room.
 redis.call('ZREM', holders_key, token)
-lease.x = '1'
-lease.e = string.format('%d', now_ms)
-holder_write(members_key, token, lease)
-redis.call('ZADD', released_key, now_ms + memo_ms, token)
-if redis.call('ZCARD', released_key) > HOLDER_MEMOS then
-  holder_forget(members_key, redis.call('ZPOPMIN', released_key)[1])
+if memo_ms == 0 then
+  -- A quorum undoing a grant a majority did not make leaves no memo (as in
+  -- release.lua): the copy is forgotten.
+  holder_forget(members_key, token)
+else
+  -- Keep the lease as a memo marked released until memo_ms from now, among
+  -- the name's latest HOLDER_MEMOS releases: the oldest memo makes room.
+  lease.x = '1'
+  lease.e = string.format('%d', now_ms)
+  holder_write(members_key, token, lease)
+  redis.call('ZADD', released_key, now_ms + memo_ms, token)
+  if redis.call('ZCARD', released_key) > HOLDER_MEMOS then
+    holder_forget(members_key, redis.call('ZPOPMIN', released_key)[1])
+  end
+  keep_for(released_key, memo_ms)
+  keep_for(members_key, memo_ms)
 end
-keep_for(released_key, memo_ms)
-keep_for(members_key, memo_ms)
 
 local head
 if redis.call('EXISTS', queue_key) == 1 then

@@ -9,7 +9,8 @@
 -- release memo it writes over the oldest of the lock's few (memos.lua).
 --
 -- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
--- ARGV[1] token  ARGV[2] memo_ms: how long a released lease is remembered so
+-- ARGV[1] token  ARGV[2] memo_ms (0 when a quorum undoes a grant a majority
+--         did not make: no memo then): how long a released lease is remembered so
 --         that a re-sent release reports success instead of a lost lease
 -- ARGV[3] wake channel  ARGV[4] calling broker id  ARGV[5] lock name
 -- ARGV[6] quorum mode, undoing a grant a majority did not make: the fair
@@ -50,11 +51,20 @@ if tonumber(cur[3]) <= now_ms then
   return {0}
 end
 
--- Keep the hash marked released (acquire treats it as free), with the
--- lease among the lock's release memos.
-redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms),
-  memo_fields(cur[7], token, cur[2], now_ms + memo_ms))
-redis.call('PEXPIRE', lease_key, memo_ms)
+if memo_ms == 0 then
+  -- A quorum undoing a grant a majority did not make: nobody released this
+  -- copy, so it leaves no memo, and its token no longer names it. The same
+  -- token may be granted again on other nodes (a waiting acquire tries
+  -- again), and that lease's release must never be answered with this
+  -- copy's fence.
+  redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms), 'token', '')
+else
+  -- Keep the hash marked released (acquire treats it as free), with the
+  -- lease among the lock's release memos.
+  redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms),
+    memo_fields(cur[7], token, cur[2], now_ms + memo_ms))
+  redis.call('PEXPIRE', lease_key, memo_ms)
+end
 
 -- One message for all brokers: each wakes its first waiter for this lock, and
 -- the one holding the head of the fair queue wakes that waiter. A release

@@ -293,11 +293,13 @@ impl RedisLockStore {
         name: &LockName,
         token: &LeaseToken,
         requeue: Option<FairEntry<'_>>,
+        undo: bool,
     ) -> Result<ReleaseOutcome, StoreError> {
         let call = ReleaseCall {
             name,
             token,
             requeue,
+            undo,
         };
         match token.kind() {
             LeaseKind::Exclusive => self.call_on(client, &call).await,
@@ -342,7 +344,7 @@ impl LockStore for RedisLockStore {
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
         let client = self.client();
-        let outcome = self.release_call(client, name, token, None).await?;
+        let outcome = self.release_call(client, name, token, None, false).await?;
         Ok(self.release_acknowledged(client, name, outcome).await)
     }
 

@@ -155,6 +155,7 @@ impl DirectClient {
                     name: &name,
                     token: &token,
                     requeue: None,
+                    undo: false,
                 },
             )
             .await?

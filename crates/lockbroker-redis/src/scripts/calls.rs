@@ -115,6 +115,9 @@ pub struct ReleaseCall<'a> {
     /// Quorum mode, undoing a grant a majority did not make: the fair waiter
     /// it went to, put back in line at its arrival.
     pub requeue: Option<FairEntry<'a>>,
+    /// Quorum mode: this undoes a grant a majority did not make, which
+    /// leaves no release memo (its token may yet be granted on other nodes).
+    pub undo: bool,
 }
 
 impl ScriptCall for ReleaseCall<'_> {
@@ -128,7 +131,11 @@ impl ScriptCall for ReleaseCall<'_> {
     fn args(&self, context: &ScriptContext) -> Vec<String> {
         let own = vec![
             self.token.expose().to_owned(),
-            context.release_memo_ms.to_string(),
+            if self.undo {
+                "0".to_owned()
+            } else {
+                context.release_memo_ms.to_string()
+            },
         ];
         let mut args = with_announcement(context, self.name, own);
         if let Some(waiter) = self.requeue {

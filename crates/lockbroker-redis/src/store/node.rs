@@ -26,7 +26,8 @@ impl RedisLockStore {
         token: &LeaseToken,
         waiter: Option<FairEntry<'_>>,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.release_call(self.client(), name, token, waiter).await
+        self.release_call(self.client(), name, token, waiter, true)
+            .await
     }
 
     /// Quorum mode: raises this node's fence floor after it restarted

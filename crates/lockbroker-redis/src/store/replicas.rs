@@ -92,7 +92,10 @@ impl RedisLockStore {
         };
         // Undone by the release script of the lease's kind. A lease already
         // gone (expired while the replicas were awaited) holds nothing either.
-        let change = match self.release_call(client, name, &lease.token, None).await {
+        let change = match self
+            .release_call(client, name, &lease.token, None, false)
+            .await
+        {
             Ok(_) => Unacknowledged::GrantReleased,
             Err(_) => Unacknowledged::GrantLeftToExpire {
                 ttl_ms: lease.ttl_ms,
