@@ -435,7 +435,9 @@ async fn the_log_names_the_mode_and_endpoints_and_each_node_change_once() {
     second.kill();
     tokio::time::sleep(Duration::from_millis(2_000)).await;
     second.restart();
-    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    // The node's standing is asked again at least every 5 s: by then its
+    // empty restart is known, with room for a loaded machine.
+    tokio::time::sleep(Duration::from_millis(8_000)).await;
     let logs = broker.stop();
 
     assert!(
