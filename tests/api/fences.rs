@@ -85,16 +85,62 @@ async fn fences_keep_growing_after_redis_restarts_without_persistence() {
 }
 
 #[tokio::test]
-async fn the_fence_is_remembered_for_the_idle_period_only() {
+async fn the_fence_is_remembered_for_the_idle_period_in_the_locks_one_key() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
-    app.acquire("job", 5_000).await;
+    let lease = app.acquire("job", 5_000).await;
+    app.release("job", &lease.token()).await;
 
-    let key = format!("{}:{{job}}:fence", app.prefix);
-    let ttl_ms = redis.conn().cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    // One key per lock: the lease hash keeps the last fence (`f`) for the
+    // idle period past the grant, released or not; there is no fence key.
+    let key = format!("{}:{{job}}:lease", app.prefix);
+    let mut conn = redis.conn();
+    let ttl_ms = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
     let week_ms = 7 * 24 * 3600 * 1000;
     assert!(
         ttl_ms > week_ms - 60_000 && ttl_ms <= week_ms,
-        "fence key PTTL {ttl_ms}"
+        "lease hash PTTL {ttl_ms}"
     );
+    let kept = conn.cmd(&["HGET", &key, "f"]);
+    assert_eq!(kept.as_text(), Some(lease.fence().to_string().as_str()));
+    let pattern = format!("{}:{{job}}:*", app.prefix);
+    let keys = conn.cmd(&["KEYS", &pattern]);
+    assert_eq!(keys.as_array().len(), 1, "{keys:?}");
+}
+
+#[tokio::test]
+async fn a_last_fence_kept_in_the_fence_key_of_older_brokers_is_honoured() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    // Brokers before the fence moved into the lease hash kept it in
+    // `<name>:fence`; one Redis may serve both during an upgrade.
+    let ahead = app.put_fence_ahead(&redis, "old");
+    let lease_key = format!("{}:{{old}}:lease", app.prefix);
+    let fence_key = format!("{}:{{old}}:fence", app.prefix);
+    let mut conn = redis.conn();
+    conn.cmd(&["DEL", &lease_key]);
+    conn.cmd(&["SET", &fence_key, &ahead.to_string()]);
+
+    let lease = app.acquire("old", 5_000).await;
+    assert_eq!(lease.status, StatusCode::OK);
+    assert_eq!(lease.fence(), ahead + 1);
+    // From then on the lease hash keeps it.
+    let kept = conn.cmd(&["HGET", &lease_key, "f"]);
+    assert_eq!(kept.as_text(), Some((ahead + 1).to_string().as_str()));
+}
+
+#[tokio::test]
+async fn a_force_release_keeps_the_last_fence_for_the_next_grant() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let ahead = app.put_fence_ahead(&redis, "job");
+    let held = app.acquire("job", 30_000).await;
+    assert_eq!(held.fence(), ahead + 1);
+
+    // The operator's override ends the lease, never the lock's fence.
+    let forced = app.send(app.http.delete(app.url("/v1/locks/job"))).await;
+    assert_eq!(forced.status, StatusCode::OK, "{:?}", forced.body);
+    let next = app.acquire("job", 30_000).await;
+    assert_eq!(next.status, StatusCode::OK);
+    assert!(next.fence() > held.fence(), "{} after {}", next.fence(), held.fence());
 }

@@ -120,10 +120,10 @@ async fn an_acquire_whose_answer_is_lost_says_the_outcome_is_unknown() {
     // pause), or be dropped with the stalled connection. If it ran, the
     // broker gives its lease back; either way the lock ends up free.
     let mut conn = redis.conn();
-    let fence_key = format!("{}:{{job}}:fence", app.prefix);
+    let lease_key = format!("{}:{{job}}:lease", app.prefix);
     let resumed = Instant::now();
     loop {
-        let ran = conn.cmd(&["EXISTS", &fence_key]).as_int() == Some(1);
+        let ran = conn.cmd(&["HEXISTS", &lease_key, "f"]).as_int() == Some(1);
         let held = app.status("job").await.body["held"] == true;
         // Past the broker's redelivery window (ten command timeouts and
         // 5 s), an acquire that has not run never will.

@@ -314,10 +314,11 @@ impl Quorum {
         (store, counts)
     }
 
-    /// `GET` of `key` under this quorum's prefix on node `at`.
-    fn get(&self, at: usize, key: &str) -> Option<String> {
-        let key = format!("{}:{key}", self.prefix);
-        let reply = self.servers[at].conn().cmd(&["GET", &key]);
+    /// The last fence node `at` keeps for lock `name` (the `f` field of its
+    /// lease hash).
+    fn fence_mark(&self, at: usize, name: &str) -> Option<String> {
+        let key = format!("{}:{{{name}}}:lease", self.prefix);
+        let reply = self.servers[at].conn().cmd(&["HGET", &key, "f"]);
         reply.as_text().map(str::to_owned)
     }
 }
@@ -330,7 +331,7 @@ async fn nodes_that_issue_the_same_fence_need_no_write_back_and_one_ahead_forces
     let (fence, token, _) = granted(&store, &lock, 5_000).await;
     assert_eq!(counts.write_backs.load(Ordering::Relaxed), 0);
     for at in 0..3 {
-        let mark = quorum.get(at, "{quorum-agree}:fence");
+        let mark = quorum.fence_mark(at, "quorum-agree");
         assert_eq!(
             mark,
             Some(fence.get().to_string()),
@@ -342,15 +343,15 @@ async fn nodes_that_issue_the_same_fence_need_no_write_back_and_one_ahead_forces
     // Node 1's mark runs far ahead (it alone saw a later grant): it issues the
     // highest fence, and the other two must take it in a second round trip.
     let ahead = fence.get() + 1_000_000_000_000;
-    let key = format!("{}:{{quorum-agree}}:fence", quorum.prefix);
+    let key = format!("{}:{{quorum-agree}}:lease", quorum.prefix);
     quorum.servers[1]
         .conn()
-        .cmd(&["SET", &key, &ahead.to_string()]);
+        .cmd(&["HSET", &key, "f", &ahead.to_string()]);
     let (fence, token, _) = granted(&store, &lock, 5_000).await;
     assert_eq!(fence.get(), ahead + 1);
     assert_eq!(counts.write_backs.load(Ordering::Relaxed), 1);
     for at in 0..3 {
-        let mark = quorum.get(at, "{quorum-agree}:fence");
+        let mark = quorum.fence_mark(at, "quorum-agree");
         assert_eq!(
             mark,
             Some(fence.get().to_string()),
@@ -443,11 +444,11 @@ async fn a_node_back_empty_is_readmitted_above_every_fence_the_others_kept() {
     // A grant on nodes 0, 1 and 2 issued a fence far above every clock (a
     // broker whose clock ran ahead, say), which nodes 3 and 4 never saw.
     let high: u64 = 5_000_000_000_000_000;
-    let fence_key = format!("{}:{{quorum-readmit}}:fence", quorum.prefix);
+    let lease_key = format!("{}:{{quorum-readmit}}:lease", quorum.prefix);
     let epoch_key = format!("{}:epoch", quorum.prefix);
     for at in 0..3 {
         let mut conn = quorum.servers[at].conn();
-        conn.cmd(&["SET", &fence_key, &high.to_string()]);
+        conn.cmd(&["HSET", &lease_key, "f", &high.to_string()]);
         conn.cmd(&["HSET", &epoch_key, "max", &high.to_string()]);
     }
     // Node 0 loses its data and is readmitted; then nodes 1 and 2, the only

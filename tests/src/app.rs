@@ -152,8 +152,8 @@ impl TestApp {
             .and_then(|s| s.parse().ok())
             .expect("TIME answers seconds");
         let ahead = (seconds + 600) * 1_000_000;
-        let key = format!("{}:{{{name}}}:fence", self.prefix);
-        conn.cmd(&["SET", &key, &ahead.to_string()]);
+        let key = format!("{}:{{{name}}}:lease", self.prefix);
+        conn.cmd(&["HSET", &key, "f", &ahead.to_string()]);
         ahead
     }
 

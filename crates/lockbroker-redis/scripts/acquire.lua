@@ -1,6 +1,8 @@
 -- Grants a lock if no valid lease, lock-delay or earlier fair waiter is in the way.
 --
--- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] fair queue  KEYS[4] queue expiries
+-- KEYS[1] lease hash  KEYS[2] the fence key of brokers before the fence moved into
+-- the lease hash (read only when the hash has no fence of its own)
+-- KEYS[3] fair queue  KEYS[4] queue expiries
 -- KEYS[5] shared holders  KEYS[6] shared holder leases (holders.lua)
 -- KEYS[7] lease horizon  KEYS[8] epoch hash (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] owner ('' for none)
@@ -38,9 +40,15 @@
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms), rel ('1' once released) and
 -- w ('1' once a caller waits for it to end), beside the lock's release memos
--- (memos.lua). An expired lease keeps the lock unavailable until exp + delay
--- (its lock-delay); a released one frees it at once. The key lives until
--- then, or until the memos end if that is later.
+-- (memos.lua) and f, the last fence issued for the name (of any kind of
+-- lease: hold.lua keeps it here too). An expired lease keeps the lock
+-- unavailable until exp + delay (its lock-delay); a released one frees it at
+-- once. The key lives fence_idle_ms past the last grant (so the fence
+-- outlives every lease), or longer while a lease, its lock-delay or a memo
+-- needs it: one key per lock, however often it changes hands.
+--
+-- The common case (no shared holders, no fair queue) costs one TIME, one
+-- HMGET, one EXISTS of both, one HSET and one PEXPIRE.
 
 local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -69,7 +77,7 @@ local function wait_in_line(blocked_by_shared)
 end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by', 'w',
-  'delay', 'mu')
+  'delay', 'mu', 'f')
 if cur[1] and cur[6] ~= '1' then
   local exp = tonumber(cur[5])
   local available_in = exp + tonumber(cur[9] or '0') - now_ms
@@ -94,11 +102,14 @@ if cur[1] and cur[6] ~= '1' then
   end
 end
 
-local last = math.max(tonumber(redis.call('GET', fence_key) or '0'), tonumber(cur[2] or '0'))
+local last = last_fence(cur[11], cur[2], fence_key)
 
--- Shared leases (or their lock-delay) hold the lock: the last to free
--- decides when to look again.
-if redis.call('EXISTS', KEYS[5]) == 1 then
+-- Shared leases (or their lock-delay), or fair waiters, may be in the way:
+-- one EXISTS tells whether either exists at all.
+local others = redis.call('EXISTS', KEYS[5], queue_key)
+if others > 0 then
+  -- Shared leases (or their lock-delay) hold the lock: the last to free
+  -- decides when to look again.
   local until_ms = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]
   if until_ms and tonumber(until_ms) > now_ms then
     if waits then
@@ -114,32 +125,31 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     end
     return busy
   end
-end
-
--- The lock is free. Once fair waiters queue for it, they go first, in arrival
--- order, whoever else asks.
-if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
-  return {0, '', last, 0, 0, wait_in_line(), 'queue'}
+  -- The lock is free. Once fair waiters queue for it, they go first, in
+  -- arrival order, whoever else asks.
+  if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
+    return {0, '', last, 0, 0, wait_in_line(), 'queue'}
+  end
 end
 
 -- The fence exceeds the last one issued, the time in microseconds and the
 -- broker's floor, so it grows even when Redis lost the counter.
-local fence, fence_text, floor_raised = issue_fence(fence_key, last, now_us, floor, fence_idle)
+local fence, fence_text, floor_raised = issue_fence(last, now_us, floor)
 local exp = now_ms + ttl
 
--- A released or expired lease's hash may still be there with fields this
--- grant does not set; its release memos stay (memos.lua), and so does the
--- hash until they end. A free lock that was never taken (or long gone) has none.
-if cur[1] then
-  redis.call('HDEL', lease_key, 'rel', 'w')
-end
+-- A released or expired lease's hash may still be there: this grant
+-- overwrites every field of a lease (clearing rel and w), and keeps the
+-- lock's release memos (memos.lua).
 redis.call('HSET', lease_key,
-  'token', token, 'fence', fence_text, 'owner', owner, 'rid', rid, 'by', principal,
-  'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
-  'delay', string.format('%d', delay))
-redis.call('PEXPIRE', lease_key, keep_ms_with_memos(ttl + delay, cur[10], now_ms))
+  'token', token, 'fence', fence_text, 'f', fence_text, 'owner', owner, 'rid', rid,
+  'by', principal, 'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
+  'delay', string.format('%d', delay), 'rel', '', 'w', '')
+redis.call('PEXPIRE', lease_key,
+  keep_ms_with_memos(math.max(ttl + delay, fence_idle), cur[10], now_ms))
 if epoch_id ~= '' then
   record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max)
 end
-queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
+if others > 0 then
+  queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
+end
 return {1, token, fence, ttl, exp, owner, floor_raised}

@@ -10,7 +10,8 @@
 -- knows, and past the time it stays out of majorities after a restart. A
 -- node that restarted empty since the broker last looked has no such epoch.
 --
--- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] lease horizon
+-- KEYS[1] lease hash (with the name's last fence, as acquire.lua keeps it)
+-- KEYS[2] the fence key of older brokers (acquire.lua)  KEYS[3] lease horizon
 -- KEYS[4] epoch hash  KEYS[5] holder leases, for a shared lease or a permit
 -- (holders.lua; absent for an exclusive lease)
 -- ARGV[1] token  ARGV[2] fence  ARGV[3] fence_idle_ms  ARGV[4] expected epoch id
@@ -44,9 +45,11 @@ else
   end
   redis.call('HSET', lease_key, 'fence', fence_text)
 end
-local mark = tonumber(redis.call('GET', fence_key) or '0')
-if fence > mark then
-  redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
+local marks = redis.call('HMGET', lease_key, 'f', 'mu')
+if fence > last_fence(marks[1], nil, fence_key) then
+  redis.call('HSET', lease_key, 'f', fence_text)
+  redis.call('PEXPIRE', lease_key, keep_ms_with_memos(math.max(fence_idle,
+    tonumber(cur[2]) + tonumber(cur[4]) - now_ms), marks[2], now_ms))
 end
 if fence > tonumber(epoch[4] or '0') then
   redis.call('HSET', epoch_key, 'max', fence_text)

@@ -3,6 +3,7 @@
 --
 -- KEYS[1] lease hash  KEYS[2] lease horizon (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] max_hold_ms (0: no limit)
+-- ARGV[4] fence_idle_ms: how long the hash keeps the name's last fence (acquire.lua)
 --
 -- Returns {1, fence, ttl_ms, expires_at_ms, owner} when extended,
 --         {0} when the token holds no valid lease,
@@ -15,6 +16,7 @@
 
 local lease_key = KEYS[1]
 local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fence_idle = tonumber(ARGV[4])
 
 local _, now_ms = clock()
 
@@ -43,7 +45,8 @@ if max_hold > 0 and new_exp > tonumber(cur[4]) + max_hold then
 end
 
 redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
-redis.call('PEXPIRE', lease_key, keep_ms_with_memos(ttl + tonumber(cur[6]), cur[8], now_ms))
+redis.call('PEXPIRE', lease_key,
+  keep_ms_with_memos(math.max(ttl + tonumber(cur[6]), fence_idle), cur[8], now_ms))
 if KEYS[2] then
   raise_horizon(KEYS[2], new_exp + tonumber(cur[6]))
 end

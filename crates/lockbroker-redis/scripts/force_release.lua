@@ -13,8 +13,8 @@
 --
 -- Leases are deleted, not marked released: a former holder's token must stop
 -- working at once, and a release it sends later must answer "lost" rather
--- than "already released", since another holder may run by then. The fence
--- key stays, so the next grant still gets a larger fence.
+-- than "already released", since another holder may run by then. The
+-- name's last fence stays, so the next grant still gets a larger fence.
 
 local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local holders_key, members_key, released_key = KEYS[4], KEYS[5], KEYS[6]
@@ -27,7 +27,10 @@ local ended, fence, owner, exclusive = 0, 0, '', 0
 -- its hash may outlive it with the lock's release memos.
 local cur = redis.call('HMGET', lease_key, 'fence', 'owner', 'rel', 'exp', 'delay')
 if cur[1] and cur[3] ~= '1' and tonumber(cur[4]) + tonumber(cur[5] or '0') > now_ms then
-  redis.call('DEL', lease_key)
+  -- The lease's fields go; the lock's last fence (`f`, acquire.lua) and its
+  -- release memos stay with the hash's own expiry.
+  redis.call('HDEL', lease_key, 'token', 'fence', 'owner', 'rid', 'by', 'acq', 'exp', 'delay', 'rel',
+    'w')
   ended, fence, owner, exclusive = 1, tonumber(cur[1]), cur[2] or '', 1
 end
 

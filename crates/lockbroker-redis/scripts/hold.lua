@@ -2,8 +2,9 @@
 -- permit. Shared leases coexist with each other and never with a valid
 -- exclusive lease (or its lock-delay); permits coexist up to the limit.
 --
--- KEYS[1] the exclusive lease hash (a semaphore has none; the key is never
---         written)  KEYS[2] last issued fence  KEYS[3] queue  KEYS[4] queue expiries
+-- KEYS[1] the exclusive lease hash (a semaphore's holds only its last fence,
+--         `f`, as acquire.lua keeps it)  KEYS[2] the fence key of older brokers
+--         (acquire.lua)  KEYS[3] queue  KEYS[4] queue expiries
 -- KEYS[5] holders  KEYS[6] holder leases  KEYS[7] released holders
 -- KEYS[8] lease horizon  KEYS[9] epoch hash (quorum mode only)
 -- ARGV[1..16] as acquire.lua
@@ -61,7 +62,8 @@ local function wait_in_line()
 end
 
 -- A valid exclusive lease, or its lock-delay, is in the way.
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'w', 'delay')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'w', 'delay', 'f',
+  'mu')
 if cur[1] and cur[5] ~= '1' then
   local exp = tonumber(cur[4])
   local available_in = exp + tonumber(cur[7] or '0') - now_ms
@@ -74,7 +76,7 @@ if cur[1] and cur[5] ~= '1' then
   end
 end
 
-local last = math.max(tonumber(redis.call('GET', fence_key) or '0'), tonumber(cur[2] or '0'))
+local last = last_fence(cur[8], cur[2], fence_key)
 
 -- Every permit is taken: the first to free decides when to look again.
 if limit and occupying >= limit then
@@ -102,7 +104,7 @@ if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
   return busy
 end
 
-local fence, fence_text, floor_raised = issue_fence(fence_key, last, now_us, floor, fence_idle)
+local fence, fence_text, floor_raised = issue_fence(last, now_us, floor)
 local exp = now_ms + ttl
 
 redis.call('ZREM', released_key, token)
@@ -118,6 +120,9 @@ if limit then
 end
 keep_for(holders_key, ttl + delay)
 keep_for(members_key, ttl + delay)
+-- The name's last fence, kept fence_idle_ms as acquire.lua keeps it.
+redis.call('HSET', lease_key, 'f', fence_text)
+redis.call('PEXPIRE', lease_key, keep_ms_with_memos(fence_idle, cur[9], now_ms))
 if epoch_id ~= '' then
   record_grant(KEYS[8], KEYS[9], exp + delay, fence, node_max)
 end

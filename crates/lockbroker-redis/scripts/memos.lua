@@ -8,7 +8,7 @@
 -- the latest release plus its memo time. A grant and an extend keep the
 -- hash at least that long, so memos cost no key of their own, and at most
 -- MEMO_SLOTS of them are kept per lock. A force release of a held lock
--- forgets them with the lease hash.
+-- keeps them (force_release.lua ends the lease's fields only).
 
 local MEMO_SLOTS = 4
 

@@ -48,12 +48,25 @@ local function quorum_standing(epoch_key, epoch_id, now_ms)
   return {tonumber(epoch[4] or '0'), tonumber(epoch[5] or '0')}
 end
 
+-- The last fence issued for a name: the lease hash keeps it (`f`, beside
+-- the fence of the lease it holds, `fence`). A hash without `f` was written
+-- by a broker that kept the fence in a key of its own (`fence_key`), which
+-- is read then, and only then: one Redis shared by both during an upgrade
+-- never issues a fence below one either issued.
+local function last_fence(f, lease_fence, fence_key)
+  local last = tonumber(lease_fence or '0')
+  if f then
+    return math.max(tonumber(f), last)
+  end
+  return math.max(tonumber(redis.call('GET', fence_key) or '0'), last)
+end
+
 -- Issues the fence of a grant: above the last one issued (`last`), the time
 -- in microseconds and the broker's floor, so it grows even when Redis lost
--- the counter; it becomes the name's last fence for `fence_idle` ms. Returns
--- the fence, its text, and 1 when the broker's floor set it (Redis lost its
--- data and its clock runs behind), else 0.
-local function issue_fence(fence_key, last, now_us, floor, fence_idle)
+-- the counter. The caller keeps it as the name's last fence (`f` in the
+-- lease hash). Returns the fence, its text, and 1 when the broker's floor
+-- set it (Redis lost its data and its clock runs behind), else 0.
+local function issue_fence(last, now_us, floor)
   local fence = math.max(last + 1, now_us, floor + 1)
   if fence >= 9007199254740992 then
     error('lockbroker fence would exceed 2^53')
@@ -62,9 +75,7 @@ local function issue_fence(fence_key, last, now_us, floor, fence_idle)
   if floor + 1 > last + 1 and floor + 1 > now_us then
     floor_raised = 1
   end
-  local fence_text = string.format('%d', fence)
-  redis.call('SET', fence_key, fence_text, 'PX', fence_idle)
-  return fence, fence_text, floor_raised
+  return fence, string.format('%d', fence), floor_raised
 end
 
 -- Quorum mode: after a grant valid until `until_ms`, raises the node's lease

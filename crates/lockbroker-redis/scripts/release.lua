@@ -32,7 +32,7 @@ if (ARGV[6] or '') ~= '' then
   queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
 end
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq', 'w', 'mn')
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq', 'w', 'mn', 'f')
 if not cur[1] then
   return {0}
 end
@@ -63,7 +63,12 @@ else
   -- lease among the lock's release memos.
   redis.call('HSET', lease_key, 'rel', '1', 'exp', string.format('%d', now_ms),
     memo_fields(cur[7], token, cur[2], now_ms + memo_ms))
-  redis.call('PEXPIRE', lease_key, memo_ms)
+  -- The hash outlives the memo already: a grant keeps it fence_idle_ms, for
+  -- the fence it keeps (acquire.lua). One granted by an older broker, which
+  -- kept its fence elsewhere, lives as long as the memo.
+  if not cur[8] then
+    redis.call('PEXPIRE', lease_key, memo_ms)
+  end
 end
 
 -- One message for all brokers: each wakes its first waiter for this lock, and

@@ -1,6 +1,7 @@
 -- Reads a name's state at one instant of Redis time. Changes nothing.
 --
--- KEYS[1] lease hash  KEYS[2] last issued fence  KEYS[3] holders
+-- KEYS[1] lease hash (with the last issued fence)  KEYS[2] the fence key of
+-- older brokers (acquire.lua)  KEYS[3] holders
 -- KEYS[4] holder leases  KEYS[5] queue
 --
 -- Returns {held (0/1), owner, last_fence (-1: none), expires_in_ms,
@@ -16,8 +17,11 @@ local lease_key, fence_key, holders_key, members_key = KEYS[1], KEYS[2], KEYS[3]
 
 local _, now_ms = clock()
 
-local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'delay')
-local last = math.max(tonumber(redis.call('GET', fence_key) or '-1'), tonumber(cur[2] or '-1'))
+local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'delay', 'f')
+local last = -1
+if cur[7] or cur[2] or redis.call('EXISTS', fence_key) == 1 then
+  last = last_fence(cur[7], cur[2], fence_key)
+end
 
 local occupying, valid = holders_count(holders_key, members_key, now_ms)
 local state = {0, '', last, 0, 0, '', valid, occupying, -1, 0,

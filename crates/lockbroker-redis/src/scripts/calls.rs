@@ -10,6 +10,8 @@ use lockbroker_core::{
 use super::{Reply, ScriptCall, ScriptContext, ScriptName};
 
 mod acquire;
+#[cfg(test)]
+mod golden;
 mod holders;
 mod quorum;
 
@@ -63,11 +65,12 @@ impl ScriptCall for ExtendCall<'_> {
         keys
     }
 
-    fn args(&self, _: &ScriptContext) -> Vec<String> {
+    fn args(&self, context: &ScriptContext) -> Vec<String> {
         vec![
             self.token.expose().to_owned(),
             self.ttl.as_millis().to_string(),
             self.max_hold_ms.to_string(),
+            context.fence_idle_ms.to_string(),
         ]
     }
 

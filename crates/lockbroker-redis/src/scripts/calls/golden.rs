@@ -1,0 +1,227 @@
+//! The exact `KEYS` and `ARGV` of each lock step's script call, pinned: a
+//! change to a script's calling convention shows here, beside the header
+//! of its `.lua` file, or fails.
+
+use lockbroker_core::{
+    AcquireParams, FairEntry, LeaseKind, LeaseToken, LockDelay, LockName, Owner, Principal,
+    RequestId, Space, Ttl,
+};
+
+use super::{AcquireCall, ExtendCall, HoldCall, ReleaseCall, StatusCall};
+use crate::keys::KeyLayout;
+use crate::scripts::{ScriptCall, ScriptContext};
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+fn context(quorum_node: bool) -> ScriptContext {
+    ScriptContext {
+        keys: KeyLayout::new("lb"),
+        fence_idle_ms: 604_800_000,
+        release_memo_ms: 60_000,
+        broker_id: "b1".into(),
+        wake_channel: "lb:wake".into(),
+        wakes_per_lock: false,
+        quorum_node,
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+struct Request {
+    name: LockName,
+    token: LeaseToken,
+    owner: Owner,
+    request_id: RequestId,
+    principal: Principal,
+}
+
+impl Request {
+    fn new(space: Space) -> Self {
+        Self {
+            name: LockName::parse_in(space, "job").expect("name"),
+            token: LeaseToken::parse(TOKEN).expect("token"),
+            owner: Owner::parse("worker-1").expect("owner"),
+            request_id: RequestId::parse("r-7").expect("request id"),
+            principal: Principal::key("ops"),
+        }
+    }
+
+    fn params<'a>(&'a self, kind: LeaseKind, fair: Option<FairEntry<'a>>) -> AcquireParams<'a> {
+        AcquireParams {
+            name: &self.name,
+            kind,
+            limit: (kind == LeaseKind::Permit).then_some(3),
+            token: &self.token,
+            ttl: Ttl::parse("ttl_ms", 30_000, 3_600_000).expect("ttl"),
+            owner: Some(&self.owner),
+            request_id: Some(&self.request_id),
+            principal: &self.principal,
+            lock_delay: LockDelay::parse(500, 60_000).expect("delay"),
+            fair,
+            waits: fair.is_some(),
+        }
+    }
+}
+
+const FAIR: FairEntry<'static> = FairEntry {
+    waiter_id: "w-1",
+    always: true,
+    entry_ttl_ms: 4_000,
+    arrived_at_us: 1_700_000_000_000_000,
+};
+
+#[test]
+fn an_exclusive_acquire_sends_the_locks_keys_and_seventeen_arguments() {
+    let request = Request::new(Space::Lock);
+    let params = request.params(LeaseKind::Exclusive, None);
+    let call = AcquireCall {
+        params: &params,
+        fence_floor: 42,
+        epoch: None,
+    };
+    let context = context(false);
+    assert_eq!(
+        call.keys(&context),
+        strings(&[
+            "lb:{job}:lease",
+            "lb:{job}:fence",
+            "lb:{job}:queue",
+            "lb:{job}:queue:expiry",
+            "lb:{job}:holders",
+            "lb:{job}:members",
+        ])
+    );
+    assert_eq!(
+        call.args(&context),
+        strings(&[
+            TOKEN, "30000", "worker-1", "r-7", "500", "604800000", "42", "", "0", "lb:wake",
+            "b1", "job", "ops", "", "", "", "",
+        ])
+    );
+}
+
+#[test]
+fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
+    let request = Request::new(Space::Lock);
+    let params = request.params(LeaseKind::Exclusive, Some(FAIR));
+    let call = AcquireCall {
+        params: &params,
+        fence_floor: 0,
+        epoch: Some("e-9"),
+    };
+    let context = context(true);
+    let keys = call.keys(&context);
+    assert_eq!(keys[6..], strings(&["lb:horizon", "lb:epoch"]));
+    assert_eq!(
+        call.args(&context),
+        strings(&[
+            TOKEN,
+            "30000",
+            "worker-1",
+            "r-7",
+            "500",
+            "604800000",
+            "0",
+            "w-1",
+            "4000",
+            "lb:wake",
+            "b1",
+            "job",
+            "ops",
+            "1700000000000000",
+            "e-9",
+            "1",
+            "1",
+        ])
+    );
+}
+
+#[test]
+fn a_permit_adds_the_released_holders_key_and_its_limit() {
+    let request = Request::new(Space::Semaphore);
+    let params = request.params(LeaseKind::Permit, None);
+    let call = HoldCall(AcquireCall {
+        params: &params,
+        fence_floor: 0,
+        epoch: None,
+    });
+    let context = context(false);
+    assert_eq!(
+        call.keys(&context),
+        strings(&[
+            "lb:sem:{job}:lease",
+            "lb:sem:{job}:fence",
+            "lb:sem:{job}:queue",
+            "lb:sem:{job}:queue:expiry",
+            "lb:sem:{job}:holders",
+            "lb:sem:{job}:members",
+            "lb:sem:{job}:released",
+        ])
+    );
+    let args = call.args(&context);
+    assert_eq!(args.len(), 18);
+    assert_eq!(args[17], "3");
+}
+
+#[test]
+fn extend_release_and_status_send_what_their_headers_say() {
+    let request = Request::new(Space::Lock);
+    let context = context(false);
+    let extend = ExtendCall {
+        name: &request.name,
+        token: &request.token,
+        ttl: Ttl::parse("ttl_ms", 10_000, 3_600_000).expect("ttl"),
+        max_hold_ms: 0,
+    };
+    assert_eq!(extend.keys(&context), strings(&["lb:{job}:lease"]));
+    assert_eq!(
+        extend.args(&context),
+        strings(&[TOKEN, "10000", "0", "604800000"])
+    );
+    let quorum = self::context(true);
+    assert_eq!(
+        extend.keys(&quorum),
+        strings(&["lb:{job}:lease", "lb:horizon"])
+    );
+
+    let release = ReleaseCall {
+        name: &request.name,
+        token: &request.token,
+        requeue: None,
+        undo: false,
+    };
+    assert_eq!(
+        release.keys(&context),
+        strings(&["lb:{job}:lease", "lb:{job}:queue", "lb:{job}:queue:expiry"])
+    );
+    assert_eq!(
+        release.args(&context),
+        strings(&[TOKEN, "60000", "lb:wake", "b1", "job"])
+    );
+    let undo = ReleaseCall {
+        requeue: Some(FAIR),
+        undo: true,
+        ..release
+    };
+    assert_eq!(
+        undo.args(&context),
+        strings(&[TOKEN, "0", "lb:wake", "b1", "job", "w-1", "1700000000000000", "4000"])
+    );
+
+    let status = StatusCall {
+        name: &request.name,
+    };
+    assert_eq!(
+        status.keys(&context),
+        strings(&[
+            "lb:{job}:lease",
+            "lb:{job}:fence",
+            "lb:{job}:holders",
+            "lb:{job}:members",
+            "lb:{job}:queue",
+        ])
+    );
+    assert!(status.args(&context).is_empty());
+}
