@@ -185,3 +185,23 @@ async fn a_read_while_redis_refuses_connections_says_it_changed_nothing() {
         assert!(!said.contains("request_id"), "{step}: {said}");
     }
 }
+
+#[tokio::test]
+async fn a_redis_that_lost_the_scripts_library_is_given_it_again_by_the_next_call() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let held = app.acquire("job", 30_000).await;
+    assert_eq!(held.status, StatusCode::OK);
+
+    // A restart without data loses the library as FUNCTION FLUSH does; the
+    // next step loads it and runs, with no error seen by the caller.
+    let mut conn = redis.conn();
+    conn.cmd(&["FUNCTION", "FLUSH"]);
+    let libraries = conn.cmd(&["FUNCTION", "LIST"]);
+    assert!(libraries.as_array().is_empty(), "{libraries:?}");
+    let released = app.release("job", &held.token()).await;
+    assert_eq!(released.status, StatusCode::OK, "{:?}", released.body);
+    let libraries = conn.cmd(&["FUNCTION", "LIST"]);
+    assert_eq!(libraries.as_array().len(), 1, "{libraries:?}");
+    assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
+}

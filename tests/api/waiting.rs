@@ -340,7 +340,7 @@ async fn a_grant_costs_constant_redis_work_however_many_wait() {
         .as_text()
         .unwrap_or("")
         .lines()
-        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .filter(|line| line.starts_with("cmdstat_fcall:"))
         .filter_map(|line| {
             line.split("calls=")
                 .nth(1)?

@@ -1,6 +1,12 @@
-//! The Lua scripts behind every lock step. Each lives in `scripts/*.lua`, is
-//! loaded once, and runs by SHA; a `NOSCRIPT` answer (Redis restarted or
-//! flushed its script cache) reloads it and runs it again.
+//! The Lua behind every lock step, as one Redis Functions library. Each
+//! step lives in `scripts/*.lua`; the library defines the shared helpers
+//! once and registers each step as a function, so a call runs only its own
+//! body (an `EVALSHA` of a script ran the whole prelude's definitions on
+//! every call). The library's name carries a hash of its code, so brokers of
+//! two versions can share one Redis during a rolling upgrade, each calling
+//! its own functions. A Redis that lost the library (restarted without its
+//! data, or a new Cluster primary) answers "Function not found": the call
+//! loads it and runs again. Redis Functions need Redis 7.0 or later.
 //!
 //! Every script's calling convention (its keys, arguments and reply) is
 //! written once in Rust, in [`calls`], as a type implementing [`ScriptCall`]:
@@ -10,8 +16,7 @@
 pub mod calls;
 
 use fred::clients::Client;
-use fred::interfaces::LuaInterface;
-use fred::types::scripts::Script;
+use fred::interfaces::{ClientLike, FunctionInterface};
 use fred::types::Value;
 use lockbroker_core::StoreError;
 
@@ -98,6 +103,11 @@ impl ScriptName {
         }
     }
 
+    /// Whether the script may write. Only `status.lua` reads alone.
+    fn writes(self) -> bool {
+        !matches!(self, Self::Status)
+    }
+
     fn body(self) -> &'static str {
         match self {
             Self::Acquire => include_str!("../scripts/acquire.lua"),
@@ -117,47 +127,133 @@ impl ScriptName {
     }
 }
 
-/// All lock scripts, hashed once at startup.
+/// All lock scripts, as one Redis Functions library built once at startup.
 pub struct Scripts {
-    scripts: Vec<Script>,
+    /// The library's code: `FUNCTION LOAD`'s argument.
+    library: String,
+    /// The library's name, `lockbroker_<hash of its code>`.
+    library_name: String,
+    /// Each script's function name, in [`ScriptName::ALL`] order.
+    functions: Vec<String>,
 }
 
 impl Scripts {
-    /// Assembles and hashes the embedded scripts: each body after the shared
-    /// prelude, keeping a `#!lua flags=...` line first, where Redis needs it.
+    /// Builds the library: the shared prelude once, then each body as a
+    /// function of `KEYS` and `ARGV`, with the flags of its `#!lua
+    /// flags=...` line. Read-only steps are flagged `no-writes`, so they
+    /// answer while Redis refuses writes (out of memory), as they did as
+    /// scripts.
     pub fn new() -> Self {
-        let scripts = ScriptName::ALL
-            .iter()
-            .map(|name| {
-                let body = name.body();
-                let (shebang, body) = match body.split_once('\n') {
-                    Some((first, rest)) if first.starts_with("#!") => (first, rest),
-                    _ => ("", body),
-                };
-                Script::from_lua(format!("{shebang}\n{PRELUDE}\n{body}"))
-            })
-            .collect();
-        Self { scripts }
+        let mut bodies = String::new();
+        let mut registered = Vec::new();
+        for name in ScriptName::ALL {
+            let body = name.body();
+            let (flags, body) = match body.split_once('\n') {
+                Some((first, rest)) if first.starts_with("#!lua") => (
+                    first
+                        .split_once("flags=")
+                        .map_or("", |(_, flags)| flags.trim()),
+                    rest,
+                ),
+                _ => (if name.writes() { "" } else { "no-writes" }, body),
+            };
+            let flags: Vec<String> = (flags.split(',').filter(|f| !f.is_empty()))
+                .map(|f| format!("'{f}'"))
+                .collect();
+            registered.push((name, flags.join(", ")));
+            bodies.push_str(&format!(
+                "local function {}(KEYS, ARGV)\n{body}\nend\n",
+                name.as_str()
+            ));
+        }
+        let code = format!("{PRELUDE}\n{bodies}");
+        let hash = &fred::util::sha1_hash(&code)[..12];
+        let library_name = format!("lockbroker_{hash}");
+        let mut library = format!("#!lua name={library_name}\n{code}");
+        let mut functions = Vec::new();
+        for (name, flags) in registered {
+            let function = format!("{library_name}_{}", name.as_str());
+            library.push_str(&format!(
+                "redis.register_function{{function_name = '{function}', callback = {}, \
+                 flags = {{{flags}}}}}\n",
+                name.as_str()
+            ));
+            functions.push(function);
+        }
+        Self {
+            library,
+            library_name,
+            functions,
+        }
     }
 
-    /// The script `name`.
-    pub fn get(&self, name: ScriptName) -> &Script {
+    /// The library's code, for `FUNCTION LOAD`.
+    pub fn library(&self) -> &str {
+        &self.library
+    }
+
+    /// The library's name, which changes with its code.
+    pub fn library_name(&self) -> &str {
+        &self.library_name
+    }
+
+    /// The function that runs the script `name`.
+    pub fn function(&self, name: ScriptName) -> &str {
         // `ALL` lists the names in declaration order, so a name's number is
-        // its place in `scripts`.
-        &self.scripts[name as usize]
+        // its place in `functions`.
+        &self.functions[name as usize]
     }
 
-    /// Makes sure Redis has every script cached, loading those it lacks.
-    pub async fn ensure_loaded(&self, client: &Client) -> Result<(), fred::error::Error> {
-        let hashes: Vec<String> = self.scripts.iter().map(|s| s.sha1().to_string()).collect();
-        let present: Vec<bool> = client.script_exists(hashes).await?;
-        for (script, present) in self.scripts.iter().zip(present) {
-            if !present {
-                script.load(client).await?;
+    /// Runs the script `name` with `keys` and `args` on `client`, loading
+    /// the library first where Redis lacks it (on every primary of a
+    /// Cluster), once.
+    pub async fn fcall(
+        &self,
+        client: &Client,
+        name: ScriptName,
+        keys: Vec<String>,
+        args: Vec<String>,
+    ) -> Result<Value, fred::error::Error> {
+        let function = self.function(name);
+        match client.fcall(function, keys.clone(), args.clone()).await {
+            Err(error) if is_missing_function(&error) => {
+                self.load(client).await?;
+                client.fcall(function, keys, args).await
             }
+            other => other,
+        }
+    }
+
+    /// Loads the library into the Redis behind `client` (every primary of a
+    /// Cluster), replacing a copy of the same code: idempotent.
+    pub async fn load(&self, client: &Client) -> Result<(), fred::error::Error> {
+        if client.is_clustered() {
+            let _: Value = client
+                .function_load_cluster(true, self.library.as_str())
+                .await?;
+        } else {
+            let _: Value = client.function_load(true, self.library.as_str()).await?;
         }
         Ok(())
     }
+}
+
+/// Whether `error` says Redis has no such function: it lost the library.
+fn is_missing_function(error: &fred::error::Error) -> bool {
+    error.details().contains("Function not found")
+}
+
+/// Whether `error` says Redis has no Functions at all (older than 7.0), and
+/// if so what to tell the operator.
+pub fn too_old_for_functions(error: &fred::error::Error) -> Option<String> {
+    let details = error.details();
+    let unknown = details.contains("unknown command") || details.contains("unknown subcommand");
+    (unknown && (details.contains("FCALL") || details.contains("FUNCTION")))
+        .then(|| {
+            "this Redis has no Redis Functions: lockbroker needs Redis 7.0 or later, in every \
+             mode (its lock steps run as one Functions library)"
+                .to_owned()
+        })
 }
 
 impl Default for Scripts {

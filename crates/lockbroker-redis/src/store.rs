@@ -376,13 +376,9 @@ impl LockStore for RedisLockStore {
             }
             self.inner.versions_checked.store(true, Ordering::Relaxed);
         }
-        self.inner
-            .scripts
-            .ensure_loaded(client)
-            .await
-            .map_err(store_error)?;
         // A Redis that answers but refuses writes (out of memory under
         // noeviction, or a replica) cannot grant: only a real write tells.
+        // The probe also loads the scripts' library where Redis lacks it.
         self.call(&ProbeCall).await
     }
 

@@ -19,32 +19,28 @@ use crate::resp::{self, Reply};
 /// Key prefix of the direct client, apart from the broker's `lockbroker`.
 const DIRECT_PREFIX: &str = "benchdirect";
 
-/// Loads the broker's acquire and release scripts into the Redis on `port`
-/// (acquire with the queue helpers prepended, exactly as the broker does) and
-/// returns their SHAs, checked against the broker's.
+/// Loads the broker's scripts library into the Redis on `port`, exactly as
+/// the broker builds it, and returns the names of its acquire and release
+/// functions.
 pub async fn load_scripts(port: u16) -> Result<Arc<(String, String)>, String> {
     let scripts = Scripts::new();
     let mut redis = resp::Connection::connect(port).await?;
-    let mut shas = Vec::new();
-    for name in [ScriptName::Acquire, ScriptName::Release] {
-        let script = scripts.get(name);
-        let lua = script.lua().map(|s| s.to_string()).unwrap_or_default();
-        let expected = script.sha1().to_string();
-        let reply = redis.call(&[b"SCRIPT", b"LOAD", lua.as_bytes()]).await?;
-        let sha = reply.text().unwrap_or_default().to_owned();
-        if sha != expected {
-            return Err(format!(
-                "SCRIPT LOAD gave {sha}, the broker uses {expected}"
-            ));
-        }
-        shas.push(sha);
+    let reply = redis
+        .call(&[b"FUNCTION", b"LOAD", b"REPLACE", scripts.library().as_bytes()])
+        .await?;
+    if reply.text() != Some(scripts.library_name()) {
+        return Err(format!(
+            "FUNCTION LOAD did not load {}",
+            scripts.library_name()
+        ));
     }
-    let release = shas.pop().unwrap_or_default();
-    let acquire = shas.pop().unwrap_or_default();
-    Ok(Arc::new((acquire, release)))
+    Ok(Arc::new((
+        scripts.function(ScriptName::Acquire).to_owned(),
+        scripts.function(ScriptName::Release).to_owned(),
+    )))
 }
 
-/// Redis over one connection, `EVALSHA` of the broker's scripts through the
+/// Redis over one connection, `FCALL` of the broker's functions through the
 /// same typed calls the broker makes, with the broker's key layout.
 pub struct DirectClient {
     redis: resp::Connection,
@@ -88,12 +84,12 @@ impl DirectClient {
         })
     }
 
-    /// Runs `call` by the SHA `sha` and reads its reply.
-    async fn run<C: ScriptCall>(&mut self, sha: &str, call: &C) -> Result<C::Output, String> {
+    /// Runs `call` by its function `function` and reads its reply.
+    async fn run<C: ScriptCall>(&mut self, function: &str, call: &C) -> Result<C::Output, String> {
         let keys = call.keys(&self.context);
         let args = call.args(&self.context);
         let key_count = keys.len().to_string();
-        let mut command: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), key_count.as_bytes()];
+        let mut command: Vec<&[u8]> = vec![b"FCALL", function.as_bytes(), key_count.as_bytes()];
         command.extend(keys.iter().chain(&args).map(String::as_bytes));
         let Reply::Array(items) = self.redis.call(&command).await? else {
             return Err("expected an array reply".into());

@@ -23,7 +23,7 @@ const ON_REDIS: [&str; 3] = ["broker", "direct", "minimal"];
 fn top_level(label: &str) -> &'static [&'static str] {
     match label {
         "minimal" => &["set", "incr", "evalsha"],
-        _ => &["evalsha", "eval"],
+        _ => &["fcall", "evalsha", "eval"],
     }
 }
 

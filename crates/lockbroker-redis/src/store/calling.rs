@@ -1,5 +1,5 @@
-//! Running one script call: by SHA on a connection of the pool, sent again
-//! while a Redis Cluster moves the lock's slot, timed for the metrics.
+//! Running one script call: by `FCALL` on a connection of the pool, sent
+//! again while a Redis Cluster moves the lock's slot, timed for the metrics.
 
 use fred::clients::Client;
 use fred::types::Value;
@@ -8,27 +8,26 @@ use tokio::time::Instant;
 
 use super::RedisLockStore;
 use crate::connection::store_error;
-use crate::scripts::{Reply, ScriptCall};
+use crate::scripts::{too_old_for_functions, Reply, ScriptCall};
 
 /// How long a script that met a slot on the move waits before it is sent
 /// again.
 const TRYAGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl RedisLockStore {
-    /// Runs `call`'s script by SHA on a connection of the pool.
+    /// Runs `call`'s script on a connection of the pool.
     pub(super) async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
         self.call_on(self.client(), call).await
     }
 
-    /// Runs `call`'s script by SHA on `client`'s connection, reports its
-    /// latency, and reads its reply.
+    /// Runs `call`'s script on `client`'s connection, reports its latency,
+    /// and reads its reply.
     pub(super) async fn call_on<C: ScriptCall>(
         &self,
         client: &Client,
         call: &C,
     ) -> Result<C::Output, StoreError> {
         let inner = &self.inner;
-        let script = inner.scripts.get(C::SCRIPT);
         let _admitted = self.admit()?;
         let started = Instant::now();
         let mut result: Result<Value, _>;
@@ -37,7 +36,7 @@ impl RedisLockStore {
             // fred's command future is about 7 KiB: boxed, it is built once
             // in place, and the futures of callers (a waiting acquire among
             // them) hold a pointer instead of carrying it through every await.
-            result = Box::pin(script.evalsha_with_reload(client, keys, args)).await;
+            result = Box::pin(inner.scripts.fcall(client, C::SCRIPT, keys, args)).await;
             // Cluster mode: while a resharding moves the lock's slot, a
             // script whose keys are split between the two nodes runs on
             // neither (`TRYAGAIN`); it is sent again until the move ends,
@@ -55,6 +54,10 @@ impl RedisLockStore {
                 observer.node_script_finished(node, elapsed);
             }
         }
-        call.decode(&mut Reply::from_value(result.map_err(store_error)?))
+        let value = result.map_err(|error| match too_old_for_functions(&error) {
+            Some(why) => StoreError::Unavailable(why),
+            None => store_error(error),
+        })?;
+        call.decode(&mut Reply::from_value(value))
     }
 }
