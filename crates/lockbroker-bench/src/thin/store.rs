@@ -21,28 +21,12 @@ const THIN_PREFIX: &str = "benchthin";
 /// defaults): fred's own default is to wait forever.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Takes the lock for `token` and the lock's next fence; 0 when another
-/// lease holds it. An acquire fred re-sends after a dropped connection,
-/// whose first copy already took the lock, finds its own token there and
-/// gets the same fence back instead of "busy".
-const ACQUIRE_LUA: &str = "\
-local lease_key, fence_key = KEYS[1], KEYS[2]
-local token, ttl_ms = ARGV[1], ARGV[2]
-if redis.call('SET', lease_key, token, 'NX', 'PX', ttl_ms) then
-  return redis.call('INCR', fence_key)
-end
-if redis.call('GET', lease_key) == token then
-  return tonumber(redis.call('GET', fence_key))
-end
-return 0";
+/// Takes the lock for a token and the lock's next fence, 0 when busy;
+/// idempotent for the same token (see the file).
+const ACQUIRE_LUA: &str = include_str!("../../scripts/thin-acquire.lua");
 
-/// Deletes the lease only if `token` still holds it: 1 released, 0 lost.
-const RELEASE_LUA: &str = "\
-local lease_key, token = KEYS[1], ARGV[1]
-if redis.call('GET', lease_key) == token then
-  return redis.call('DEL', lease_key)
-end
-return 0";
+/// Deletes the lease only if the token still holds it: 1 released, 0 lost.
+const RELEASE_LUA: &str = include_str!("../../scripts/thin-release.lua");
 
 /// The keys of lock `name`: the lease (its value is the holder's token) and
 /// the fence counter, in one Cluster slot by the hash tag.
