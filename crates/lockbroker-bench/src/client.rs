@@ -1,5 +1,5 @@
 //! The targets every pair benchmark drives with the same code: the broker
-//! over HTTP, Redis directly with the broker's own Lua scripts (`direct`),
+//! (and the thin broker, [`crate::thin`]) over HTTP, Redis directly with the broker's own Lua scripts (`direct`),
 //! the smallest correct Redis lock (`minimal`), and etcd's lock API.
 //!
 //! A [`PairClient`] is one caller bound to one lock on one persistent
@@ -13,7 +13,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use lockbroker_api::{
-    AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, ReleaseResponse, SemaphoreAcquireBody,
+    AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, SemaphoreAcquireBody,
 };
 use serde::de::DeserializeOwned;
 
@@ -34,10 +34,18 @@ struct PermitOrLease {
     fence: u64,
 }
 
+/// What the benchmark reads of a release's answer (the thin broker's has
+/// no fence).
+#[derive(serde::Deserialize)]
+struct Released {
+    released: bool,
+}
+
 /// What a benchmark talks to.
 #[derive(Clone)]
 pub enum Target {
-    /// A broker's HTTP listener on this loopback port.
+    /// A broker's HTTP listener on this loopback port (also the thin
+    /// broker's, which answers the same paths).
     Broker {
         /// The broker's port.
         port: u16,
@@ -256,7 +264,7 @@ impl BrokerClient {
             .post(&self.release_path, &self.release_body)
             .await
             .map_err(|e| format!("release: {e}"))?;
-        let release: ReleaseResponse = success("release", status, &body)?;
+        let release: Released = success("release", status, &body)?;
         if !release.released {
             return Err("release answered released: false".into());
         }

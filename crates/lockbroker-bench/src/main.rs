@@ -1,13 +1,16 @@
 //! `lockbroker-bench`: measures the broker on this machine, over loopback,
 //! against processes it starts itself (a `redis-server` on a free port and
 //! release builds of `lockbroker`), beside Redis driven directly with the
-//! broker's own Lua scripts by the same client code.
+//! broker's own Lua scripts by the same client code, and beside the thinnest
+//! correct HTTP broker (`thin`, [`thin`]), which this binary runs itself as
+//! a hidden subcommand.
 //!
 //! Subcommands:
 //! - `latency`: one caller, sequential acquire + release pairs on one lock,
 //!   on the broker, on direct Redis, on the minimal Redis lock (`SET NX` +
-//!   `INCR`, compare-and-delete) and on etcd when installed, in alternating
-//!   slices: p50/p90/p99, and what a pair cost Redis and the broker in CPU.
+//!   `INCR`, compare-and-delete), on the thin broker and on etcd when
+//!   installed, in alternating slices: p50/p90/p99, and what a pair cost
+//!   Redis and the broker in CPU.
 //! - `throughput`: 1, 16 and 64 callers, each on a lock of its own, for a
 //!   fixed duration: pairs/s, p50/p99 and cost per pair, on the same targets.
 //! - `handoff`: time from a release's response to the next waiter's grant
@@ -16,7 +19,8 @@
 //! - `churn`: rounds of waiters arriving and leaving, and whether their memory
 //!   comes back.
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
-//!   and with many acquires waiting at once (with `--huge`, also 100,000).
+//!   and with many acquires waiting at once (also 100,000 when the open-files
+//!   limit allows; the bench raises its soft limit to the hard one first).
 //! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode.
 //! - `cluster`: cluster mode over a 3-primary Redis Cluster beside single
 //!   mode, two brokers each.
@@ -50,6 +54,7 @@ mod quorum;
 mod resp;
 mod semaphore;
 mod stats;
+mod thin;
 mod watch;
 
 use std::path::PathBuf;
@@ -71,15 +76,17 @@ Options:
   --rounds N        handoff rounds per case (default 200)
   --waiters N       waiting acquires in the memory and churn cases (default 10000)
   --waiter-rounds N rounds of waiters in the churn case (default 10)
-  --huge            the memory case also holds 100,000 waiting acquires, one
-                    connection each (needs `ulimit -n` above 101,000 here
-                    and in the broker; not part of `all` unless given)
+  --huge            the memory case must also hold 100,000 waiting acquires,
+                    one connection each (it does whenever the open-files
+                    limit, raised to the hard limit, is above 101,000; with
+                    --huge a lower limit is an error instead of a skip)
   --huge-waiters N  like --huge, with N waiting acquires
   --json PATH       also write every figure of the run to PATH as one JSON
                     document, for `compare`
 
 Starts its own redis-server and lockbroker processes on free loopback ports,
-and an etcd when one is on PATH (latency and throughput measure it too).
+the thin broker (this binary, as a process of its own), and an etcd when one
+is on PATH (latency and throughput measure the thin broker and etcd too).
 Build first: cargo build --release -p lockbroker-server -p lockbroker-bench
 (scripts/bench.sh does both, then runs `all`).";
 
@@ -95,18 +102,33 @@ pub struct Settings {
     pub waiters: usize,
     /// Rounds of waiters in the churn case.
     pub waiter_rounds: usize,
-    /// Waiting acquires of the memory case's huge phase, when asked for.
+    /// Waiting acquires of the memory case's huge phase, when asked for
+    /// (then a too-low open-files limit is an error, not a skip).
     pub huge_waiters: Option<usize>,
     /// Where to write the run's figures as one JSON document.
     pub json: Option<PathBuf>,
 }
 
-/// Waiting acquires of `--huge`.
-const HUGE_WAITERS: usize = 100_000;
+/// Waiting acquires of `--huge`, and of the memory case's huge phase when
+/// the open-files limit allows it.
+pub const HUGE_WAITERS: usize = 100_000;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(thin::SUBCOMMAND) {
+        return thin::main(&args[1..]);
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(bench(args)),
+        Err(error) => {
+            eprintln!("lockbroker-bench: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The benchmarks, as the command line asks.
+async fn bench(args: Vec<String>) -> ExitCode {
     if args.first().map(String::as_str) == Some("compare") {
         return match (args.get(1), args.get(2)) {
             (Some(a), Some(b)) => match compare::run(a.as_ref(), b.as_ref()) {
@@ -200,6 +222,17 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
         "load_average_at_start": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
         "commit": procs::commit(),
     });
+    // Before any process starts, so that every one inherits it.
+    match procs::raise_open_files() {
+        Ok(files) => {
+            println!(
+                "open files: soft limit {} (was {}, hard limit {})",
+                files.now, files.before, files.hard
+            );
+            about["open_files"] = files.now.into();
+        }
+        Err(error) => println!("open files: limit not raised: {error}"),
+    }
     let redis = procs::redis().map_err(one)?;
     let first = procs::broker(&redis).map_err(one)?;
     let second = procs::broker(&redis).map_err(one)?;
@@ -210,6 +243,15 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
             .map_err(one)?;
     }
     let pair_cases = ["latency", "throughput"];
+    let thin = if benches.iter().any(|b| pair_cases.contains(b)) {
+        // Its port opens once its Redis connection is up and the scripts
+        // are loaded: listening is ready.
+        let thin = procs::thin(&redis).map_err(one)?;
+        println!("thin: 127.0.0.1:{}, one Redis connection", thin.port);
+        Some(thin)
+    } else {
+        None
+    };
     let etcd = if benches.iter().any(|b| pair_cases.contains(b)) {
         // A peer for context: without it the broker's own figures still stand.
         match start_etcd(&http).await {
@@ -233,6 +275,7 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
     let servers = Servers {
         redis: &redis,
         broker: &first,
+        thin: thin.as_ref(),
         etcd: etcd.as_ref(),
     };
     let mut table = Table::default();

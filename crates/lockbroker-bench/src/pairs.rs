@@ -1,7 +1,8 @@
 //! `latency` and `throughput`: acquire + release pairs on the broker, on
 //! Redis driven directly with the broker's scripts (`direct`), on the
-//! smallest correct Redis lock (`minimal`) and, when installed, on etcd, side
-//! by side in one run; and what each pair cost Redis and the broker.
+//! smallest correct Redis lock (`minimal`), on the thinnest correct HTTP
+//! broker (`thin`) and, when installed, on etcd, side by side in one run;
+//! and what each pair cost Redis and the broker.
 
 mod cost;
 
@@ -20,6 +21,12 @@ type Pick = fn(&Summary) -> f64;
 /// The concurrency levels of `throughput`.
 const CALLERS: [usize; 3] = [1, 16, 64];
 
+/// Pair latency p50 the broker is held to, over the thin broker's.
+const P50_VS_THIN: f64 = 1.25;
+/// Pairs per second at 64 callers the broker is held to, over the thin
+/// broker's.
+const RATE_VS_THIN: f64 = 0.75;
+
 /// The broker's own CPU per pair it is held to, by callers.
 fn broker_cpu_goal(callers: usize) -> Goal {
     match callers {
@@ -35,13 +42,15 @@ pub struct Servers<'a> {
     pub redis: &'a Proc,
     /// The broker.
     pub broker: &'a Proc,
+    /// The thin broker on the same Redis.
+    pub thin: Option<&'a Proc>,
     /// An etcd, when one is installed.
     pub etcd: Option<&'a Proc>,
 }
 
 /// What one target did in one case, checked and summarised.
 pub struct Run {
-    /// `broker`, `direct`, `minimal` or `etcd`.
+    /// `broker`, `direct`, `minimal`, `thin` or `etcd`.
     pub label: &'static str,
     /// Pairs, errors, samples and costs.
     pub outcome: Outcome,
@@ -97,13 +106,18 @@ pub async fn latency(
             goal,
         );
     }
-    for peer in ["minimal", "etcd"] {
+    let peers = [
+        ("thin", Goal::RatioAtMost(P50_VS_THIN)),
+        ("minimal", Goal::None),
+        ("etcd", Goal::None),
+    ];
+    for (peer, goal) in peers {
         if let Some(value) = p(peer, |s| s.p50_ms) {
             table.add(
                 format!("latency pair p50 (vs {peer})"),
                 "ms",
                 (broker(|s| s.p50_ms), Some(value)),
-                Goal::None,
+                goal,
             );
         }
     }
@@ -164,13 +178,22 @@ pub async fn throughput(
             Goal::None
         };
         table.add(what.clone(), "pairs/s", (broker_rate, rate("direct")), goal);
-        for peer in ["minimal", "etcd"] {
+        let thin_goal = if callers == 64 {
+            Goal::RatioAtLeast(RATE_VS_THIN)
+        } else {
+            Goal::None
+        };
+        for (peer, goal) in [
+            ("thin", thin_goal),
+            ("minimal", Goal::None),
+            ("etcd", Goal::None),
+        ] {
             if let Some(value) = rate(peer) {
                 table.add(
                     format!("{what} (vs {peer})"),
                     "pairs/s",
                     (broker_rate, Some(value)),
-                    Goal::None,
+                    goal,
                 );
             }
         }
@@ -189,7 +212,7 @@ pub async fn throughput(
 }
 
 /// The targets in the order each slice visits them (the baselines first, as
-/// before), and a meter of the broker, etcd and Redis.
+/// before), and a meter of the broker, the thin broker, etcd and Redis.
 async fn prepare(servers: &Servers<'_>) -> Result<(Vec<(&'static str, Target)>, Meter), String> {
     let redis = servers.redis.port;
     let mut targets = vec![
@@ -197,6 +220,10 @@ async fn prepare(servers: &Servers<'_>) -> Result<(Vec<(&'static str, Target)>, 
         ("minimal", Target::minimal(redis).await?),
     ];
     let mut pids = vec![("broker", servers.broker.pid())];
+    if let Some(thin) = servers.thin {
+        targets.push(("thin", Target::Broker { port: thin.port }));
+        pids.push(("thin", thin.pid()));
+    }
     if let Some(etcd) = servers.etcd {
         targets.push(("etcd", Target::Etcd { port: etcd.port }));
         pids.push(("etcd", etcd.pid()));
@@ -220,11 +247,13 @@ async fn idle(meter: &mut Meter, what: &str) -> Result<(), String> {
     let mut span = Usage::default();
     span.add_span(&before, &meter.read().await?);
     let (redis, broker) = (span.redis_cpu_s * 1e6, span.cpu_of("broker") * 1e6);
-    println!("{what}: CPU while idle (µs/s): Redis {redis:.0}, broker {broker:.0}");
+    let thin = span.cpu_of("thin") * 1e6;
+    println!("{what}: CPU while idle (µs/s): Redis {redis:.0}, broker {broker:.0}, thin {thin:.0}");
     println!(
         "{}",
         serde_json::json!({"bench": what, "case": "idle",
-                           "redis_cpu_us_per_s": redis, "broker_cpu_us_per_s": broker})
+                           "redis_cpu_us_per_s": redis, "broker_cpu_us_per_s": broker,
+                           "thin_cpu_us_per_s": thin})
     );
     Ok(())
 }

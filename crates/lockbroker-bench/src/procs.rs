@@ -107,6 +107,52 @@ pub fn broker_with(redis: &Proc, env: &[(&str, &str)]) -> Result<Proc, String> {
     Ok(proc)
 }
 
+/// Starts the thin broker ([`crate::thin`]) on `redis`: this binary again,
+/// as a process of its own.
+pub fn thin(redis: &Proc) -> Result<Proc, String> {
+    let port = free_port()?;
+    let binary = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = Command::new(&binary)
+        .arg(crate::thin::SUBCOMMAND)
+        .args(["--port", &port.to_string()])
+        .args(["--redis", &format!("redis://127.0.0.1:{}/0", redis.port)])
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+    let proc = Proc {
+        child,
+        port,
+        scratch: None,
+    };
+    wait_for_port(port)?;
+    Ok(proc)
+}
+
+/// This process's open-files limit before and after raising the soft limit
+/// to the hard one, and the hard limit. The processes it starts later
+/// inherit it, so the memory case's waiters fit on both sides.
+pub struct OpenFiles {
+    /// The soft limit found.
+    pub before: u64,
+    /// The soft limit now.
+    pub now: u64,
+    /// The hard limit, the most `now` could reach.
+    pub hard: u64,
+}
+
+/// Raises the soft limit on open files as far as the hard limit allows.
+pub fn raise_open_files() -> Result<OpenFiles, String> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (before, hard) =
+        getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("getrlimit: {e}"))?;
+    if before < hard {
+        setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+            .map_err(|e| format!("setrlimit to {hard}: {e}"))?;
+    }
+    let (now, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("getrlimit: {e}"))?;
+    Ok(OpenFiles { before, now, hard })
+}
+
 /// Where etcd keeps its data: tmpfs when there is one, so that its write-ahead
 /// log's fsyncs cost what they would on a fast disk at most (Redis here keeps
 /// nothing on disk at all).

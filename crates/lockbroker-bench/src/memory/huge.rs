@@ -1,9 +1,10 @@
-//! `memory --huge`: the broker's resident memory with 100,000 acquires
+//! `memory`'s huge phase: the broker's resident memory with 100,000 acquires
 //! waiting at once (`--huge-waiters N` for another count), each on a
 //! connection of its own, as a caller of a blocking acquire has.
 //!
-//! Not part of `all`: it needs a file-descriptor limit above the count in
-//! this process and in the broker (`ulimit -n`), and more source ports than
+//! Run when this process may open more files than the count (the bench
+//! raises its soft limit to the hard one at start, and the broker inherits
+//! it), or asked for with `--huge`. It needs more source ports than
 //! one loopback address has, so the connections come from 127.0.0.2 onwards,
 //! `PER_SOURCE` at most from each. Every step is bounded in time.
 
@@ -36,10 +37,16 @@ const WAITER_BUFFER: usize = 1024;
 /// The broker's resident memory it is held to with the waiters in place.
 const GOAL_MIB: f64 = 1024.0;
 
+/// Whether this process may open the files `count` waiters need; if not,
+/// why, with the limit it reached.
+pub fn room(count: usize) -> Result<(), String> {
+    check_files("this process", "self", count as u64 + SPARE_FILES)
+}
+
 /// Measures one broker of its own holding `count` waiting acquires.
 pub async fn run(redis: &Proc, count: usize, table: &mut Table) -> Result<(), String> {
     let needed = count as u64 + SPARE_FILES;
-    check_files("this process", "self", needed)?;
+    room(count)?;
     let wait_ms = WAIT_MS.to_string();
     let timeout_ms = (WAIT_MS + 10_000).to_string();
     let (broker, url, http) = roomy_broker(
@@ -189,9 +196,9 @@ async fn waiter(from: Ipv4Addr, port: u16, path: &str, body: &[u8]) -> Result<u6
 fn check_files(who: &str, pid: &str, needed: u64) -> Result<(), String> {
     match procs::open_files_limit(pid) {
         Some(limit) if limit < needed => Err(format!(
-            "{who} may open {limit} files (ulimit -n), and one connection per waiter needs \
-             about {needed}: raise the limit (for example `ulimit -n 262144`, which needs a \
-             hard limit that high: `ulimit -Hn`, LimitNOFILE= or limits.conf) and run again"
+            "{who} may open {limit} files (ulimit -n, raised to the hard limit), and one \
+             connection per waiter needs about {needed}: raise the hard limit (`ulimit -Hn`, \
+             LimitNOFILE= or limits.conf, for example to 262144) and run again"
         )),
         _ => Ok(()),
     }

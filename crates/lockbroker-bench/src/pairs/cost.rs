@@ -1,6 +1,7 @@
 //! What a pair cost the servers, per target: Redis's CPU (from `INFO cpu`)
 //! and its time inside commands (`INFO commandstats`), the broker's own CPU,
-//! and etcd's, each divided by the pairs the target completed.
+//! the thin broker's and etcd's, each divided by the pairs the target
+//! completed.
 
 use serde_json::json;
 
@@ -12,9 +13,11 @@ use crate::stats::{Goal, Table};
 const REDIS_VS_DIRECT: f64 = 1.05;
 /// Redis's CPU per pair through the broker over the minimal lock.
 const REDIS_VS_MINIMAL: f64 = 1.3;
+/// Redis's CPU per pair through the broker over the thin broker.
+const REDIS_VS_THIN: f64 = 1.5;
 
 /// The targets that drive Redis.
-const ON_REDIS: [&str; 3] = ["broker", "direct", "minimal"];
+const ON_REDIS: [&str; 4] = ["broker", "direct", "minimal", "thin"];
 
 /// The commands a target sends itself; `INFO commandstats` also counts each
 /// command a script calls, inside the script's own time (and the brokers'
@@ -55,21 +58,29 @@ pub fn report(what: &str, runs: &Runs, broker_goal: Goal, table: &mut Table) {
         _ => "-".to_owned(),
     };
 
-    let (broker, direct, minimal) = (
+    let (broker, direct, minimal, thin) = (
         redis_cpu("broker"),
         redis_cpu("direct"),
         redis_cpu("minimal"),
+        redis_cpu("thin"),
     );
     println!(
-        "{what}: Redis CPU per pair (µs): broker {}  direct {}  minimal {}  broker/direct {}  broker/minimal {}",
+        "{what}: Redis CPU per pair (µs): broker {}  direct {}  minimal {}  thin {}  \
+         broker/direct {}  broker/minimal {}  broker/thin {}",
         show(broker),
         show(direct),
         show(minimal),
+        show(thin),
         ratio(broker, direct),
         ratio(broker, minimal),
+        ratio(broker, thin),
     );
-    let broker_own = own_cpu("broker");
-    println!("{what}: broker CPU per pair (µs): {}", show(broker_own));
+    let (broker_own, thin_own) = (own_cpu("broker"), own_cpu("thin"));
+    println!(
+        "{what}: broker CPU per pair (µs): {}  thin {}",
+        show(broker_own),
+        show(thin_own)
+    );
     let etcd_own = own_cpu("etcd");
     let broker_total = broker_own.zip(broker).map(|(a, b)| a + b);
     if etcd_own.is_some() {
@@ -128,10 +139,11 @@ pub fn report(what: &str, runs: &Runs, broker_goal: Goal, table: &mut Table) {
     println!(
         "{}",
         json!({"bench": what, "case": "cost per pair",
-               "redis_cpu_us": {"broker": broker, "direct": direct, "minimal": minimal},
+               "redis_cpu_us": {"broker": broker, "direct": direct, "minimal": minimal,
+                                "thin": thin},
                "redis_command_us": {"broker": command_us("broker"), "direct": command_us("direct"),
-                                    "minimal": command_us("minimal")},
-               "broker_cpu_us": broker_own, "etcd_cpu_us": etcd_own,
+                                    "minimal": command_us("minimal"), "thin": command_us("thin")},
+               "broker_cpu_us": broker_own, "thin_cpu_us": thin_own, "etcd_cpu_us": etcd_own,
                "commands": commands})
     );
 
@@ -148,6 +160,20 @@ pub fn report(what: &str, runs: &Runs, broker_goal: Goal, table: &mut Table) {
         (broker.unwrap_or(nan), minimal),
         Goal::RatioAtMost(REDIS_VS_MINIMAL),
     );
+    if thin.is_some() {
+        table.add(
+            format!("{what} Redis CPU per pair (vs thin)"),
+            "µs",
+            (broker.unwrap_or(nan), thin),
+            Goal::RatioAtMost(REDIS_VS_THIN),
+        );
+        table.add(
+            format!("{what} thin Redis CPU per pair (vs minimal)"),
+            "µs",
+            (thin.unwrap_or(nan), minimal),
+            Goal::None,
+        );
+    }
     table.add(
         format!("{what} direct Redis CPU per pair (vs minimal)"),
         "µs",
@@ -166,6 +192,14 @@ pub fn report(what: &str, runs: &Runs, broker_goal: Goal, table: &mut Table) {
         (broker_own.unwrap_or(nan), None),
         broker_goal,
     );
+    if thin_own.is_some() {
+        table.add(
+            format!("{what} broker CPU per pair (vs thin)"),
+            "µs",
+            (broker_own.unwrap_or(nan), thin_own),
+            Goal::None,
+        );
+    }
     if etcd_own.is_some() {
         table.add(
             format!("{what} broker+Redis CPU per pair (vs etcd)"),
