@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# What one EVALSHA of the broker's acquire script costs inside Redis, what
-# its parts cost, and what the thin broker's acquire (the bench's `thin`
-# target: SET NX PX, INCR) costs beside it: the table "What a lock cycle
+# What the broker's acquire costs inside Redis as it runs it (FCALL of its
+# Functions library), what one EVALSHA of the same body with its helpers
+# costs, what its parts cost, and what the thin broker's acquire (the
+# bench's `thin` target: SET NX PX, INCR) costs beside it: the table "What a lock cycle
 # costs Redis" in docs/performance.md. Starts a redis-server of its own on
 # a free loopback port, loads each script body below with the acquire's 8
 # keys and 17 arguments, runs redis-benchmark on it (random lock names, so
@@ -48,7 +49,13 @@ for name, body in bodies.items():
     (out / (name + ".lua")).write_text(body)
 EOF
 
-printf '%-55s %s\n' "script body" "µs per EVALSHA"
+# The broker's own acquire, as it runs it: FCALL of its Functions library
+# (the helpers defined once, at load), granting a fresh lock.
+cargo build --release -q -p lockbroker-bench
+"${CARGO_TARGET_DIR:-target}/release/lockbroker-bench" __library > "$dir/library.lua"
+library="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$dir/library.lua")"
+
+printf '%-55s %s\n' "script body" "µs per call"
 for body in "$dir"/*.lua; do
   sha="$(redis-cli -p "$port" SCRIPT LOAD "$(cat "$body")")"
   redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
@@ -62,3 +69,12 @@ for body in "$dir"/*.lua; do
   name="$(basename "$body" .lua)"
   printf '%-55s %s\n' "${name#* }" "$usec"
 done
+redis-cli -p "$port" CONFIG RESETSTAT >/dev/null
+redis-benchmark -p "$port" -c 8 -n "$calls" -r 100000000 -q FCALL "${library}_acquire" 8 \
+  'lb:{l__rand_int__}:lease' 'lb:{l__rand_int__}:fence' 'lb:{l__rand_int__}:queue' \
+  'lb:{l__rand_int__}:qexp' 'lb:{l__rand_int__}:holders' 'lb:{l__rand_int__}:hleases' \
+  'lb:{l__rand_int__}:horizon' 'lb:{l__rand_int__}:epoch' \
+  tok__rand_int__ 100 owner '' 0 100 0 '' 30000 lb:wake b1 l__rand_int__ '' '' '' '' '' \
+  >/dev/null
+usec="$(redis-cli -p "$port" INFO commandstats | sed -n 's/^cmdstat_fcall:.*usec_per_call=\([0-9.]*\).*/\1/p')"
+printf '%-55s %s\n' "the broker's acquire, FCALL of its library" "$usec"

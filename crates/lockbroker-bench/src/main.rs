@@ -118,6 +118,11 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some(thin::SUBCOMMAND) {
         return thin::main(&args[1..]);
     }
+    // The broker's Functions library as it loads it, for scripts/script-costs.sh.
+    if args.first().map(String::as_str) == Some("__library") {
+        print!("{}", lockbroker_redis::scripts::Scripts::new().library());
+        return ExitCode::SUCCESS;
+    }
     match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime.block_on(bench(args)),
         Err(error) => {
