@@ -149,7 +149,7 @@ pub async fn a_release_frees_at_once_and_is_remembered<B: Backend>(backend: &B) 
             assert_eq!(done.fence, fence);
             assert!(done.held_ms.is_some());
         }
-        ReleaseOutcome::Lost => panic!("the holder's release is lost"),
+        other => panic!("the holder's release is lost: {other:?}"),
     }
     match release(&store, &lock, &ask).await {
         ReleaseOutcome::Released(again) => {
@@ -159,7 +159,7 @@ pub async fn a_release_frees_at_once_and_is_remembered<B: Backend>(backend: &B) 
                 "a re-sent release"
             );
         }
-        ReleaseOutcome::Lost => panic!("a re-sent release is lost"),
+        other => panic!("a re-sent release is lost: {other:?}"),
     }
     let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
     assert!(matches!(extend, Ok(ExtendOutcome::Released)), "{extend:?}");
@@ -184,7 +184,7 @@ pub async fn a_release_is_remembered_across_the_next_grants<B: Backend>(backend:
         ReleaseOutcome::Released(again) => {
             assert_eq!((again.fence, again.held_ms), (fence, None), "{what}");
         }
-        ReleaseOutcome::Lost => panic!("{what}: a re-sent release is lost"),
+        other => panic!("{what}: a re-sent release is lost: {other:?}"),
     };
     resent_release(
         release(&store, &lock, &first).await,
@@ -266,13 +266,18 @@ pub async fn extends_replace_the_ttl_up_to_the_max_hold<B: Backend>(backend: &B)
 }
 
 /// A force release ends the lease whoever holds it; its holder's token then
-/// answers lost, and a second force release finds nothing.
+/// answers that it was force-released, and a second force release finds
+/// nothing.
 pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B) {
     let store = backend.broker().await;
     let lock = name(&run_id(), "forced");
     let ask = Ask::new(10_000).owner("stuck");
     let fence = granted(ask.on(&store, &lock).await, "grant");
-    let ended = store.force_release(&lock).await.expect("force release");
+    let ops = Principal::key("ops");
+    let ended = store
+        .force_release(&lock, &ops)
+        .await
+        .expect("force release");
     assert_eq!(
         ended,
         ForceReleaseOutcome::Released {
@@ -282,13 +287,20 @@ pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B
             mode: crate::lease::LeaseKind::Exclusive,
         }
     );
-    assert!(matches!(
-        release(&store, &lock, &ask).await,
-        ReleaseOutcome::Lost
-    ));
+    let released = release(&store, &lock, &ask).await;
+    assert!(
+        matches!(&released, ReleaseOutcome::ForceReleased { by } if *by == ops),
+        "{released:?}"
+    );
     let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
-    assert!(matches!(extend, Ok(ExtendOutcome::Lost)));
-    let again = store.force_release(&lock).await.expect("force release");
+    assert!(
+        matches!(&extend, Ok(ExtendOutcome::ForceReleased { by }) if *by == ops),
+        "{extend:?}"
+    );
+    let again = store
+        .force_release(&lock, &ops)
+        .await
+        .expect("force release");
     assert_eq!(again, ForceReleaseOutcome::NotHeld);
     let next = granted(Ask::new(1_000).on(&store, &lock).await, "after");
     assert!(next > fence);
