@@ -5,9 +5,7 @@ use std::time::Duration;
 use crate::lease::{Fence, LeaseToken, Principal};
 use crate::listing::ListRequest;
 use crate::name::LockPrefix;
-use crate::store::{
-    AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome, Watch,
-};
+use crate::store::{AcquireOutcome, ExtendOutcome, LockStore, ReleaseOutcome, Watch};
 use crate::wait::Wake;
 
 use super::ask::{busy, granted, name, release, run_id, sleep_ms, ttl, Ask};
@@ -263,47 +261,6 @@ pub async fn extends_replace_the_ttl_up_to_the_max_hold<B: Backend>(backend: &B)
     let stranger = LeaseToken::generate();
     let extend = store.extend(&lock, &stranger, ttl(1_000), 0).await;
     assert!(matches!(extend, Ok(ExtendOutcome::Lost)), "another token");
-}
-
-/// A force release ends the lease whoever holds it; its holder's token then
-/// answers that it was force-released, and a second force release finds
-/// nothing.
-pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B) {
-    let store = backend.broker().await;
-    let lock = name(&run_id(), "forced");
-    let ask = Ask::new(10_000).owner("stuck");
-    let fence = granted(ask.on(&store, &lock).await, "grant");
-    let ops = Principal::key("ops");
-    let ended = store
-        .force_release(&lock, &ops)
-        .await
-        .expect("force release");
-    assert_eq!(
-        ended,
-        ForceReleaseOutcome::Released {
-            fence,
-            owner: Some("stuck".into()),
-            leases_ended: 1,
-            mode: crate::lease::LeaseKind::Exclusive,
-        }
-    );
-    let released = release(&store, &lock, &ask).await;
-    assert!(
-        matches!(&released, ReleaseOutcome::ForceReleased { by } if *by == ops),
-        "{released:?}"
-    );
-    let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
-    assert!(
-        matches!(&extend, Ok(ExtendOutcome::ForceReleased { by }) if *by == ops),
-        "{extend:?}"
-    );
-    let again = store
-        .force_release(&lock, &ops)
-        .await
-        .expect("force release");
-    assert_eq!(again, ForceReleaseOutcome::NotHeld);
-    let next = granted(Ask::new(1_000).on(&store, &lock).await, "after");
-    assert!(next > fence);
 }
 
 /// Status tells held or not, the holder's owner while held, and the last

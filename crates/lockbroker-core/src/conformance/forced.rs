@@ -9,6 +9,47 @@ use crate::store::{ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome
 use super::ask::{granted, name, release, run_id, semaphore, sleep_ms, ttl, Ask};
 use super::Backend;
 
+/// A force release ends the lease whoever holds it; its holder's token then
+/// answers that it was force-released, and a second force release finds
+/// nothing.
+pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B) {
+    let store = backend.broker().await;
+    let lock = name(&run_id(), "forced");
+    let ask = Ask::new(10_000).owner("stuck");
+    let fence = granted(ask.on(&store, &lock).await, "grant");
+    let ops = Principal::key("ops");
+    let ended = store
+        .force_release(&lock, &ops)
+        .await
+        .expect("force release");
+    assert_eq!(
+        ended,
+        ForceReleaseOutcome::Released {
+            fence,
+            owner: Some("stuck".into()),
+            leases_ended: 1,
+            mode: crate::lease::LeaseKind::Exclusive,
+        }
+    );
+    let released = release(&store, &lock, &ask).await;
+    assert!(
+        matches!(&released, ReleaseOutcome::ForceReleased { by } if *by == ops),
+        "{released:?}"
+    );
+    let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
+    assert!(
+        matches!(&extend, Ok(ExtendOutcome::ForceReleased { by }) if *by == ops),
+        "{extend:?}"
+    );
+    let again = store
+        .force_release(&lock, &ops)
+        .await
+        .expect("force release");
+    assert_eq!(again, ForceReleaseOutcome::NotHeld);
+    let next = granted(Ask::new(1_000).on(&store, &lock).await, "after");
+    assert!(next > fence);
+}
+
 /// Checks that `ask`'s extend and release (twice: a re-sent release never
 /// reads as released) answer that `by` force-released its lease.
 async fn told_forced_by<S: LockStore>(store: &S, lock: &LockName, ask: &Ask, by: &Principal) {
