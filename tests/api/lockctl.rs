@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 mod election;
+mod forced;
 mod kinds;
 mod process_tree;
 

@@ -8,6 +8,7 @@ mod cross_site;
 mod events;
 mod faults;
 mod fences;
+mod force_release;
 mod http_errors;
 mod keys;
 mod leases;

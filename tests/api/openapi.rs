@@ -381,6 +381,7 @@ fn the_error_body_has_the_fields_of_the_spec() {
         available_in_ms: Some(1),
         holders: Some(vec![holder()]),
         limit: Some(3),
+        force_released_by: Some("ops".into()),
         ..ErrorDetail::new(ErrorCode::LockBusy, "held")
     };
     let keys = |detail: &ErrorDetail| fields(detail).into_keys().collect::<BTreeSet<_>>();

@@ -48,6 +48,11 @@ pub struct ErrorDetail {
     /// For `limit_conflict`, and `lock_busy` on a semaphore: the limit in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// For `lease_lost` of a lease an operator force-released: the API key
+    /// id that did (`anonymous` on a broker without API keys, as its audit
+    /// line names the caller); absent for any other lost lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_released_by: Option<String>,
 }
 
 impl ErrorDetail {
@@ -63,6 +68,7 @@ impl ErrorDetail {
             available_in_ms: None,
             holders: None,
             limit: None,
+            force_released_by: None,
         }
     }
 }

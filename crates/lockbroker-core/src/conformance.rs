@@ -10,9 +10,11 @@ use std::future::Future;
 
 mod ask;
 mod cases;
+mod forced;
 mod holders;
 
 pub use cases::*;
+pub use forced::*;
 pub use holders::*;
 
 use crate::name::LockName;
@@ -55,6 +57,7 @@ macro_rules! store_conformance {
             a_release_is_remembered_across_the_next_grants,
             extends_replace_the_ttl_up_to_the_max_hold,
             force_release_ends_the_lease_for_its_holder,
+            a_force_released_holder_learns_who_ended_its_lease,
             status_reports_the_holder_and_the_last_fence,
             fair_waiters_are_served_in_arrival_order,
             a_fair_waiter_that_leaves_passes_the_turn_on,

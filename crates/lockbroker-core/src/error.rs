@@ -1,6 +1,6 @@
 //! Errors of the lock domain: what a caller did wrong, and what went wrong underneath.
 
-use crate::lease::Blockers;
+use crate::lease::{Blockers, Principal};
 pub use crate::validation::ValidationError;
 
 /// Why a lock store could not answer. Every variant fails closed: no grant is made
@@ -87,6 +87,13 @@ pub enum LockError {
     /// The token's lease was already released by its holder.
     #[error("the lease was released by its holder")]
     LeaseReleased,
+    /// An operator force-released the token's lease: another holder may
+    /// have run since, as after a lost lease.
+    #[error("the lease was force-released by an operator")]
+    LeaseForceReleased {
+        /// Who force-released it.
+        by: Principal,
+    },
     /// Extending would keep the lease past its acquisition time plus the max hold.
     #[error("extending would exceed the maximum hold time of {max_hold_ms} ms")]
     MaxHoldExceeded {

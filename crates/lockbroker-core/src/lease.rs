@@ -309,6 +309,16 @@ impl Principal {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The principal [`Principal::as_str`] stored (empty for anonymous).
+    pub fn from_stored(text: &str) -> Self {
+        Self(text.to_owned())
+    }
+
+    /// Whether this is the anonymous principal of a broker without API keys.
+    pub fn is_anonymous(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A granted lease, as the acquirer sees it.

@@ -16,23 +16,21 @@ use tokio::time::Instant;
 
 use crate::error::StoreError;
 use crate::events::Announcement;
-use crate::lease::{
-    random_hex, Blockers, Fence, Holder, Lease, LeaseKind, LockStatus, Renewal, MAX_SHOWN_BLOCKERS,
-};
+use crate::lease::{random_hex, LeaseKind, LockStatus, Principal};
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
 use crate::store::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, Release,
-    ReleaseOutcome,
+    AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome,
 };
 use crate::wait::{TakeOnce, Wake, WakeStream};
 use crate::{LeaseToken, Ttl};
 
 mod backend;
+mod exclusive;
 mod holders;
 mod inspect;
 
-use backend::{Backend, Record};
+use backend::Backend;
 
 /// How long a released lease is remembered, as the Redis store's default.
 const RELEASE_MEMO_MS: u64 = 30_000;
@@ -186,113 +184,11 @@ fn owner_of(text: &str) -> Option<String> {
 impl LockStore for MemoryStore {
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
         let now_us = self.now_us();
-        let now_ms = now_us / 1_000;
-        let mut backend = self.backend(now_ms)?;
+        let mut backend = self.backend(now_us / 1_000)?;
         if params.kind != LeaseKind::Exclusive {
             return self.acquire_place(&mut backend, &params, now_us);
         }
-        let name = params.name;
-        // As acquire.lua: a fair waiter joins whenever it is turned away,
-        // another once a queue exists or shared leases block it.
-        let wait_in_line = |backend: &mut Backend, blocked_by_shared: bool| {
-            params
-                .fair
-                .filter(|fair| {
-                    fair.always || blocked_by_shared || backend.queues.contains_key(name)
-                })
-                .map(|fair| backend.queue_join(name, fair.waiter_id, now_us, fair.entry_ttl_ms))
-        };
-        let current = backend.leases.get(name).filter(|r| !r.released).cloned();
-        if let Some(cur) = &current {
-            let available_in_ms = cur.kept_until_ms - now_ms;
-            if cur.expires_ms > now_ms {
-                let same_retry = params.request_id.is_some_and(|rid| {
-                    cur.rid == rid.as_str()
-                        && cur.owner == params.owner.map_or("", |o| o.as_str())
-                        && cur.by == params.principal.as_str()
-                });
-                if cur.token == params.token.expose() || same_retry {
-                    return Ok(AcquireOutcome::Granted(Lease {
-                        name: name.clone(),
-                        token: LeaseToken::parse(&cur.token)
-                            .map_err(|_| StoreError::Protocol("stored token".into()))?,
-                        fence: Fence::new(cur.fence),
-                        ttl_ms: cur.expires_ms - now_ms,
-                        expires_at_ms: cur.expires_ms,
-                        validity_ms: cur.expires_ms - now_ms,
-                        owner: owner_of(&cur.owner),
-                    }));
-                }
-            }
-            if params.waits && cur.expires_ms > now_ms {
-                if let Some(record) = backend.leases.get_mut(name) {
-                    record.watched = true;
-                }
-            }
-            let expires_in_ms = cur.expires_ms.saturating_sub(now_ms);
-            return Ok(AcquireOutcome::Busy {
-                blockers: Blockers::one(Holder {
-                    mode: LeaseKind::Exclusive,
-                    owner: owner_of(&cur.owner),
-                    fence: Fence::new(cur.fence),
-                    expires_in_ms,
-                    available_in_ms,
-                }),
-                queue_position: wait_in_line(&mut backend, false),
-            });
-        }
-        let last = backend.last_fence(name);
-        // Shared leases (or their lock-delay) hold the lock: the last to free
-        // decides when to look again.
-        let shared = backend.holder_sets.get_mut(name).map(|set| {
-            set.watched |= params.waits;
-            set.occupying(now_ms, LeaseKind::Shared)
-        });
-        if let Some(mut holders) = shared {
-            let last_to_free = holders.iter().max_by_key(|h| h.available_in_ms).cloned();
-            holders.truncate(MAX_SHOWN_BLOCKERS);
-            if let Some(holder) = last_to_free {
-                return Ok(AcquireOutcome::Busy {
-                    blockers: Blockers {
-                        holder,
-                        holders,
-                        limit: None,
-                    },
-                    queue_position: wait_in_line(&mut backend, true),
-                });
-            }
-        }
-        let waiter_id = params.fair.map(|f| f.waiter_id);
-        if let Some(head) = backend.queue_head(name, now_ms) {
-            if Some(head.as_str()) != waiter_id {
-                return Ok(AcquireOutcome::Busy {
-                    blockers: Blockers::queue(Fence::new(last)),
-                    queue_position: wait_in_line(&mut backend, false),
-                });
-            }
-            backend.queue_leave(name, &head);
-        }
-        let fence = self.next_fence(last, now_us);
-        let ttl_ms = params.ttl.as_millis();
-        let expires_ms = now_ms + ttl_ms;
-        backend.fences.insert(name.clone(), fence);
-        backend
-            .leases
-            .insert(name.clone(), Record::granted(&params, fence, now_ms));
-        if waiter_id.is_some() {
-            if let Some(next) = backend.queue_head(name, now_ms) {
-                backend.announce(&self.broker_id, &Wake::Turn { waiter_id: next });
-            }
-        }
-        Ok(AcquireOutcome::Granted(Lease {
-            name: name.clone(),
-            token: params.token.clone(),
-            fence: Fence::new(fence),
-            ttl_ms,
-            expires_at_ms: expires_ms,
-            validity_ms: ttl_ms,
-            owner: params.owner.map(|o| o.as_str().to_owned()),
-        }))
+        self.acquire_exclusive(&mut backend, &params, now_us)
     }
 
     async fn extend(
@@ -304,46 +200,13 @@ impl LockStore for MemoryStore {
     ) -> Result<ExtendOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
-        if token.kind() != LeaseKind::Exclusive {
-            let ttl_ms = ttl.as_millis();
-            return Ok(Self::extend_place(
-                &mut backend,
-                name,
-                token,
-                ttl_ms,
-                max_hold_ms,
-                now_ms,
-            ));
-        }
-        // Released, and the lock granted again since: the memo tells.
-        if backend.released_fence(name, token, now_ms).is_some() {
-            return Ok(ExtendOutcome::Released);
-        }
-        let Some(cur) = backend.record_of(name, token) else {
-            return Ok(ExtendOutcome::Lost);
-        };
-        if cur.released {
-            return Ok(ExtendOutcome::Released);
-        }
-        if cur.expires_ms <= now_ms {
-            return Ok(ExtendOutcome::Lost);
-        }
-        let new_expiry = now_ms + ttl.as_millis();
-        if max_hold_ms > 0 && new_expiry > cur.acquired_ms + max_hold_ms {
-            return Ok(ExtendOutcome::MaxHoldExceeded {
-                expires_in_ms: cur.expires_ms - now_ms,
-            });
-        }
-        cur.expires_ms = new_expiry;
-        cur.kept_until_ms = new_expiry + cur.delay_ms;
-        Ok(ExtendOutcome::Extended(Renewal {
-            fence: Fence::new(cur.fence),
-            ttl_ms: ttl.as_millis(),
-            expires_at_ms: new_expiry,
-            validity_ms: ttl.as_millis(),
-            owner: owner_of(&cur.owner),
-            limit: None,
-        }))
+        let ttl_ms = ttl.as_millis();
+        Ok(match token.kind() {
+            LeaseKind::Exclusive => {
+                Self::extend_exclusive(&mut backend, name, token, ttl_ms, max_hold_ms, now_ms)
+            }
+            _ => Self::extend_place(&mut backend, name, token, ttl_ms, max_hold_ms, now_ms),
+        })
     }
 
     async fn release(
@@ -353,53 +216,10 @@ impl LockStore for MemoryStore {
     ) -> Result<ReleaseOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
-        if token.kind() != LeaseKind::Exclusive {
-            return Ok(self.release_place(&mut backend, name, token, now_ms));
-        }
-        // Released already (and the lock perhaps granted again since).
-        if let Some(fence) = backend.released_fence(name, token, now_ms) {
-            return Ok(ReleaseOutcome::Released(Release {
-                fence: Fence::new(fence),
-                held_ms: None,
-                acknowledged: None,
-            }));
-        }
-        let Some(cur) = backend.record_of(name, token) else {
-            return Ok(ReleaseOutcome::Lost);
-        };
-        let fence = Fence::new(cur.fence);
-        if cur.released {
-            return Ok(ReleaseOutcome::Released(Release {
-                fence,
-                held_ms: None,
-                acknowledged: None,
-            }));
-        }
-        if cur.expires_ms <= now_ms {
-            return Ok(ReleaseOutcome::Lost);
-        }
-        let held_ms = now_ms - cur.acquired_ms;
-        cur.released = true;
-        cur.expires_ms = now_ms;
-        cur.kept_until_ms = now_ms + RELEASE_MEMO_MS;
-        let watched = cur.watched;
-        backend.remember_release(name, token.expose(), fence.get(), now_ms + RELEASE_MEMO_MS);
-        let next_fair = backend.queue_head(name, now_ms);
-        // As in Redis: only a release that somebody waits for is announced.
-        if watched || next_fair.is_some() {
-            backend.announce(
-                &self.broker_id,
-                &Wake::Released {
-                    name: name.clone(),
-                    next_fair,
-                },
-            );
-        }
-        Ok(ReleaseOutcome::Released(Release {
-            fence,
-            held_ms: Some(held_ms),
-            acknowledged: None,
-        }))
+        Ok(match token.kind() {
+            LeaseKind::Exclusive => self.release_exclusive(&mut backend, name, token, now_ms),
+            _ => self.release_place(&mut backend, name, token, now_ms),
+        })
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
@@ -418,10 +238,14 @@ impl LockStore for MemoryStore {
         Ok(Self::page(&backend, request, now_ms))
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
+    async fn force_release(
+        &self,
+        name: &LockName,
+        by: &Principal,
+    ) -> Result<ForceReleaseOutcome, StoreError> {
         let now_ms = self.now_us() / 1_000;
         let mut backend = self.backend(now_ms)?;
-        Ok(self.end_all(&mut backend, name, now_ms))
+        Ok(self.end_all(&mut backend, name, by, now_ms))
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {

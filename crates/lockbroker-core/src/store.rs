@@ -102,6 +102,12 @@ pub enum ExtendOutcome {
     /// The token's lease was released by its holder (the store still
     /// remembers the release).
     Released,
+    /// An operator force-released the token's lease (the store still
+    /// remembers it): another holder may have run since.
+    ForceReleased {
+        /// Who force-released it.
+        by: Principal,
+    },
     /// The new expiry would pass the lease's acquisition time plus `max_hold_ms`.
     MaxHoldExceeded {
         /// How long the lease stays valid as it is.
@@ -130,6 +136,12 @@ pub enum ReleaseOutcome {
     Released(Release),
     /// The token does not hold a valid lease on this lock.
     Lost,
+    /// An operator force-released the token's lease (the store still
+    /// remembers it): the lease is gone, and another holder may have run.
+    ForceReleased {
+        /// Who force-released it.
+        by: Principal,
+    },
 }
 
 /// The result of a force release.
@@ -198,12 +210,15 @@ pub trait LockStore: Send + Sync + 'static {
         request: &ListRequest,
     ) -> impl Future<Output = Result<LockPage, StoreError>> + Send;
 
-    /// Frees a lock whoever holds it (an operator override). The former
-    /// holder's token stops working at once: its extend and release answer
-    /// lost. Re-sending it reports that nothing was held.
+    /// Frees a lock whoever holds it (an operator override), on behalf of
+    /// `by`. The former holders' tokens stop working at once: while the
+    /// store remembers releases, their extend and release answer that `by`
+    /// force-released them (then lost). Re-sending it reports that nothing
+    /// was held.
     fn force_release(
         &self,
         name: &LockName,
+        by: &Principal,
     ) -> impl Future<Output = Result<ForceReleaseOutcome, StoreError>> + Send;
 
     /// Removes a fair waiter that gave up from the lock's queue, and announces

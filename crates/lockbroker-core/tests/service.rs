@@ -229,8 +229,12 @@ impl LockStore for Faulty {
     async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
         self.inner.list(request).await
     }
-    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
-        self.inner.force_release(name).await
+    async fn force_release(
+        &self,
+        name: &LockName,
+        by: &Principal,
+    ) -> Result<ForceReleaseOutcome, StoreError> {
+        self.inner.force_release(name, by).await
     }
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
         self.inner.leave_queue(name, waiter_id).await

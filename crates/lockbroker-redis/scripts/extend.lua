@@ -9,7 +9,9 @@
 --         {0} when the token holds no valid lease,
 --         {-2} when the token's lease was released by its holder (while the
 --         release is remembered, also after the lock was granted again),
---         {-1, expires_in_ms} when the max hold would be exceeded.
+--         {-1, expires_in_ms} when the max hold would be exceeded,
+--         {-3, principal} when an operator force-released the lease (while
+--         remembered; principal '' for a broker without API keys).
 -- Re-sending the same extend is harmless: it sets the same kind of expiry.
 -- Flagged allow-oom: it only rewrites a field of an existing hash, and a
 -- holder must keep (or shorten) its lease even when Redis is out of memory.
@@ -26,8 +28,13 @@ if not cur[1] then
   return {0}
 end
 if cur[1] ~= token then
-  -- Released, and the lock granted again since (memos.lua).
-  if memo_fence(lease_key, token, now_ms) then
+  -- Released (or force-released), and the lock perhaps granted again since
+  -- (memos.lua).
+  local fence, forced_by = memo_fence(lease_key, token, now_ms)
+  if forced_by then
+    return {-3, forced_by}
+  end
+  if fence then
     return {-2}
   end
   return {0}

@@ -17,6 +17,9 @@ local lease = holder_read(members_key, token)
 if not lease then
   return {0}
 end
+if lease.k then
+  return {-3, lease.k}
+end
 if lease.x == '1' then
   return {-2}
 end

@@ -4,7 +4,7 @@
 -- A holder set is a sorted set of tokens scored by the instant (ms) each
 -- lease stops occupying its place (expiry plus lock-delay), beside a hash of
 -- each token's lease as JSON text (numbers as strings, so fences keep every
--- digit) and, while a released lease is remembered, a sorted set of released
+-- digit; x '1' once released, k the principal of a force release) and, while a released lease is remembered, a sorted set of released
 -- tokens scored by when the memo ends. The hash also keeps the request_id
 -- index ('r:<principal>:<request_id>' -> token), the limit in force of a
 -- semaphore ('#limit') and whether a turned-away caller waits ('#w').

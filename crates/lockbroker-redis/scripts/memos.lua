@@ -1,27 +1,35 @@
 -- Release memos, prepended to every script: the last few leases of a lock
--- released by their holders, kept in the lock's own lease hash so that a
--- release or an extend re-sent after the next holder's grant still learns
--- that its lease was released (fred re-sends a command after a reconnect).
+-- released by their holders or force-released by an operator, kept in the
+-- lock's own lease hash so that a release or an extend re-sent after the
+-- next holder's grant still learns that its lease was released (fred
+-- re-sends a command after a reconnect), and a force-released holder
+-- learns who ended its lease instead of "lost".
 --
--- Fields: m1 .. m4 hold '<token> <fence>' of a released lease each, written
--- in turn (mn: the slot written last); mu is when they are forgotten (ms):
--- the latest release plus its memo time. A grant and an extend keep the
--- hash at least that long, so memos cost no key of their own, and at most
--- MEMO_SLOTS of them are kept per lock. A force release of a held lock
--- keeps them (force_release.lua ends the lease's fields only).
+-- Fields: m1 .. m4 hold '<token> <fence>' of a released lease each, or
+-- '<token> <fence> !<principal>' of a force-released one (the principal
+-- empty for a broker without API keys), written in turn (mn: the slot
+-- written last); mu is when they are forgotten (ms): the latest release
+-- plus its memo time. A grant and an extend keep the hash at least that
+-- long, so memos cost no key of their own, and at most MEMO_SLOTS of them
+-- are kept per lock; a force release keeps them too.
 
 local MEMO_SLOTS = 4
 
 -- The fields a release sets to remember `token`'s lease of `fence_text`
--- until `until_ms`, after the slot written last (`last_slot`, nil for none).
-local function memo_fields(last_slot, token, fence_text, until_ms)
+-- until `until_ms`, after the slot written last (`last_slot`, nil for none);
+-- `forced_by` is the principal of a force release, nil for the holder's own.
+local function memo_fields(last_slot, token, fence_text, until_ms, forced_by)
   local slot = (tonumber(last_slot) or 0) % MEMO_SLOTS + 1
-  return 'm' .. slot, token .. ' ' .. fence_text, 'mn', tostring(slot),
-    'mu', string.format('%d', until_ms)
+  local entry = token .. ' ' .. fence_text
+  if forced_by then
+    entry = entry .. ' !' .. forced_by
+  end
+  return 'm' .. slot, entry, 'mn', tostring(slot), 'mu', string.format('%d', until_ms)
 end
 
--- The fence of `token`'s lease when its holder released it and the memo
--- lasts at `now_ms`, else nil.
+-- The fence of `token`'s lease when it was released and the memo lasts at
+-- `now_ms`, else nil; then, for a force release, the principal that ended it
+-- (nil when its holder released it).
 local function memo_fence(lease_key, token, now_ms)
   local memo = redis.call('HMGET', lease_key, 'mu', 'm1', 'm2', 'm3', 'm4')
   if tonumber(memo[1] or '0') <= now_ms then
@@ -31,7 +39,12 @@ local function memo_fence(lease_key, token, now_ms)
   for i = 2, #memo do
     local entry = memo[i]
     if entry and string.sub(entry, 1, #prefix) == prefix then
-      return tonumber(string.sub(entry, #prefix + 1))
+      local rest = string.sub(entry, #prefix + 1)
+      local gap = string.find(rest, ' !', 1, true)
+      if gap then
+        return tonumber(string.sub(rest, 1, gap - 1)), string.sub(rest, gap + 2)
+      end
+      return tonumber(rest)
     end
   end
   return nil

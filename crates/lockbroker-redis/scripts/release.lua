@@ -20,7 +20,9 @@
 --
 -- Returns {1, fence, held_ms} when released ({1, fence, -1} for a re-send of
 -- a release that already succeeded, also after the lock was granted again,
--- while the release is remembered), {0} when the token holds no valid lease.
+-- while the release is remembered), {-3, principal} when an operator
+-- force-released the lease (while remembered; principal '' for a broker
+-- without API keys), {0} when the token holds no valid lease.
 
 local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
 local token, memo_ms = ARGV[1], tonumber(ARGV[2])
@@ -37,8 +39,12 @@ if not cur[1] then
   return {0}
 end
 if cur[1] ~= token then
-  -- Released already, and the lock granted again since (memos.lua).
-  local fence = memo_fence(lease_key, token, now_ms)
+  -- Released (or force-released) already, and the lock perhaps granted
+  -- again since (memos.lua). A force-released lease never reads as released.
+  local fence, forced_by = memo_fence(lease_key, token, now_ms)
+  if forced_by then
+    return {-3, forced_by}
+  end
   if fence then
     return {1, fence, -1}
   end

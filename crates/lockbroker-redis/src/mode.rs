@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, LeaseToken,
-    ListRequest, LockName, LockPage, LockStatus, LockStore, ReleaseOutcome, StoreError, Ttl, Wake,
+    ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome, StoreError,
+    Ttl, Wake,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -83,8 +84,12 @@ impl LockStore for RedisStore {
         each!(self, store => store.list(request).await)
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
-        each!(self, store => store.force_release(name).await)
+    async fn force_release(
+        &self,
+        name: &LockName,
+        by: &Principal,
+    ) -> Result<ForceReleaseOutcome, StoreError> {
+        each!(self, store => store.force_release(name, by).await)
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {

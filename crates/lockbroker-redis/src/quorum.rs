@@ -11,6 +11,7 @@
 //! exceeds all before it without trusting any clock. See docs/quorum.md.
 
 mod identity;
+mod listing;
 mod permits;
 mod repair;
 mod standing;
@@ -25,8 +26,8 @@ use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, Lease,
-    LeaseKind, LeaseToken, ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus,
-    LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
+    LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal,
+    ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
@@ -331,57 +332,15 @@ impl LockStore for QuorumStore {
     }
 
     async fn list(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
-        let nodes = &self.inner.nodes;
-        // The cursor names a node (top byte) and a place in its keyspace. Nodes
-        // are walked in order; a lock is listed from the first node that has it.
-        let cursor = request.cursor.get();
-        let (at, node_cursor) = (
-            usize::try_from(cursor >> 56).unwrap_or(usize::MAX),
-            cursor & NODE_CURSOR,
-        );
-        let Some(node) = nodes.get(at) else {
-            return Ok(LockPage::default());
-        };
-        // A node that does not answer, or is misconfigured, is passed over:
-        // every lock a majority holds lives on other nodes too, and is
-        // listed from one of them.
-        let page = match self.inner.standing.is_misconfigured(at) {
-            true => LockPage::default(),
-            false => node
-                .list(&ListRequest {
-                    cursor: ListCursor::new(node_cursor),
-                    ..request.clone()
-                })
-                .await
-                .unwrap_or_default(),
-        };
-        let mut locks = Vec::new();
-        for entry in page.locks {
-            let answers = self.on_nodes(|n| n.status(&entry.name)).await;
-            let listed_before = answers[..at]
-                .iter()
-                .any(|a| a.as_ref().is_ok_and(|s| s.held || s.available_in_ms > 0));
-            let status = tally::status(&answers, self.inner.majority)?;
-            if !listed_before && (status.held || status.available_in_ms > 0) {
-                locks.push(LockEntry {
-                    name: entry.name,
-                    status,
-                });
-            }
-        }
-        let next = match page.next_cursor {
-            Some(next) => Some((at as u64) << 56 | (next.get() & NODE_CURSOR)),
-            None if at + 1 < nodes.len() => Some(((at + 1) as u64) << 56),
-            None => None,
-        };
-        Ok(LockPage {
-            locks,
-            next_cursor: next.map(ListCursor::new),
-        })
+        self.list_page(request).await
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
-        let answers = self.on_nodes(|node| node.force_release(name)).await;
+    async fn force_release(
+        &self,
+        name: &LockName,
+        by: &Principal,
+    ) -> Result<ForceReleaseOutcome, StoreError> {
+        let answers = self.on_nodes(|node| node.force_release(name, by)).await;
         tally::force_release(answers, self.inner.majority)
     }
 
@@ -454,6 +413,3 @@ async fn forward<T>(mut from: UnboundedReceiver<T>, to: UnboundedSender<T>) {
 /// that it exceeds every node's clock and mark and the nodes agree on it at
 /// once, unless a node's clock runs more than this ahead of the broker's.
 const FENCE_LEAD_US: u64 = 1_000_000;
-
-/// The bits of a listing cursor that hold a node's own `SCAN` cursor.
-const NODE_CURSOR: u64 = (1 << 56) - 1;

@@ -12,7 +12,7 @@ use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, FairEntry, Fence,
     ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
-    LockStore, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
+    LockStore, Principal, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -386,8 +386,12 @@ impl LockStore for RedisLockStore {
         self.list_page(request).await
     }
 
-    async fn force_release(&self, name: &LockName) -> Result<ForceReleaseOutcome, StoreError> {
-        self.call(&ForceReleaseCall { name }).await
+    async fn force_release(
+        &self,
+        name: &LockName,
+        by: &Principal,
+    ) -> Result<ForceReleaseOutcome, StoreError> {
+        self.call(&ForceReleaseCall { name, by }).await
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {

@@ -236,6 +236,9 @@ pub fn hash_token(token: &str) -> String {
         .collect()
 }
 
+/// How logs and answers name the caller of a broker without API keys.
+pub const ANONYMOUS_ID: &str = "anonymous";
+
 /// Who is calling: a key, or anybody when authentication is off.
 #[derive(Clone, Debug)]
 pub enum Caller {
@@ -255,10 +258,10 @@ impl Caller {
         }
     }
 
-    /// The key id for logs, `anonymous` without authentication.
+    /// The key id for logs, [`ANONYMOUS_ID`] without authentication.
     pub fn id(&self) -> &str {
         match self {
-            Self::Anonymous => "anonymous",
+            Self::Anonymous => ANONYMOUS_ID,
             Self::Key(key) => &key.id,
         }
     }

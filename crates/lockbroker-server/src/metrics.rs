@@ -63,9 +63,10 @@ const EXTEND_OUTCOMES: &[&str] = &[
     "lease_lost",
     "max_hold_exceeded",
     "lease_released",
+    "force_released",
     "error",
 ];
-const RELEASE_OUTCOMES: &[&str] = &["released", "lease_lost", "error"];
+const RELEASE_OUTCOMES: &[&str] = &["released", "lease_lost", "force_released", "error"];
 const LOST_OPERATIONS: &[&str] = &["extend", "release"];
 const KINDS: [LeaseKind; 3] = [LeaseKind::Exclusive, LeaseKind::Shared, LeaseKind::Permit];
 
@@ -156,12 +157,12 @@ impl Metrics {
             )?,
             extends: counter(
                 "lockbroker_extends_total",
-                "Extend requests by outcome: extended, lease_lost, max_hold_exceeded, error.",
+                "Extend requests by outcome: extended, lease_lost, max_hold_exceeded, lease_released, force_released, error.",
                 &["family", "kind", "outcome"],
             )?,
             releases: counter(
                 "lockbroker_releases_total",
-                "Release requests by outcome: released, lease_lost, error.",
+                "Release requests by outcome: released, lease_lost, force_released, error.",
                 &["family", "kind", "outcome"],
             )?,
             leases_lost: counter(
@@ -303,6 +304,8 @@ impl Metrics {
             Err(LockError::MaxHoldExceeded { .. }) => "max_hold_exceeded",
             // The holder's own release came first: a caller's slip, not an overrun.
             Err(LockError::LeaseReleased) => "lease_released",
+            // An operator ended the lease: no overrun of the holder's either.
+            Err(LockError::LeaseForceReleased { .. }) => "force_released",
             Err(LockError::Invalid(_)) => return,
             Err(_) => "error",
         };
@@ -337,6 +340,7 @@ impl Metrics {
                     .inc();
                 "lease_lost"
             }
+            Err(LockError::LeaseForceReleased { .. }) => "force_released",
             Err(LockError::Invalid(_)) => return,
             Err(_) => "error",
         };

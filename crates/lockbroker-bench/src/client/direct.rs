@@ -158,6 +158,9 @@ impl DirectClient {
         {
             ReleaseOutcome::Released(_) => Ok(()),
             ReleaseOutcome::Lost => Err("release: the lease was lost".into()),
+            ReleaseOutcome::ForceReleased { .. } => {
+                Err("release: the lease was force-released".into())
+            }
         }
     }
 }

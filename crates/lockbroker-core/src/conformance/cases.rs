@@ -5,9 +5,7 @@ use std::time::Duration;
 use crate::lease::{Fence, LeaseToken, Principal};
 use crate::listing::ListRequest;
 use crate::name::LockPrefix;
-use crate::store::{
-    AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome, Watch,
-};
+use crate::store::{AcquireOutcome, ExtendOutcome, LockStore, ReleaseOutcome, Watch};
 use crate::wait::Wake;
 
 use super::ask::{busy, granted, name, release, run_id, sleep_ms, ttl, Ask};
@@ -149,7 +147,7 @@ pub async fn a_release_frees_at_once_and_is_remembered<B: Backend>(backend: &B) 
             assert_eq!(done.fence, fence);
             assert!(done.held_ms.is_some());
         }
-        ReleaseOutcome::Lost => panic!("the holder's release is lost"),
+        other => panic!("the holder's release is lost: {other:?}"),
     }
     match release(&store, &lock, &ask).await {
         ReleaseOutcome::Released(again) => {
@@ -159,7 +157,7 @@ pub async fn a_release_frees_at_once_and_is_remembered<B: Backend>(backend: &B) 
                 "a re-sent release"
             );
         }
-        ReleaseOutcome::Lost => panic!("a re-sent release is lost"),
+        other => panic!("a re-sent release is lost: {other:?}"),
     }
     let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
     assert!(matches!(extend, Ok(ExtendOutcome::Released)), "{extend:?}");
@@ -184,7 +182,7 @@ pub async fn a_release_is_remembered_across_the_next_grants<B: Backend>(backend:
         ReleaseOutcome::Released(again) => {
             assert_eq!((again.fence, again.held_ms), (fence, None), "{what}");
         }
-        ReleaseOutcome::Lost => panic!("{what}: a re-sent release is lost"),
+        other => panic!("{what}: a re-sent release is lost: {other:?}"),
     };
     resent_release(
         release(&store, &lock, &first).await,
@@ -263,35 +261,6 @@ pub async fn extends_replace_the_ttl_up_to_the_max_hold<B: Backend>(backend: &B)
     let stranger = LeaseToken::generate();
     let extend = store.extend(&lock, &stranger, ttl(1_000), 0).await;
     assert!(matches!(extend, Ok(ExtendOutcome::Lost)), "another token");
-}
-
-/// A force release ends the lease whoever holds it; its holder's token then
-/// answers lost, and a second force release finds nothing.
-pub async fn force_release_ends_the_lease_for_its_holder<B: Backend>(backend: &B) {
-    let store = backend.broker().await;
-    let lock = name(&run_id(), "forced");
-    let ask = Ask::new(10_000).owner("stuck");
-    let fence = granted(ask.on(&store, &lock).await, "grant");
-    let ended = store.force_release(&lock).await.expect("force release");
-    assert_eq!(
-        ended,
-        ForceReleaseOutcome::Released {
-            fence,
-            owner: Some("stuck".into()),
-            leases_ended: 1,
-            mode: crate::lease::LeaseKind::Exclusive,
-        }
-    );
-    assert!(matches!(
-        release(&store, &lock, &ask).await,
-        ReleaseOutcome::Lost
-    ));
-    let extend = store.extend(&lock, &ask.token, ttl(1_000), 0).await;
-    assert!(matches!(extend, Ok(ExtendOutcome::Lost)));
-    let again = store.force_release(&lock).await.expect("force release");
-    assert_eq!(again, ForceReleaseOutcome::NotHeld);
-    let next = granted(Ask::new(1_000).on(&store, &lock).await, "after");
-    assert!(next > fence);
 }
 
 /// Status tells held or not, the holder's owner while held, and the last

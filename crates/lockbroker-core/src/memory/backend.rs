@@ -7,9 +7,9 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::holders::HolderSet;
 use crate::events::Announcement;
-use crate::lease::LeaseToken;
+use crate::lease::{Fence, LeaseToken, Principal};
 use crate::name::LockName;
-use crate::store::AcquireParams;
+use crate::store::{AcquireParams, ExtendOutcome, Release, ReleaseOutcome};
 use crate::wait::Wake;
 
 /// One lock's lease record, as the Redis lease hash holds it.
@@ -24,6 +24,9 @@ pub(super) struct Record {
     pub(super) expires_ms: u64,
     pub(super) delay_ms: u64,
     pub(super) released: bool,
+    /// For a holder set's lease an operator force-released: by whom (as
+    /// `hold_release.lua` reads the lease's `k`).
+    pub(super) forced_by: Option<String>,
     /// A caller waits for this lease to end, so its release is announced.
     pub(super) watched: bool,
     /// When the record itself is forgotten (the key's TTL in Redis).
@@ -44,6 +47,7 @@ impl Record {
             expires_ms,
             delay_ms: params.lock_delay.as_millis(),
             released: false,
+            forced_by: None,
             watched: false,
             kept_until_ms: expires_ms + params.lock_delay.as_millis(),
         }
@@ -54,15 +58,53 @@ impl Record {
 /// `memos.lua` keeps them.
 const MEMO_SLOTS: usize = 4;
 
-/// The last few leases of a lock released by their holders, as the Redis
-/// lease hash keeps them beside the lease (`memos.lua`): a release or an
-/// extend re-sent after the next grant still learns of its release.
+/// The last few leases of a lock released by their holders or
+/// force-released by an operator, as the Redis lease hash keeps them beside
+/// the lease (`memos.lua`): a release or an extend re-sent after the next
+/// grant still learns of its release.
 #[derive(Default)]
 pub(super) struct ReleaseMemos {
-    /// Token and fence, the latest last.
-    released: VecDeque<(String, u64)>,
+    /// The latest last.
+    released: VecDeque<Memo>,
     /// When they are forgotten: the latest release plus the memo time.
     pub(super) until_ms: u64,
+}
+
+/// One remembered end of an exclusive lease.
+#[derive(Clone)]
+pub(super) struct Memo {
+    pub(super) token: String,
+    pub(super) fence: u64,
+    /// Set when an operator force-released the lease: the principal (empty
+    /// for anonymous) that did.
+    pub(super) forced_by: Option<String>,
+}
+
+impl Memo {
+    /// What an extend of the remembered lease answers.
+    pub(super) fn extend_outcome(&self) -> ExtendOutcome {
+        match &self.forced_by {
+            Some(by) => ExtendOutcome::ForceReleased {
+                by: Principal::from_stored(by),
+            },
+            None => ExtendOutcome::Released,
+        }
+    }
+
+    /// What a release of the remembered lease answers: a re-sent release
+    /// reports its release; a force-released lease never reads as released.
+    pub(super) fn release_outcome(&self) -> ReleaseOutcome {
+        match &self.forced_by {
+            Some(by) => ReleaseOutcome::ForceReleased {
+                by: Principal::from_stored(by),
+            },
+            None => ReleaseOutcome::Released(Release {
+                fence: Fence::new(self.fence),
+                held_ms: None,
+                acknowledged: None,
+            }),
+        }
+    }
 }
 
 /// A lock's fair queue: waiter id and entry expiry (ms) by arrival (µs, then
@@ -102,35 +144,24 @@ impl Backend {
             .filter(|record| record.token == token.expose())
     }
 
-    /// Remembers that `token`'s lease of `fence` on `name` was released,
-    /// until `until_ms`, in place of the oldest memo when all are taken.
-    pub(super) fn remember_release(
-        &mut self,
-        name: &LockName,
-        token: &str,
-        fence: u64,
-        until_ms: u64,
-    ) {
+    /// Remembers the end of a lease of `name` until `until_ms`, in place of
+    /// the oldest memo when all are taken.
+    pub(super) fn remember_release(&mut self, name: &LockName, memo: Memo, until_ms: u64) {
         let memos = self.memos.entry(name.clone()).or_default();
         if memos.released.len() == MEMO_SLOTS {
             memos.released.pop_front();
         }
-        memos.released.push_back((token.to_owned(), fence));
+        memos.released.push_back(memo);
         memos.until_ms = until_ms;
     }
 
-    /// The fence of `token`'s lease on `name` if its holder released it and
-    /// the memo lasts.
-    pub(super) fn released_fence(
-        &self,
-        name: &LockName,
-        token: &LeaseToken,
-        now_ms: u64,
-    ) -> Option<u64> {
+    /// The memo of `token`'s lease on `name` if it was released or
+    /// force-released and the memo lasts.
+    pub(super) fn memo_of(&self, name: &LockName, token: &LeaseToken, now_ms: u64) -> Option<Memo> {
         let memos = self.memos.get(name).filter(|m| m.until_ms > now_ms)?;
         (memos.released.iter())
-            .find(|(released, _)| released == token.expose())
-            .map(|(_, fence)| *fence)
+            .find(|memo| memo.token == token.expose())
+            .cloned()
     }
 
     /// The first live fair waiter of `name`, pruning expired entries.

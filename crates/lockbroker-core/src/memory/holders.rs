@@ -8,7 +8,7 @@ use super::backend::{Backend, Record};
 use super::{owner_of, MemoryStore, RELEASE_MEMO_MS};
 use crate::error::StoreError;
 use crate::lease::{
-    Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, Renewal, MAX_SHOWN_BLOCKERS,
+    Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, Principal, Renewal, MAX_SHOWN_BLOCKERS,
 };
 use crate::name::LockName;
 use crate::store::{AcquireOutcome, AcquireParams, ExtendOutcome, Release, ReleaseOutcome};
@@ -39,7 +39,7 @@ impl HolderSet {
 
     /// Remembers that `token` was released, forgetting the oldest released
     /// lease beyond [`HOLDER_MEMOS`], as `hold_release.lua` does.
-    fn remember_release(&mut self, token: &str) {
+    pub(super) fn remember_release(&mut self, token: &str) {
         self.released.retain(|t| self.leases.contains_key(t));
         self.released.push_back(token.to_owned());
         if self.released.len() > HOLDER_MEMOS {
@@ -194,7 +194,12 @@ impl MemoryStore {
             return ExtendOutcome::Lost;
         };
         if cur.released {
-            return ExtendOutcome::Released;
+            return match &cur.forced_by {
+                Some(by) => ExtendOutcome::ForceReleased {
+                    by: Principal::from_stored(by),
+                },
+                None => ExtendOutcome::Released,
+            };
         }
         if cur.expires_ms <= now_ms {
             return ExtendOutcome::Lost;
@@ -234,6 +239,11 @@ impl MemoryStore {
             return ReleaseOutcome::Lost;
         };
         let fence = Fence::new(cur.fence);
+        if let Some(by) = &cur.forced_by {
+            return ReleaseOutcome::ForceReleased {
+                by: Principal::from_stored(by),
+            };
+        }
         if cur.released {
             return ReleaseOutcome::Released(Release {
                 fence,

@@ -1,9 +1,9 @@
 //! Reading and overriding a name's state in memory: status, the listing and
 //! force release, as `status.lua`, the listing and `force_release.lua` do.
 
-use super::backend::Backend;
-use super::{owner_of, MemoryStore};
-use crate::lease::{Fence, Holder, LeaseKind, LockStatus, MAX_SHOWN_HOLDERS};
+use super::backend::{Backend, Memo};
+use super::{owner_of, MemoryStore, RELEASE_MEMO_MS};
+use crate::lease::{Fence, Holder, LeaseKind, LockStatus, Principal, MAX_SHOWN_HOLDERS};
 use crate::listing::{ListCursor, ListRequest, LockEntry, LockPage};
 use crate::name::{LockName, Space};
 use crate::store::ForceReleaseOutcome;
@@ -90,11 +90,15 @@ impl MemoryStore {
         }
     }
 
-    /// Ends every lease of `name`, exclusive or not, and announces it.
+    /// Ends every lease of `name`, exclusive or not, for `by`, and announces
+    /// it. Each valid lease ended leaves a memo naming `by`, as
+    /// `force_release.lua` does: the lock's memos for an exclusive lease, a
+    /// released place marked forced for a shared lease or a permit.
     pub(super) fn end_all(
         &self,
         backend: &mut Backend,
         name: &LockName,
+        by: &Principal,
         now_ms: u64,
     ) -> ForceReleaseOutcome {
         let (mut ended, mut fence, mut owner) = (0, 0, None);
@@ -102,20 +106,47 @@ impl MemoryStore {
             Space::Lock => LeaseKind::Shared,
             Space::Semaphore => LeaseKind::Permit,
         };
+        let until_ms = now_ms + RELEASE_MEMO_MS;
         if let Some(cur) = backend.leases.get(name).filter(|r| !r.released).cloned() {
-            // As force_release.lua deletes the lease hash, memos and all.
             backend.leases.remove(name);
-            backend.memos.remove(name);
+            // A lease past its expiry (only its lock-delay left) was lost
+            // before: its holder hears "lost", not of this force release.
+            if cur.expires_ms > now_ms {
+                let memo = Memo {
+                    token: cur.token.clone(),
+                    fence: cur.fence,
+                    forced_by: Some(by.as_str().to_owned()),
+                };
+                backend.remember_release(name, memo, until_ms);
+            }
             (ended, fence, owner) = (1, cur.fence, owner_of(&cur.owner));
             mode = LeaseKind::Exclusive;
         }
-        if let Some(set) = backend.holder_sets.remove(name) {
-            for record in set.leases.values() {
-                if !record.released && record.kept_until_ms > now_ms {
+        if let Some(set) = backend.holder_sets.get_mut(name) {
+            let mut forced = Vec::new();
+            set.leases.retain(|token, record| {
+                if record.released {
+                    return true;
+                }
+                if record.kept_until_ms > now_ms {
                     ended += 1;
                     fence = fence.max(record.fence);
                 }
+                if record.expires_ms <= now_ms {
+                    return false;
+                }
+                record.released = true;
+                record.forced_by = Some(by.as_str().to_owned());
+                record.expires_ms = now_ms;
+                record.kept_until_ms = until_ms;
+                forced.push(token.clone());
+                true
+            });
+            for token in forced {
+                set.remember_release(&token);
             }
+            set.limit = None;
+            set.watched = false;
         }
         if ended == 0 {
             return ForceReleaseOutcome::NotHeld;

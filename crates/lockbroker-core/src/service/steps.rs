@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{check_token_space, spawn_detached, LockService};
 use crate::error::LockError;
 use crate::events::{Change, ChangeKind};
-use crate::lease::{LeaseToken, Renewal, Ttl};
+use crate::lease::{LeaseToken, Principal, Renewal, Ttl};
 use crate::name::LockName;
 use crate::store::{ExtendOutcome, ForceReleaseOutcome, LockStore, Release, ReleaseOutcome};
 use crate::wait::Wake;
@@ -81,6 +81,7 @@ impl<S: LockStore> LockService<S> {
             }
             ExtendOutcome::Lost => Err(LockError::LeaseLost),
             ExtendOutcome::Released => Err(LockError::LeaseReleased),
+            ExtendOutcome::ForceReleased { by } => Err(LockError::LeaseForceReleased { by }),
             ExtendOutcome::MaxHoldExceeded { expires_in_ms } => Err(LockError::MaxHoldExceeded {
                 max_hold_ms,
                 expires_in_ms,
@@ -116,16 +117,19 @@ impl<S: LockStore> LockService<S> {
                 Ok(release)
             }
             ReleaseOutcome::Lost => Err(LockError::LeaseLost),
+            ReleaseOutcome::ForceReleased { by } => Err(LockError::LeaseForceReleased { by }),
         }
     }
 
-    /// Ends whatever lease holds `name` (an operator override) and wakes the
-    /// lock's waiters exactly as a release does.
+    /// Ends whatever lease holds `name` (an operator override) on behalf of
+    /// `by`, whom the former holders are told of, and wakes the lock's
+    /// waiters exactly as a release does.
     pub async fn force_release(
         self: &Arc<Self>,
         name: &LockName,
+        by: &Principal,
     ) -> Result<ForceReleaseOutcome, LockError> {
-        let outcome = self.store.force_release(name).await?;
+        let outcome = self.store.force_release(name, by).await?;
         if let ForceReleaseOutcome::Released {
             fence, owner, mode, ..
         } = &outcome

@@ -4,7 +4,7 @@
 use lockbroker_core::lease::Renewal;
 use lockbroker_core::{
     ExtendOutcome, FairEntry, Fence, ForceReleaseOutcome, Holder, LeaseKind, LeaseToken, LockName,
-    LockStatus, Release, ReleaseOutcome, StoreError, Ttl,
+    LockStatus, Principal, Release, ReleaseOutcome, StoreError, Ttl,
 };
 
 use super::{Reply, ScriptCall, ScriptContext, ScriptName};
@@ -105,8 +105,17 @@ fn decode_extended(reply: &mut Reply) -> Result<ExtendOutcome, StoreError> {
             expires_in_ms: reply.uint()?,
         },
         -2 => ExtendOutcome::Released,
-        _ => ExtendOutcome::Lost,
+        -3 => ExtendOutcome::ForceReleased {
+            by: Principal::from_stored(&reply.text()?),
+        },
+        0 => ExtendOutcome::Lost,
+        other => return Err(unknown_code("extend", other)),
     })
+}
+
+/// A reply code no script answers with: a protocol error, never a guess.
+fn unknown_code(step: &str, code: i64) -> StoreError {
+    StoreError::Protocol(format!("unknown {step} reply code {code}"))
 }
 
 /// `release.lua`: frees a held lock and announces it.
@@ -164,7 +173,11 @@ fn decode_released(reply: &mut Reply) -> Result<ReleaseOutcome, StoreError> {
             held_ms: u64::try_from(reply.int()?).ok(),
             acknowledged: None,
         }),
-        _ => ReleaseOutcome::Lost,
+        -3 => ReleaseOutcome::ForceReleased {
+            by: Principal::from_stored(&reply.text()?),
+        },
+        0 => ReleaseOutcome::Lost,
+        other => return Err(unknown_code("release", other)),
     })
 }
 
@@ -255,6 +268,8 @@ impl ScriptCall for LeaveQueueCall<'_> {
 pub struct ForceReleaseCall<'a> {
     /// The lock or semaphore.
     pub name: &'a LockName,
+    /// The operator asking, named to the former holders.
+    pub by: &'a Principal,
 }
 
 impl ScriptCall for ForceReleaseCall<'_> {
@@ -269,7 +284,12 @@ impl ScriptCall for ForceReleaseCall<'_> {
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
-        with_announcement(context, self.name, Vec::new())
+        let mut args = with_announcement(context, self.name, Vec::new());
+        args.extend([
+            context.release_memo_ms.to_string(),
+            self.by.as_str().to_owned(),
+        ]);
+        args
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<ForceReleaseOutcome, StoreError> {

@@ -98,7 +98,7 @@ pub(super) async fn end_all(
 ) -> Result<ForceReleaseResponse, ApiError> {
     let outcome = app
         .service
-        .force_release(name)
+        .force_release(name, &caller.principal())
         .await
         .map_err(|e| ApiError::Lock(Step::ForceRelease, name.clone(), e))?;
     let (fence, owner, leases_ended) = match outcome {

@@ -18,6 +18,7 @@ use lockbroker_core::{
 };
 
 use super::views::holder_response;
+use crate::auth::ANONYMOUS_ID;
 
 /// What a request asked of the lock store: it decides what a failed step
 /// can have changed, and so what the caller is told.
@@ -181,6 +182,22 @@ impl ApiError {
                      possibly duplicated"
                 ),
             ),
+            Self::Lock(_, name, LockError::LeaseForceReleased { by }) => {
+                let key = (!by.is_anonymous()).then_some(by.as_str());
+                let who = key.map_or("by an operator".to_owned(), |id| {
+                    format!("by key id {id:?}")
+                });
+                let mut answer = Answer::new(
+                    Code::LeaseLost,
+                    format!(
+                        "the lease on {name:?} was force-released {who}; another holder may \
+                         already have run, so treat the work done under this lease as possibly \
+                         duplicated"
+                    ),
+                );
+                answer.detail.force_released_by = Some(key.unwrap_or(ANONYMOUS_ID).to_owned());
+                answer
+            }
             Self::Lock(_, name, LockError::LeaseReleased) => Answer::new(
                 Code::LeaseLost,
                 format!(

@@ -60,8 +60,9 @@ for the lock first. When the lock is granted after a wait longer than a third
 of the TTL, lockctl renews the lease once before starting CMD, so that its
 clock counts from a request sent after the grant.
 
-If a renewal answers lease_lost (the lease expired or was taken), lockctl sends
-SIGTERM to CMD, SIGKILL after --kill-after, and exits 79. If the broker cannot be
+If a renewal answers lease_lost (the lease expired or was taken, or an operator
+force-released it: lockctl then names the key id), lockctl sends SIGTERM to
+CMD, SIGKILL after --kill-after, and exits 79. If the broker cannot be
 reached, lockctl keeps retrying the renewal until the lease would expire by its
 own monotonic clock less a safety margin of a tenth of the TTL (counted from
 when the last successful request was sent), then stops CMD the same way and

@@ -86,6 +86,9 @@ pub struct Supervisor<'a> {
     pub released_by_command: bool,
     /// Renewals have been failing since this report.
     failing: bool,
+    /// The API key id that force-released the lease, when a renewal was
+    /// told so: the stop line names it instead of a plain "lost".
+    forced_by: Option<String>,
     /// The command has been started.
     pub running: bool,
     /// lockctl received SIGINT, SIGTERM or SIGHUP (and passed it on).
@@ -128,6 +131,7 @@ impl<'a> Supervisor<'a> {
             running_out: StopReason::LeaseLost,
             stopping: None,
             kill_at: None,
+            forced_by: None,
             released_by_command: false,
             failing: false,
             running: false,
@@ -214,7 +218,10 @@ impl<'a> Supervisor<'a> {
                 self.set_deadline(sent, ttl);
                 Renewed::Yes
             }
-            Err(error) if error.code() == "lease_lost" => Renewed::Lost(error),
+            Err(error) if error.code() == "lease_lost" => {
+                self.forced_by = error.detail_str("force_released_by").map(str::to_owned);
+                Renewed::Lost(error)
+            }
             Err(error) if error.code() == "max_hold_exceeded" => {
                 // The broker answered after `sent` with the time left then,
                 // so the lease lasts at least until `sent` plus that.
@@ -348,11 +355,15 @@ impl<'a> Supervisor<'a> {
                 "lockctl: the lease could not be renewed before it would expire; stopping the \
                  command ({signals}); {duplicated}"
             ),
-            StopReason::LeaseLost => {
-                eprintln!(
+            StopReason::LeaseLost => match &self.forced_by {
+                Some(id) => eprintln!(
+                    "lockctl: an operator force-released the lease (key id {id:?}); stopping the \
+                     command ({signals}); {duplicated}"
+                ),
+                None => eprintln!(
                     "lockctl: the lease was lost; stopping the command ({signals}); {duplicated}"
-                );
-            }
+                ),
+            },
             StopReason::MaxHold => eprintln!(
                 "lockctl: --max-hold reached: {:?} has been held for {} ms; stopping the command \
                  ({signals})",

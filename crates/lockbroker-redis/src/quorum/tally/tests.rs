@@ -1,7 +1,7 @@
 //! The quorum rules on hand-made answers.
 
 use lockbroker_core::lease::Renewal;
-use lockbroker_core::{LockName, Release};
+use lockbroker_core::{Holder, LockName, LockStatus, Release};
 
 use super::*;
 
@@ -167,6 +167,55 @@ fn extends_and_releases_need_a_majority() {
     ];
     assert!(matches!(release(gone, 2), Ok(ReleaseOutcome::Lost)));
     assert!(release(vec![released(Some(1)), Err(down()), Err(down())], 2).is_err());
+}
+
+#[test]
+fn a_majority_saying_force_released_tells_the_holder_by_whom() {
+    let forced = |id: &str| Principal::key(id);
+    let extend_forced = |id: &str| Ok(ExtendOutcome::ForceReleased { by: forced(id) });
+    let release_forced = |id: &str| Ok(ReleaseOutcome::ForceReleased { by: forced(id) });
+    // Two nodes forced by "ops", one by "oncall" after it missed the first.
+    let most = vec![
+        extend_forced("oncall"),
+        extend_forced("ops"),
+        extend_forced("ops"),
+    ];
+    assert!(
+        matches!(extend(most, 2, 2, 900), Ok(ExtendOutcome::ForceReleased { by }) if by == forced("ops"))
+    );
+    let missed_one = vec![
+        extend_forced("ops"),
+        Ok(ExtendOutcome::Lost),
+        extend_forced("ops"),
+    ];
+    assert!(matches!(
+        extend(missed_one, 2, 2, 900),
+        Ok(ExtendOutcome::ForceReleased { .. })
+    ));
+    // Fewer than a majority: lost, as before force releases told holders.
+    let mixed = vec![
+        extend_forced("ops"),
+        Ok(ExtendOutcome::Lost),
+        Ok(ExtendOutcome::Lost),
+    ];
+    assert!(matches!(extend(mixed, 2, 2, 900), Ok(ExtendOutcome::Lost)));
+
+    // A node the force release missed still releases the lease there: the
+    // majority that was forced decides.
+    let released_on_one = vec![
+        release_forced("ops"),
+        Ok(ReleaseOutcome::Released(Release {
+            fence: Fence::new(5),
+            held_ms: Some(10),
+            acknowledged: None,
+        })),
+        release_forced("ops"),
+    ];
+    assert!(
+        matches!(release(released_on_one, 2), Ok(ReleaseOutcome::ForceReleased { by }) if by == forced("ops"))
+    );
+    let mixed = vec![release_forced("ops"), Ok(ReleaseOutcome::Lost), Err(down())];
+    assert!(matches!(release(mixed, 2), Ok(ReleaseOutcome::Lost)));
 }
 
 #[test]
