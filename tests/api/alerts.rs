@@ -48,10 +48,11 @@ fn quorum_settings(nodes: &[RedisServer]) -> Settings {
 }
 
 /// The alerts on quorum nodes.
-const QUORUM_ALERTS: [&str; 3] = [
+const QUORUM_ALERTS: [&str; 4] = [
     "LockbrokerQuorumNodeDown",
     "LockbrokerQuorumLost",
     "LockbrokerQuorumNodeRestarting",
+    "LockbrokerQuorumNodeMisconfigured",
 ];
 
 /// Waits until Prometheus reads all three nodes up and in good standing and
@@ -327,7 +328,7 @@ async fn killed_quorum_nodes_fire_node_down_then_quorum_lost_until_they_are_back
     let app = TestApp::spawn_with(quorum_settings(&nodes)).await;
     let prometheus = Prometheus::start(&[target(&app)]).await;
     wait_for_three_nodes_in_good_standing(&prometheus).await;
-    let [down, lost, _] = QUORUM_ALERTS;
+    let [down, lost, _, _] = QUORUM_ALERTS;
 
     // One node of three down: no more may fail.
     let killed = Instant::now();
@@ -374,7 +375,7 @@ async fn a_node_restarted_empty_under_a_lease_fires_node_restarting_until_the_le
     let app = TestApp::spawn_with(quorum_settings(&nodes)).await;
     let prometheus = Prometheus::start(&[target(&app)]).await;
     wait_for_three_nodes_in_good_standing(&prometheus).await;
-    let [_, lost, alert] = QUORUM_ALERTS;
+    let [_, lost, alert, _] = QUORUM_ALERTS;
 
     // A lease on all three nodes; node 2 loses it in a restart without its
     // data, so it sits out of majorities until the lease could have expired.
@@ -392,6 +393,34 @@ async fn a_node_restarted_empty_under_a_lease_fires_node_restarting_until_the_le
     let (_, seconds) = prometheus.wait_for(alert, State::Inactive, granted).await;
     assert!(seconds >= 15.0, "cleared {seconds:.1} s after the grant");
     report(alert, "cleared, the lease's 15 s over", seconds);
+}
+
+#[tokio::test]
+async fn a_node_turned_replica_fires_node_misconfigured_until_it_is_a_primary_again() {
+    let nodes = quorum_nodes();
+    let app = TestApp::spawn_with(quorum_settings(&nodes)).await;
+    let prometheus = Prometheus::start(&[target(&app)]).await;
+    wait_for_three_nodes_in_good_standing(&prometheus).await;
+    let [down, _, _, alert] = QUORUM_ALERTS;
+
+    // Node 2 becomes a replica of node 0 while the broker runs (as a
+    // failover or an operator's REPLICAOF can make it): it still answers.
+    let turned = Instant::now();
+    let port = nodes[0].port().to_string();
+    let reply = nodes[2].conn().cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    assert_eq!(reply.as_text(), Some("OK"), "{reply:?}");
+    let (alerts, seconds) = prometheus.wait_for(alert, State::Firing, turned).await;
+    assert_eq!(alerts.len(), 1, "only node 2: {alerts:?}");
+    assert_eq!(alerts[0]["labels"]["node"], "2");
+    assert_eq!(alerts[0]["labels"]["instance"], target(&app).as_str());
+    report(alert, "firing, node 2 of 3 made a replica", seconds);
+    assert!(prometheus.alerts(down).await.is_empty(), "it answers");
+
+    let promoted = Instant::now();
+    let reply = nodes[2].conn().cmd(&["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(reply.as_text(), Some("OK"), "{reply:?}");
+    let (_, seconds) = prometheus.wait_for(alert, State::Inactive, promoted).await;
+    report(alert, "cleared, node 2 a primary again", seconds);
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod http_errors;
 mod keys;
 mod leases;
 mod lifecycle;
+mod listing;
 mod lockctl;
 mod observability;
 mod openapi;

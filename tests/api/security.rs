@@ -756,3 +756,59 @@ async fn a_public_listener_without_keys_refuses_to_start() {
     settings.auth.keys = vec![key("ops", OPS, &[Scope::Admin], &["*"])];
     assert!(Application::build(settings).await.is_ok());
 }
+
+/// Sends `head` (without the blank line) raw to `127.0.0.1:port`, with
+/// `Connection: close`; the status and the body as text.
+async fn raw_to(port: u16, head: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let request = format!("{head}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let answer = read_until_closed(&mut stream, Duration::from_secs(5))
+        .await
+        .expect("answered and closed");
+    let status = answer.split(' ').nth(1).and_then(|code| code.parse().ok());
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (
+        status.unwrap_or_else(|| panic!("not HTTP: {answer:?}")),
+        body,
+    )
+}
+
+#[tokio::test]
+async fn the_metrics_listener_answers_only_its_own_host_names_and_origin() {
+    let redis = RedisServer::start();
+    let mut settings = test_settings(&redis);
+    let port = free_port();
+    settings.metrics.listen = Some(([127, 0, 0, 1], port).into());
+    settings.http.allowed_hosts = vec!["metrics.example".into()];
+    let _app = TestApp::spawn_with(settings).await;
+
+    // A scrape by the listener's address, a loopback name or a listed name.
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("metrics.example:{port}"),
+    ] {
+        let (status, body) = raw_to(port, &format!("GET /metrics HTTP/1.1\r\nHost: {host}")).await;
+        assert_eq!(status, 200, "{host}: {body}");
+        assert!(body.contains("# TYPE lockbroker_"), "{host}");
+    }
+    // A page whose name was rebound to the listener, or a page of another
+    // origin: refused in the one JSON error shape, no metrics read.
+    for head in [
+        format!("GET /metrics HTTP/1.1\r\nHost: attacker.example:{port}"),
+        "GET /metrics HTTP/1.1\r\nHost: attacker.example".to_owned(),
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: http://attacker.example"
+        ),
+    ] {
+        let (status, body) = raw_to(port, &head).await;
+        assert_eq!(status, 403, "{head}: {body}");
+        let body: Value = serde_json::from_str(&body).expect("a JSON error");
+        assert_eq!(body["error"]["code"], "forbidden", "{head}");
+        assert!(body["error"]["message"].is_string(), "{head}");
+        assert!(!body.to_string().contains("# TYPE"), "{head}");
+    }
+}

@@ -5,17 +5,25 @@
 //! [`store_conformance!`](crate::store_conformance) once, which writes one
 //! `#[tokio::test]` per case. Every case takes fresh brokers and lock names of
 //! its own, so cases may share one backend process.
+//!
+//! The cases live in sibling modules by topic (one lease's life, waiting,
+//! listing, many holders); the macro's list is the one place that says
+//! which of them every backend runs.
 
 use std::future::Future;
 
 mod ask;
-mod cases;
 mod forced;
 mod holders;
+mod leases;
+mod listing;
+mod waiting;
 
-pub use cases::*;
 pub use forced::*;
 pub use holders::*;
+pub use leases::*;
+pub use listing::*;
+pub use waiting::*;
 
 use crate::name::LockName;
 use crate::store::LockStore;

@@ -154,11 +154,18 @@ pub fn router(
 }
 
 /// The router of the optional metrics listener: `/metrics` only, behind the
-/// same API keys.
-pub fn metrics_router(service: Arc<Service>, keys: Arc<KeyRing>, metrics: Arc<Metrics>) -> Router {
+/// same API keys and the same `Host` and `Origin` rules (for the metrics
+/// listener's own address) as the main listener.
+pub fn metrics_router(
+    service: Arc<Service>,
+    sources: Arc<origin::Sources>,
+    keys: Arc<KeyRing>,
+    metrics: Arc<Metrics>,
+) -> Router {
     Router::new()
         .route("/metrics", get(scrape::metrics))
         .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
+        .layer(middleware::from_fn_with_state(sources, origin::guard))
         .with_state(AppState { service, metrics })
 }

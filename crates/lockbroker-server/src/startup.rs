@@ -148,12 +148,24 @@ impl Application {
             Arc::clone(&keys),
             Arc::clone(&metrics),
         );
-        let metrics_router = metrics_listener.map(|listener| {
-            (
-                listener,
-                http::metrics_router(Arc::clone(&service), keys, Arc::clone(&metrics)),
-            )
-        });
+        let metrics_sources =
+            settings
+                .metrics_request_sources()
+                .map_err(|message| ConfigError::Invalid {
+                    layer: "settings".into(),
+                    message,
+                })?;
+        let metrics_router = metrics_listener
+            .zip(metrics_sources)
+            .map(|(listener, sources)| {
+                let router = http::metrics_router(
+                    Arc::clone(&service),
+                    Arc::new(sources),
+                    keys,
+                    Arc::clone(&metrics),
+                );
+                (listener, router)
+            });
         let reconcile_every = settings.metrics.reconcile_interval();
         Ok(Self {
             listener,

@@ -100,10 +100,10 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
     };
     let plan = Plan {
         name: &args.name,
-        command: &args.command,
+        command: &args.cmd.argv,
         ttl,
         max_hold: args.max_hold,
-        kill_after: args.kill_after,
+        kill_after: args.cmd.kill_after,
         verbose: args.verbose,
     };
     hold(broker, &options, &plan, &granted, &mut signals)

@@ -1,5 +1,5 @@
-//! What the cases are written with: unique lock names, and [`Ask`], an
-//! acquire built up field by field.
+//! What the cases are written with: unique lock names, [`Ask`], an
+//! acquire built up field by field, and waiting for an announcement.
 
 use std::time::Duration;
 
@@ -180,4 +180,22 @@ pub(super) async fn release<S: LockStore>(store: &S, lock: &LockName, ask: &Ask)
 
 pub(super) async fn sleep_ms(ms: u64) {
     tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+/// The lock of the next release announcement heard, skipping other wakes;
+/// `None` if none arrives within 5 s.
+pub(super) async fn next_release_heard(
+    wakes: &mut tokio::sync::mpsc::UnboundedReceiver<crate::wait::Wake>,
+) -> Option<LockName> {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match wakes.recv().await {
+                Some(crate::wait::Wake::Released { name, .. }) => return name,
+                Some(_) => continue,
+                None => panic!("the announcements ended"),
+            }
+        }
+    })
+    .await
+    .ok()
 }

@@ -8,8 +8,10 @@ use crate::store::{
     AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome, Watch,
 };
 
-use super::ask::{blocked, busy, granted, name, release, run_id, semaphore, sleep_ms, ttl, Ask};
-use super::cases::next_release_heard;
+use super::ask::{
+    blocked, busy, granted, name, next_release_heard, release, run_id, semaphore, sleep_ms, ttl,
+    Ask,
+};
 use super::Backend;
 
 /// Shared leases coexist, from every broker, each with a fence above all

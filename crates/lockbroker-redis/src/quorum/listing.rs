@@ -7,55 +7,62 @@ use super::{tally, QuorumStore};
 
 impl QuorumStore {
     /// One page of [`LockStore::list`]: the locks of one node's keyspace
-    /// page, each with the state a majority sees.
+    /// page, each with the state a majority sees. A page not yet full goes
+    /// on to the next node, so that a listing that fits one page ends on it
+    /// (`next_cursor` null), as on one Redis.
     pub(super) async fn list_page(&self, request: &ListRequest) -> Result<LockPage, StoreError> {
         let nodes = &self.inner.nodes;
         // The cursor names a node (top byte) and a place in its keyspace. Nodes
         // are walked in order; a lock is listed from the first node that has it.
         let cursor = request.cursor.get();
-        let (at, node_cursor) = (
+        let (mut at, mut node_cursor) = (
             usize::try_from(cursor >> 56).unwrap_or(usize::MAX),
             cursor & NODE_CURSOR,
         );
-        let Some(node) = nodes.get(at) else {
-            return Ok(LockPage::default());
-        };
-        // A node that does not answer, or is misconfigured, is passed over:
-        // every lock a majority holds lives on other nodes too, and is
-        // listed from one of them.
-        let page = match self.inner.standing.is_misconfigured(at) {
-            true => LockPage::default(),
-            false => node
-                .list(&ListRequest {
-                    cursor: ListCursor::new(node_cursor),
-                    ..request.clone()
-                })
-                .await
-                .unwrap_or_default(),
-        };
         let mut locks = Vec::new();
-        for entry in page.locks {
-            let answers = self.on_nodes(|n| n.status(&entry.name)).await;
-            let listed_before = answers[..at]
-                .iter()
-                .any(|a| a.as_ref().is_ok_and(|s| s.held || s.available_in_ms > 0));
-            let status = tally::status(&answers, self.inner.majority)?;
-            if !listed_before && (status.held || status.available_in_ms > 0) {
-                locks.push(LockEntry {
-                    name: entry.name,
-                    status,
+        loop {
+            let Some(node) = nodes.get(at) else {
+                return Ok(LockPage::default());
+            };
+            // A node that does not answer, or is misconfigured, is passed over:
+            // every lock a majority holds lives on other nodes too, and is
+            // listed from one of them.
+            let page = match self.inner.standing.is_misconfigured(at) {
+                true => LockPage::default(),
+                false => node
+                    .list(&ListRequest {
+                        cursor: ListCursor::new(node_cursor),
+                        ..request.clone()
+                    })
+                    .await
+                    .unwrap_or_default(),
+            };
+            for entry in page.locks {
+                let answers = self.on_nodes(|n| n.status(&entry.name)).await;
+                let listed_before = answers[..at]
+                    .iter()
+                    .any(|a| a.as_ref().is_ok_and(|s| s.held || s.available_in_ms > 0));
+                let status = tally::status(&answers, self.inner.majority)?;
+                if !listed_before && (status.held || status.available_in_ms > 0) {
+                    locks.push(LockEntry {
+                        name: entry.name,
+                        status,
+                    });
+                }
+            }
+            let next = match page.next_cursor {
+                Some(next) => Some((at as u64) << 56 | (next.get() & NODE_CURSOR)),
+                None if at + 1 < nodes.len() => Some(((at + 1) as u64) << 56),
+                None => None,
+            };
+            if page.next_cursor.is_some() || next.is_none() || locks.len() >= request.limit.get() {
+                return Ok(LockPage {
+                    locks,
+                    next_cursor: next.map(ListCursor::new),
                 });
             }
+            (at, node_cursor) = (at + 1, 0);
         }
-        let next = match page.next_cursor {
-            Some(next) => Some((at as u64) << 56 | (next.get() & NODE_CURSOR)),
-            None if at + 1 < nodes.len() => Some(((at + 1) as u64) << 56),
-            None => None,
-        };
-        Ok(LockPage {
-            locks,
-            next_cursor: next.map(ListCursor::new),
-        })
     }
 }
 

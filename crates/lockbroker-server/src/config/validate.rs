@@ -4,6 +4,7 @@
 //! span fields (a TTL default below its maximum, a request timeout above the
 //! longest wait).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -173,11 +174,22 @@ impl Settings {
 
     /// The host names and page origins the broker takes requests from.
     pub fn request_sources(&self) -> Result<Sources, String> {
-        Sources::new(
-            self.listen,
-            &self.http.allowed_hosts,
-            &self.http.allowed_origins,
-        )
+        self.sources_on(self.listen)
+    }
+
+    /// The sources the metrics listener takes scrapes from, when there is
+    /// one: the same rules on its own address. A scrape is a GET, which a
+    /// page whose name was rebound to the listener could read.
+    pub fn metrics_request_sources(&self) -> Result<Option<Sources>, String> {
+        self.metrics
+            .listen
+            .map(|addr| self.sources_on(addr))
+            .transpose()
+    }
+
+    /// The `Host` and `Origin` rules of `http` for a listener on `listen`.
+    fn sources_on(&self, listen: SocketAddr) -> Result<Sources, String> {
+        Sources::new(listen, &self.http.allowed_hosts, &self.http.allowed_origins)
     }
 
     /// The API keys the broker accepts.

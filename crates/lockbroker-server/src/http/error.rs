@@ -3,22 +3,24 @@
 //! [`ApiError::answer`] is the table: for every error, its stable
 //! [`ErrorCode`] (which fixes the status), its message, the field or holder it
 //! names, its `Retry-After`, and the cause to log. Every body is an
-//! [`ErrorResponse`]; 5xx bodies stay generic and their cause is logged once,
-//! here, under the same code. The code also rides on the response (as an
-//! extension) for the request log line.
+//! [`ErrorResponse`](lockbroker_api::ErrorResponse); 5xx bodies stay generic
+//! and their cause is logged once, here, under the same code. The code also
+//! rides on the response (as an extension) for the request log line.
+//! [`answer`] builds a row and turns it into the response; [`messages`]
+//! words the longer messages (per [`Step`], busy, stream limits).
+
+mod answer;
+mod messages;
 
 use std::time::Duration;
 
-use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use lockbroker_api::{ErrorCode, ErrorDetail, ErrorResponse};
-use lockbroker_core::{
-    Blockers, LeaseKind, LockError, LockName, Space, StoreError, Unacknowledged, ValidationError,
-};
+use lockbroker_api::ErrorCode;
+use lockbroker_core::{LockError, LockName, StoreError, ValidationError};
 
-use super::views::holder_response;
 use crate::auth::ANONYMOUS_ID;
+use answer::{store_failed, Answer};
+use messages::{busy_message, store_message};
 
 /// What a request asked of the lock store: it decides what a failed step
 /// can have changed, and so what the caller is told.
@@ -34,19 +36,6 @@ pub enum Step {
     ForceRelease,
     /// A status, listing or readiness check: it changes nothing.
     Read,
-}
-
-impl Step {
-    /// The step as messages name it.
-    fn noun(self) -> &'static str {
-        match self {
-            Self::Acquire => "acquire",
-            Self::Extend => "extend",
-            Self::Release => "release",
-            Self::ForceRelease => "force release",
-            Self::Read => "read",
-        }
-    }
 }
 
 /// Every way an HTTP request can fail.
@@ -126,27 +115,6 @@ pub enum StreamLimit {
     StateReads,
 }
 
-/// What one error answers: a row of the table in [`ApiError::answer`].
-struct Answer<'a> {
-    /// The body; its code fixes the status.
-    detail: ErrorDetail,
-    /// Seconds the caller should wait before trying again.
-    retry_after_secs: Option<u64>,
-    /// Why a 5xx happened, for the log only.
-    cause: Option<Cause<'a>>,
-}
-
-/// The cause of a 5xx answer, logged once and never shown to the caller.
-struct Cause<'a> {
-    /// What failed, as the log line's message.
-    event: &'static str,
-    lock: Option<&'a LockName>,
-    error: Option<&'a StoreError>,
-    limit: Option<Duration>,
-    /// A failure that is no store error, as text.
-    detail: Option<&'a str>,
-}
-
 impl ApiError {
     /// The table: what each kind of error answers.
     fn answer(&self) -> Answer<'_> {
@@ -187,16 +155,15 @@ impl ApiError {
                 let who = key.map_or("by an operator".to_owned(), |id| {
                     format!("by key id {id:?}")
                 });
-                let mut answer = Answer::new(
+                Answer::new(
                     Code::LeaseLost,
                     format!(
                         "the lease on {name:?} was force-released {who}; another holder may \
                          already have run, so treat the work done under this lease as possibly \
                          duplicated"
                     ),
-                );
-                answer.detail.force_released_by = Some(key.unwrap_or(ANONYMOUS_ID).to_owned());
-                answer
+                )
+                .force_released_by(key.unwrap_or(ANONYMOUS_ID).to_owned())
             }
             Self::Lock(_, name, LockError::LeaseReleased) => Answer::new(
                 Code::LeaseLost,
@@ -293,273 +260,6 @@ impl ApiError {
                 ),
             ),
         }
-    }
-}
-
-impl StreamLimit {
-    /// What the refused caller is told.
-    fn message(self) -> &'static str {
-        match self {
-            Self::Broker => {
-                "this broker has as many event streams open as it allows; retry later or on \
-                 another instance"
-            }
-            Self::KeyShare => {
-                "this API key has as many event streams open as one key may; close one or \
-                 retry later"
-            }
-            Self::AdminReserve => {
-                "the event streams this broker has left are kept for admin keys; retry later \
-                 or on another instance"
-            }
-            Self::StateReads => {
-                "this broker is reading as many opening states for event streams as it allows \
-                 at once; retry in a moment"
-            }
-        }
-    }
-}
-
-impl<'a> Answer<'a> {
-    /// An answer with `code` and `message`. A caller told to come back later
-    /// (`429`, `503`) is told to wait a second, unless the row says how long.
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            detail: ErrorDetail::new(code, message),
-            retry_after_secs: matches!(code.status(), 429 | 503).then_some(1),
-            cause: None,
-        }
-    }
-
-    /// Names the request field that broke a rule.
-    fn field(mut self, field: &str) -> Self {
-        self.detail.field = Some(field.to_owned());
-        self
-    }
-
-    /// Describes the leases in the way; come back when the first that
-    /// matters can free.
-    fn blockers(mut self, blockers: &Blockers) -> Self {
-        let holder = &blockers.holder;
-        self.detail.owner = Some(holder.owner.clone());
-        self.detail.fence = Some(holder.fence.get());
-        self.detail.expires_in_ms = Some(holder.expires_in_ms);
-        self.detail.available_in_ms = Some(holder.available_in_ms);
-        self.detail.holders = Some(blockers.holders.iter().map(holder_response).collect());
-        self.detail.limit = blockers.limit;
-        self.retry_after(u128::from(holder.available_in_ms))
-    }
-
-    /// The semaphore's limit in force.
-    fn limit(mut self, limit: u32) -> Self {
-        self.detail.limit = Some(limit);
-        self
-    }
-
-    /// How long the caller's own lease stays valid as it is.
-    fn expires_in(mut self, expires_in_ms: u64) -> Self {
-        self.detail.expires_in_ms = Some(expires_in_ms);
-        self
-    }
-
-    /// `Retry-After` of `ms` rounded up to whole seconds, at least one.
-    fn retry_after(mut self, ms: u128) -> Self {
-        self.retry_after_secs = Some(u64::try_from(ms.div_ceil(1000)).unwrap_or(1).max(1));
-        self
-    }
-
-    /// Logs the answer as `event`, with the lock and the store's error.
-    fn logged(
-        mut self,
-        event: &'static str,
-        lock: Option<&'a LockName>,
-        error: Option<&'a StoreError>,
-    ) -> Self {
-        self.cause = Some(Cause {
-            event,
-            lock,
-            error,
-            limit: None,
-            detail: None,
-        });
-        self
-    }
-
-    /// Logs the answer as `event`, caused by `detail`.
-    fn logged_cause(mut self, event: &'static str, detail: &'a str) -> Self {
-        self = self.logged(event, None, None);
-        if let Some(cause) = &mut self.cause {
-            cause.detail = Some(detail);
-        }
-        self
-    }
-
-    /// Adds the limit that was exceeded to the logged cause.
-    fn with_limit(mut self, limit: Duration) -> Self {
-        if let Some(cause) = &mut self.cause {
-            cause.limit = Some(limit);
-        }
-        self
-    }
-
-    /// Writes the cause's one log line, if the answer has one.
-    fn log(&self) {
-        let Some(cause) = &self.cause else { return };
-        let limit_ms = cause
-            .limit
-            .map(|limit| u64::try_from(limit.as_millis()).unwrap_or(u64::MAX));
-        tracing::warn!(
-            code = self.detail.code.as_str(),
-            lock = cause.lock.map(tracing::field::display),
-            error = cause.error.map(tracing::field::display),
-            detail = cause.detail,
-            limit_ms,
-            "{}",
-            cause.event
-        );
-    }
-}
-
-impl IntoResponse for Answer<'_> {
-    fn into_response(self) -> Response {
-        let code = self.detail.code;
-        let status =
-            StatusCode::from_u16(code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = ErrorResponse { error: self.detail };
-        let mut response = (status, Json(body)).into_response();
-        let headers = response.headers_mut();
-        if code == ErrorCode::Unauthorized {
-            headers.insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"lockbroker\""),
-            );
-        }
-        if let Some(secs) = self.retry_after_secs {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response.extensions_mut().insert(code);
-        response
-    }
-}
-
-/// What a failed lock store `step` answers: `internal` when the store could
-/// not make sense of the backend's reply, else `backend_unavailable`.
-fn store_failed(step: Step, error: &StoreError) -> Answer<'_> {
-    let code = match error {
-        StoreError::Protocol(_) => ErrorCode::Internal,
-        StoreError::Overloaded(_) => ErrorCode::Overloaded,
-        _ => ErrorCode::BackendUnavailable,
-    };
-    Answer::new(code, store_message(step, error))
-}
-
-/// What a `lock_busy` answer says is in the way: live leases, the
-/// lock-delay of one that expired unreleased, or an earlier waiter.
-fn busy_message(name: &LockName, blockers: &Blockers) -> String {
-    let holder = &blockers.holder;
-    let noun = name.space().noun();
-    match (name.space(), holder.mode) {
-        (Space::Semaphore, _) if holder.available_in_ms > 0 => format!(
-            "every permit of semaphore {name:?} is taken ({} held); the first frees in {} ms",
-            blockers.holders.len(),
-            holder.available_in_ms
-        ),
-        (_, LeaseKind::Shared) if holder.available_in_ms > 0 => format!(
-            "lock {name:?} is held by {} shared lease(s); it frees for an exclusive lease in {} ms",
-            blockers.holders.len(),
-            holder.available_in_ms
-        ),
-        _ if holder.expires_in_ms > 0 => format!("lock {name:?} is held by another lease"),
-        _ if holder.available_in_ms > 0 => format!(
-            "lock {name:?} is in its lock-delay after a lease expired unreleased; it frees in {} ms",
-            holder.available_in_ms
-        ),
-        _ if blockers.holders.is_empty() => format!(
-            "{noun} {name:?} is free but promised to an earlier waiter in its queue; wait with \
-             `wait_ms` to take a place in line"
-        ),
-        _ => format!(
-            "{noun} {name:?} has waiters queued before this request, and {} lease(s) hold it; \
-             wait with `wait_ms` to take a place in line",
-            blockers.holders.len()
-        ),
-    }
-}
-
-/// What the caller is told when the lock store failed `step`: what is known
-/// of the outcome, never the cause (that is logged). Only a change whose
-/// answer was lost has an unknown outcome: a read changes nothing, and a
-/// step that never reached the store changed nothing either.
-fn store_message(step: Step, cause: &StoreError) -> String {
-    let noun = step.noun();
-    match (step, cause) {
-        (_, StoreError::Protocol(_)) => "internal error".to_owned(),
-        (_, StoreError::Overloaded(_)) => format!(
-            "the broker is already doing as much of this work as it allows; the {noun} was \
-             not sent to the lock store and nothing was changed, retry later"
-        ),
-        (
-            _,
-            StoreError::Unacknowledged {
-                change: Unacknowledged::GrantReleased,
-                ..
-            },
-        ) => "the lock was granted, but too few Redis replicas acknowledged the grant in time, \
-              so the broker released it again: the lock was held briefly (other acquires may \
-              have been refused meanwhile) and nothing is held now; retry later"
-            .to_owned(),
-        (
-            _,
-            StoreError::Unacknowledged {
-                change: Unacknowledged::GrantLeftToExpire { ttl_ms },
-                ..
-            },
-        ) => format!(
-            "the lock was granted, but too few Redis replicas acknowledged the grant in time, \
-             and releasing it again failed: the lock stays held, by a lease whose token nobody \
-             was given, until its TTL of {ttl_ms} ms runs out; retry after that"
-        ),
-        (
-            _,
-            StoreError::Unacknowledged {
-                change: Unacknowledged::Extend,
-                ..
-            },
-        ) => "the lease was extended on the Redis primary, but too few replicas acknowledged \
-              the extend in time, so a failover could bring back its earlier expiry: count only \
-              on the expiry from before this extend; retrying the extend is safe"
-            .to_owned(),
-        (Step::Read, StoreError::RefusesWrites(_)) => {
-            "the lock store refuses writes (Redis is out of memory or read-only); this read \
-             changed nothing, retry later"
-                .to_owned()
-        }
-        (Step::Read, _) => {
-            "the lock store is unavailable; this read changed nothing, retry later".to_owned()
-        }
-        (_, StoreError::Unavailable(_)) => format!(
-            "the lock store is unavailable and the {noun} did not reach it; nothing was \
-             changed, retry later"
-        ),
-        (_, StoreError::RefusesWrites(_)) => format!(
-            "the lock store refuses writes (Redis is out of memory or read-only), so the \
-             {noun} was not made; nothing was changed, retry later"
-        ),
-        (Step::Acquire, StoreError::OutcomeUnknown(_)) => {
-            "the lock store did not answer the acquire in time, so the outcome is unknown: a \
-             lease it took is being released by the broker; retrying with the same request_id \
-             is safe"
-                .to_owned()
-        }
-        (Step::ForceRelease, StoreError::OutcomeUnknown(_)) => {
-            "the lock store did not answer the force release in time, so the outcome is \
-             unknown: it may still take effect; retrying it is safe"
-                .to_owned()
-        }
-        (_, StoreError::OutcomeUnknown(_)) => format!(
-            "the lock store did not answer the {noun} in time, so the outcome is unknown: it \
-             may still take effect; retrying it with the same token is safe"
-        ),
     }
 }
 

@@ -1,11 +1,11 @@
 //! The arguments of `watch` and `elect`: following a lock's changes, and
 //! running a command only while this host leads.
 
-use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::Args;
 
+use super::CmdArgs;
 use crate::client::{Family, Watched};
 use crate::duration;
 
@@ -55,21 +55,11 @@ pub struct ElectArgs {
     /// this long before the next term.
     #[arg(long, value_parser = duration::parse)]
     pub lock_delay: Option<Duration>,
-    /// After SIGTERM for lost leadership, or to what CMD left running when
-    /// it exited, SIGKILL CMD's whole process tree this much later.
-    #[arg(long, value_parser = duration::parse, default_value = "10s")]
-    pub kill_after: Duration,
+    #[command(flatten)]
+    pub cmd: CmdArgs,
     /// Report campaigns, terms, renewal trouble and releases on stderr.
     #[arg(short, long)]
     pub verbose: bool,
-    /// The command and its arguments (after `--`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
-    pub command: Vec<OsString>,
 }
 
 #[cfg(test)]
@@ -143,8 +133,8 @@ mod tests {
         assert_eq!(plain.ttl, Duration::from_secs(10));
         assert!(!plain.again);
         assert_eq!(plain.owner, None);
-        assert_eq!(plain.kill_after, Duration::from_secs(10));
-        assert_eq!(plain.command, ["run-scheduler"]);
+        assert_eq!(plain.cmd.kill_after, Duration::from_secs(10));
+        assert_eq!(plain.cmd.argv, ["run-scheduler"]);
 
         let full = elect(&[
             "elect",
@@ -166,7 +156,7 @@ mod tests {
         assert!(full.again && full.verbose);
         assert_eq!(full.owner.as_deref(), Some("web-1"));
         assert_eq!(full.lock_delay, Some(Duration::from_secs(1)));
-        assert_eq!(full.command, ["sh", "-c", "exec sched"]);
+        assert_eq!(full.cmd.argv, ["sh", "-c", "exec sched"]);
     }
 
     #[test]
@@ -190,6 +180,6 @@ mod tests {
         }
         let passed_on = elect(&["elect", "s", "--", "cmd", "--again", "--ttl", "1s"]);
         assert!(!passed_on.again);
-        assert_eq!(passed_on.command, ["cmd", "--again", "--ttl", "1s"]);
+        assert_eq!(passed_on.cmd.argv, ["cmd", "--again", "--ttl", "1s"]);
     }
 }

@@ -63,10 +63,10 @@ pub async fn elect(broker: &Broker, args: ElectArgs) -> u8 {
     };
     let plan = Plan {
         name: &args.name,
-        command: &args.command,
+        command: &args.cmd.argv,
         ttl: args.ttl,
         max_hold: None,
-        kill_after: args.kill_after,
+        kill_after: args.cmd.kill_after,
         verbose: args.verbose,
     };
     let mut at_start = true;

@@ -116,8 +116,8 @@ async fn guard_command(args: &GuardArgs) -> u8 {
         return exit::SOFTWARE;
     }
     let mut report = Reporter::open(args.report_fd);
-    let started = std::process::Command::new(&args.command[0])
-        .args(&args.command[1..])
+    let started = std::process::Command::new(&args.cmd.argv[0])
+        .args(&args.cmd.argv[1..])
         .process_group(0)
         .spawn();
     let command = match started {
@@ -125,7 +125,7 @@ async fn guard_command(args: &GuardArgs) -> u8 {
         Err(error) => {
             eprintln!(
                 "lockctl: cannot run {}: {error}",
-                args.command[0].to_string_lossy()
+                args.cmd.argv[0].to_string_lossy()
             );
             let code = if error.kind() == std::io::ErrorKind::NotFound {
                 exit::COMMAND_NOT_FOUND
@@ -137,7 +137,7 @@ async fn guard_command(args: &GuardArgs) -> u8 {
         }
     };
     report.send(Report::Started(command));
-    let Some(status) = watch(command, args.kill_after, &mut signals).await else {
+    let Some(status) = watch(command, args.cmd.kill_after, &mut signals).await else {
         return exit::SOFTWARE;
     };
     report.send(Report::Exited(raw(status)));
