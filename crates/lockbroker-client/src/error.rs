@@ -253,10 +253,10 @@ impl Error {
     /// A reqwest failure, told by its innermost cause, never by its URL.
     pub(crate) fn transport(error: reqwest::Error) -> Self {
         let error = error.without_url();
-        let mut innermost: &dyn std::error::Error = &error;
-        let mut tls = false;
+        let mut innermost: &(dyn std::error::Error + 'static) = &error;
+        let mut tls = is_tls(innermost);
         while let Some(next) = innermost.source() {
-            tls |= next.is::<rustls::Error>();
+            tls |= is_tls(next);
             innermost = next;
         }
         let kind = if error.is_timeout() {
@@ -274,6 +274,22 @@ impl Error {
         };
         Self::Transport { kind, message }
     }
+}
+
+/// Whether `error` is a TLS failure, or I/O errors wrapping one (which
+/// hide it from `source()`).
+fn is_tls(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut candidate = Some(error);
+    while let Some(error) = candidate {
+        if error.is::<rustls::Error>() {
+            return true;
+        }
+        candidate = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+    }
+    false
 }
 
 impl fmt::Display for Error {
