@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockbroker_client::{AcquireOptions, Client, LostReason};
+use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{RedisServer, TestApp};
 
 use crate::client;
@@ -21,7 +22,10 @@ fn candidate(app: &TestApp, owner: &str) -> lockbroker_client::Election {
 #[tokio::test]
 async fn leadership_hands_over_with_a_larger_term_when_the_leader_resigns() {
     let redis = RedisServer::start();
-    let app = TestApp::spawn(&redis).await;
+    let mut settings = test_settings(&redis);
+    // One waiting acquire lasts 200 ms at most: the campaign keeps asking.
+    settings.locks.max_wait_ms = 200;
+    let app = TestApp::spawn_with(settings).await;
     let a = candidate(&app, "node-a");
     let leader = a.campaign().await.expect("node-a leads");
     assert!(leader.is_leader());
@@ -33,7 +37,7 @@ async fn leadership_hands_over_with_a_larger_term_when_the_leader_resigns() {
 
     let b = candidate(&app, "node-b");
     let follower = tokio::spawn(async move { b.campaign().await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(!follower.is_finished(), "one leader at a time");
 
     let first_term = leader.term();

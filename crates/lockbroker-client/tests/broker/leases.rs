@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use lockbroker_client::{AcquireOptions, Error, LeaseKind, LockMode};
+use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{RedisServer, TestApp};
 
 use crate::{client, with_ttl};
@@ -56,15 +57,19 @@ async fn busy_names_the_holder_and_release_lets_the_next_in() {
 }
 
 #[tokio::test]
-async fn a_waiting_acquire_gets_the_lock_when_it_is_released() {
+async fn a_wait_longer_than_the_brokers_cap_goes_on_until_the_lock_is_released() {
     let redis = RedisServer::start();
-    let app = TestApp::spawn(&redis).await;
+    let mut settings = test_settings(&redis);
+    // The broker holds one waiting request 200 ms at most: the client asks
+    // again with the rest of its wait.
+    settings.locks.max_wait_ms = 200;
+    let app = TestApp::spawn_with(settings).await;
     let client = client(&app);
     let lock = client.lock("queue");
     let holder = lock.acquire(with_ttl(TTL, "a")).await.expect("granted");
     let fence = holder.fence();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
         holder.release().await.expect("released");
     });
 
@@ -74,7 +79,7 @@ async fn a_waiting_acquire_gets_the_lock_when_it_is_released() {
         ..with_ttl(TTL, "b")
     };
     let lease = lock.acquire(waiting).await.expect("granted after the wait");
-    assert!(started.elapsed() >= Duration::from_millis(350));
+    assert!(started.elapsed() >= Duration::from_millis(650));
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
