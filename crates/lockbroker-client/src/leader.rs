@@ -16,9 +16,6 @@ use crate::error::{Error, LostReason};
 use crate::lease::{Lease, LeaseEnd, Released};
 use crate::lock::AcquireOptions;
 
-/// How long one waiting acquire of a campaign asks the broker to hold it;
-/// the campaign sends another when it ends.
-const CAMPAIGN_WAIT: Duration = Duration::from_secs(30);
 /// The longest pause while the broker is unavailable.
 const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 
@@ -65,21 +62,23 @@ impl Election {
     }
 
     /// Waits until this process leads, however long it takes: waiting
-    /// acquires sent one after another, pausing while the broker is
-    /// unavailable. Fails only for a refusal that waiting cannot change (a
-    /// refused key, a bad name). Cancel it by dropping the future.
+    /// acquires (each as long as the TTL) sent one after another, pausing
+    /// while the broker is unavailable. Fails only for a refusal that waiting
+    /// cannot change (a refused key, a bad name). Cancel it by dropping the
+    /// future.
     pub async fn campaign(&self) -> Result<Leadership, Error> {
         let lock = self.client.lock(self.name.clone());
         let mut failures = 0u32;
         loop {
             let options = AcquireOptions {
-                wait: CAMPAIGN_WAIT,
+                wait: self.options.ttl,
                 mode: lockbroker_api::LockMode::Exclusive,
                 request_id: None,
                 ..self.options.clone()
             };
             match lock.lock(options).await {
                 Ok(lease) => return Ok(Leadership { lease }),
+                // The wait is over and another still leads: campaign on.
                 Err(Error::Busy { .. }) => failures = 0,
                 Err(error) if error.is_transient() => {
                     failures += 1;

@@ -13,7 +13,7 @@ fn candidate(app: &TestApp, owner: &str) -> lockbroker_client::Election {
     client(app)
         .election("scheduler")
         .with_options(AcquireOptions {
-            ttl: Duration::from_secs(3),
+            ttl: Duration::from_secs(1),
             owner: Some(owner.to_owned()),
             ..AcquireOptions::default()
         })
@@ -37,7 +37,8 @@ async fn leadership_hands_over_with_a_larger_term_when_the_leader_resigns() {
 
     let b = candidate(&app, "node-b");
     let follower = tokio::spawn(async move { b.campaign().await });
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Longer than one waiting acquire of the campaign (the TTL): it asks again.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(!follower.is_finished(), "one leader at a time");
 
     let first_term = leader.term();
