@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use lockbroker_client::{AcquireOptions, Error, LeaseKind, LockMode};
+use lockbroker_client::{AcquireOptions, Client, Error, LeaseKind, LockMode};
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{RedisServer, TestApp};
 
+use crate::front::LossyFront;
 use crate::{client, with_ttl};
 
 const TTL: Duration = Duration::from_secs(10);
@@ -181,6 +182,34 @@ async fn a_retried_acquire_with_the_same_request_id_gets_the_same_lease() {
         .expect("the same lease, not busy");
     assert_eq!(again.fence(), first.fence());
     assert_eq!(again.token(), first.token());
+}
+
+#[tokio::test]
+async fn an_acquire_whose_answer_was_lost_is_retried_into_the_same_lease() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let front = LossyFront::start(app.base.clone()).await;
+    let client = Client::new(front.base.clone()).expect("client");
+    let options = AcquireOptions {
+        wait: Duration::from_secs(2),
+        ..with_ttl(TTL, "worker")
+    };
+    // The broker granted the first attempt, whose answer became a 503: the
+    // retry carries the same request_id and gets that lease, not busy.
+    let lease = client
+        .lock("retried")
+        .acquire(options)
+        .await
+        .expect("granted");
+    let status = client.status("retried").await.expect("status");
+    assert_eq!(
+        (status.holder_count, status.fence),
+        (1, Some(lease.fence()))
+    );
+    lease
+        .release()
+        .await
+        .expect("the retry's token is the lease's");
 }
 
 #[tokio::test]

@@ -71,7 +71,7 @@ async fn a_lease_nobody_renews_is_lost_at_its_local_deadline() {
         .await
         .expect("lost at its deadline");
     assert!(
-        started.elapsed() <= Duration::from_millis(700),
+        started.elapsed() <= Duration::from_millis(1_000),
         "{:?}",
         started.elapsed()
     );
@@ -98,7 +98,7 @@ async fn renewal_stops_at_the_maximum_hold() {
         "renewed until the cap: {held:?}"
     );
     assert!(
-        held <= Duration::from_millis(1_900),
+        held <= Duration::from_millis(2_300),
         "not past the cap: {held:?}"
     );
     assert_eq!(lease.lost_reason(), Some(LostReason::MaxHold));

@@ -3,6 +3,7 @@
 //! `lockbroker-tests`).
 
 mod auth;
+mod front;
 mod leader;
 mod leases;
 mod loss;
