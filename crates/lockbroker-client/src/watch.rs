@@ -399,3 +399,6 @@ impl Reader {
 fn number(id: &str) -> Option<u64> {
     id.trim().parse().ok()
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lockbroker_client::{ChangeKind, Client, Event, EventKind, Watch};
+use lockbroker_client::{ChangeKind, Client, Event, EventKind, Watch, WatchOptions};
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::proxy::Proxy;
 use lockbroker_tests::{RedisServer, TestApp};
@@ -65,6 +65,48 @@ async fn changes_arrive_in_order_after_the_opening_state() {
         ]
     );
     assert!(events.last_event_id().is_some());
+}
+
+#[tokio::test]
+async fn a_prefix_watch_lists_the_held_locks_then_follows_new_ones() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let held = client
+        .lock("billing:1")
+        .acquire(with_ttl(TTL, "w"))
+        .await
+        .expect("granted");
+    let _other = client
+        .lock("payroll")
+        .acquire(with_ttl(TTL, "w"))
+        .await
+        .expect("granted");
+
+    let mut events = client.watch_prefix("billing:", WatchOptions::default());
+    let EventKind::State(state) = next(&mut events).await.kind else {
+        panic!("one state per held lock under the prefix");
+    };
+    assert_eq!(
+        (state.name.as_str(), state.fence),
+        ("billing:1", Some(held.fence()))
+    );
+    let EventKind::StateComplete { prefix } = next(&mut events).await.kind else {
+        panic!("then the marker that ends the list");
+    };
+    assert_eq!(prefix, "billing:");
+    let taken = client
+        .lock("billing:2")
+        .acquire(with_ttl(TTL, "w"))
+        .await
+        .expect("granted");
+    let EventKind::Change(change) = next(&mut events).await.kind else {
+        panic!("a change to a lock taken after the stream opened");
+    };
+    assert_eq!(
+        (change.name.as_str(), change.fence),
+        ("billing:2", taken.fence())
+    );
 }
 
 #[tokio::test]
