@@ -83,8 +83,16 @@ pub struct ClientBuilder {
 // The API key is a secret: Debug says only whether there is one.
 impl fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A password in the URL is a secret too.
+        let base = match Url::parse(&self.base) {
+            Ok(mut url) => {
+                let _ = url.set_password(None);
+                url.to_string()
+            }
+            Err(_) => "<not a URL>".to_owned(),
+        };
         f.debug_struct("ClientBuilder")
-            .field("base", &self.base)
+            .field("base", &base)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("ca_pem", &self.ca_pem.len())
             .field("timeout", &self.timeout)
@@ -175,7 +183,8 @@ impl ClientBuilder {
 
 impl Client {
     /// A builder for the broker at `base_url` (`http://host:port` or
-    /// `https://host:port`).
+    /// `https://host:port`). A user or password in the URL is not sent:
+    /// the broker takes API keys ([`ClientBuilder::api_key`]).
     pub fn builder(base_url: impl Into<String>) -> ClientBuilder {
         ClientBuilder {
             base: base_url.into(),
@@ -287,8 +296,8 @@ mod tests {
 
     #[test]
     fn the_builder_never_shows_its_key() {
-        let builder = Client::builder("http://127.0.0.1:1").api_key("sekrit-key");
-        assert!(!format!("{builder:?}").contains("sekrit"));
+        let builder = Client::builder("http://u:sekrit-pw@127.0.0.1:1").api_key("sekrit-key");
+        assert!(!format!("{builder:?}").contains("sekrit"), "{builder:?}");
         let client = builder.build().expect("client");
         assert!(!format!("{client:?}").contains("sekrit"));
     }
