@@ -1,0 +1,387 @@
+//! [`Lease`]: a granted lease or permit, its local deadline, and its end as
+//! a [`CancellationToken`].
+//!
+//! The local deadline counts from when the request that granted or last
+//! extended the lease was *sent*, plus the validity the broker answered, so
+//! it never outlasts the broker's own. A background task per lease marks it
+//! lost when that deadline passes and, once [`Lease::keep_alive`] is called,
+//! renews it (see [`crate::renew`]).
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use lockbroker_api::{ExtendBody, ReleaseBody, ReleaseResponse, RenewalResponse};
+use reqwest::Method;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::client::{route, Client, Family};
+use crate::error::{Error, LostReason};
+use crate::lock::{millis, AcquireOptions};
+
+/// What a lease is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseKind {
+    /// A lock lease that excludes every other.
+    Exclusive,
+    /// A lock lease beside other shared ones.
+    Shared,
+    /// A semaphore permit among at most `limit`.
+    Permit {
+        /// The semaphore's limit in force.
+        limit: u32,
+    },
+}
+
+/// How a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// Its holder released it (or dropped it).
+    Released,
+    /// It was lost; see [`LostReason`].
+    Lost(LostReason),
+}
+
+/// A successful release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Released {
+    /// The released lease's fence.
+    pub fence: u64,
+    /// With a broker that waits for Redis replicas, whether enough of them
+    /// acknowledged the release (see the README's replica acknowledgement).
+    pub acknowledged: Option<bool>,
+}
+
+/// What an acquire answered, whichever route.
+pub(crate) struct Grant {
+    pub(crate) name: String,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) owner: Option<String>,
+    pub(crate) validity: Duration,
+    pub(crate) expires_at_ms: u64,
+    pub(crate) kind: LeaseKind,
+}
+
+/// A granted lease (or permit). Pass [`Lease::fence`] to what you write to.
+///
+/// [`Lease::lost`] completes, and [`Lease::cancellation`] tokens are
+/// cancelled, the moment the lease ends: the broker said it is gone, it ran
+/// out by the local clock, it reached its maximum hold, or it was released.
+/// Dropping a lease stops its renewal and releases it in the background.
+pub struct Lease {
+    pub(crate) shared: Arc<Shared>,
+    /// Whether `release` already ran, so drop does not release again.
+    done: bool,
+}
+
+/// What the lease and its background task share.
+pub(crate) struct Shared {
+    pub(crate) client: Client,
+    pub(crate) family: Family,
+    pub(crate) name: String,
+    pub(crate) token: String,
+    pub(crate) fence: u64,
+    pub(crate) owner: Option<String>,
+    pub(crate) kind: LeaseKind,
+    /// The TTL renewals ask for.
+    pub(crate) ttl: Duration,
+    /// When the maximum hold ends.
+    pub(crate) hold_until: Instant,
+    pub(crate) state: Mutex<State>,
+    /// Cancelled when the lease ends: its loss, as callers see it.
+    pub(crate) ended: CancellationToken,
+    /// Wakes the background task when the state changed under it.
+    pub(crate) wake: Notify,
+}
+
+pub(crate) struct State {
+    /// Local deadline, never later than the broker's expiry.
+    pub(crate) deadline: Instant,
+    pub(crate) expires_at_ms: u64,
+    /// When the latest successful grant or extend was sent.
+    pub(crate) last_sent: Instant,
+    /// When to renew next; `None` while not renewing.
+    pub(crate) next_renewal: Option<Instant>,
+    /// Renewing stopped at a maximum hold: running out is `MaxHold`.
+    pub(crate) at_max_hold: bool,
+    pub(crate) end: Option<LeaseEnd>,
+}
+
+impl Lease {
+    /// The lease from a grant whose request was sent at `sent`, with its
+    /// deadline task running.
+    pub(crate) fn start(
+        client: Client,
+        family: Family,
+        grant: Grant,
+        options: &AcquireOptions,
+        sent: Instant,
+        held_from: Instant,
+    ) -> Self {
+        let shared = Arc::new(Shared {
+            client,
+            family,
+            name: grant.name,
+            token: grant.token,
+            fence: grant.fence,
+            owner: grant.owner,
+            kind: grant.kind,
+            ttl: options.ttl,
+            hold_until: held_from + options.max_hold,
+            state: Mutex::new(State {
+                deadline: sent + grant.validity,
+                expires_at_ms: grant.expires_at_ms,
+                last_sent: sent,
+                next_renewal: None,
+                at_max_hold: false,
+                end: None,
+            }),
+            ended: CancellationToken::new(),
+            wake: Notify::new(),
+        });
+        tokio::spawn(crate::renew::run(Arc::clone(&shared)));
+        Self {
+            shared,
+            done: false,
+        }
+    }
+
+    /// The lock's (or semaphore's) name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Strictly greater than every fence issued before for this name.
+    pub fn fence(&self) -> u64 {
+        self.shared.fence
+    }
+
+    /// The holder's label.
+    pub fn owner(&self) -> Option<&str> {
+        self.shared.owner.as_deref()
+    }
+
+    /// Exclusive, shared, or a permit.
+    pub fn kind(&self) -> LeaseKind {
+        self.shared.kind
+    }
+
+    /// The secret that extends and releases the lease. Keep it out of logs
+    /// and URLs; Debug output leaves it out.
+    pub fn token(&self) -> &str {
+        &self.shared.token
+    }
+
+    /// The broker's expiry, in Unix milliseconds of the Redis clock.
+    pub fn expires_at_ms(&self) -> u64 {
+        self.shared.state().expires_at_ms
+    }
+
+    /// How long the lease stays valid by the local clock unless renewed;
+    /// zero once ended.
+    pub fn remaining(&self) -> Duration {
+        let state = self.shared.state();
+        match state.end {
+            Some(_) => Duration::ZERO,
+            None => state.deadline.saturating_duration_since(Instant::now()),
+        }
+    }
+
+    /// How the lease ended; `None` while held.
+    pub fn end(&self) -> Option<LeaseEnd> {
+        self.shared.state().end
+    }
+
+    /// Why the lease was lost; `None` while held or once released.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        match self.end() {
+            Some(LeaseEnd::Lost(reason)) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Completes the moment the lease ends: `select!` on it beside the work
+    /// that needs the lock, so that work is cancelled when the lock is gone.
+    pub fn lost(&self) -> WaitForCancellationFuture<'_> {
+        self.shared.ended.cancelled()
+    }
+
+    /// A token cancelled the moment the lease ends, for tasks that outlive a
+    /// borrow of the lease. Cancelling it does not end the lease.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.shared.ended.child_token()
+    }
+
+    /// [`Error::LeaseLost`] once the lease was lost, to stop before a write.
+    pub fn check(&self) -> Result<(), Error> {
+        match self.lost_reason() {
+            Some(reason) => Err(Error::LeaseLost { reason }),
+            None => Ok(()),
+        }
+    }
+
+    /// Renews the lease in the background every TTL / 3 until it is
+    /// released, lost, or reaches its maximum hold. Calling it again changes
+    /// nothing.
+    pub fn keep_alive(&self) {
+        let mut state = self.shared.state();
+        if state.end.is_none() && state.next_renewal.is_none() && !state.at_max_hold {
+            state.next_renewal = Some(state.last_sent + self.shared.ttl / 3);
+            drop(state);
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// `POST .../extend`: the lease's remaining validity becomes `ttl` from
+    /// now. A lease that ended is never extended.
+    pub async fn extend(&self, ttl: Duration) -> Result<RenewalResponse, Error> {
+        self.shared
+            .extend(ttl, self.shared.client.inner.timeout)
+            .await
+            .map(|(renewal, _)| renewal)
+    }
+
+    /// `POST .../release`: stops renewing and gives the lease back. A lease
+    /// the broker already called lost answers [`Error::LeaseLost`]; one that
+    /// ran out by the local clock is still released if the broker has it
+    /// (then nobody else held it meanwhile).
+    pub async fn release(mut self) -> Result<Released, Error> {
+        self.done = true;
+        let shared = Arc::clone(&self.shared);
+        let lost = {
+            let mut state = shared.state();
+            state.next_renewal = None;
+            state.end
+        };
+        shared.wake.notify_one();
+        if let Some(LeaseEnd::Lost(LostReason::LeaseLost)) = lost {
+            return Err(Error::LeaseLost {
+                reason: LostReason::LeaseLost,
+            });
+        }
+        let answer = shared.release_call().await;
+        match answer {
+            Ok(answer) => {
+                shared.finish(LeaseEnd::Released);
+                Ok(Released {
+                    fence: answer.fence,
+                    acknowledged: answer.acknowledged,
+                })
+            }
+            Err(Error::LeaseLost { reason }) => {
+                shared.finish(LeaseEnd::Lost(reason));
+                Err(Error::LeaseLost { reason })
+            }
+            Err(error) => {
+                // Not told: the lease runs out on its own, and nobody else
+                // holds the lock before it does.
+                shared.finish(LeaseEnd::Released);
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind: use it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the first end and cancels the token.
+    pub(crate) fn finish(&self, end: LeaseEnd) {
+        {
+            let mut state = self.state();
+            if state.end.is_some() {
+                return;
+            }
+            state.end = Some(end);
+            state.next_renewal = None;
+        }
+        self.ended.cancel();
+        self.wake.notify_one();
+    }
+
+    /// One extend within `timeout`; on success the deadline moves to its
+    /// send time plus the answered validity. Answers when it was sent.
+    pub(crate) async fn extend(
+        &self,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<(RenewalResponse, Instant), Error> {
+        if let Some(LeaseEnd::Lost(reason)) = self.state().end {
+            return Err(Error::LeaseLost { reason });
+        }
+        let path = route(self.family, &self.name, "/extend");
+        let body = ExtendBody::new(self.token.as_str(), Some(millis(ttl)));
+        let sent = Instant::now();
+        let answer: Result<RenewalResponse, Error> = self
+            .client
+            .call(Method::POST, &path, Some(&body), timeout)
+            .await;
+        match answer {
+            Ok(renewal) => {
+                let mut state = self.state();
+                if let Some(LeaseEnd::Lost(reason)) = state.end {
+                    return Err(Error::LeaseLost { reason });
+                }
+                let validity = renewal.validity_ms.min(renewal.ttl_ms);
+                state.deadline = sent + Duration::from_millis(validity);
+                state.expires_at_ms = renewal.expires_at_ms;
+                state.last_sent = sent;
+                drop(state);
+                self.wake.notify_one();
+                Ok((renewal, sent))
+            }
+            Err(Error::LeaseLost { reason }) => {
+                self.finish(LeaseEnd::Lost(reason));
+                Err(Error::LeaseLost { reason })
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    pub(crate) async fn release_call(&self) -> Result<ReleaseResponse, Error> {
+        let path = route(self.family, &self.name, "/release");
+        let body = ReleaseBody::new(self.token.as_str());
+        let timeout = self.client.inner.timeout;
+        self.client
+            .call(Method::POST, &path, Some(&body), timeout)
+            .await
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let held = self.shared.state().end.is_none();
+        if held {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let shared = Arc::clone(&self.shared);
+                runtime.spawn(async move {
+                    let _ = shared.release_call().await;
+                });
+            }
+        }
+        self.shared.finish(LeaseEnd::Released);
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("name", &self.shared.name)
+            .field("fence", &self.shared.fence)
+            .field("owner", &self.shared.owner)
+            .field("kind", &self.shared.kind)
+            .field("token", &"<redacted>")
+            .field("remaining", &self.remaining())
+            .field("end", &self.end())
+            .finish()
+    }
+}

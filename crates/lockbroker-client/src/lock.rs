@@ -1,0 +1,306 @@
+//! Acquiring: [`LockHandle`] and [`SemaphoreHandle`], [`AcquireOptions`],
+//! and the retry rule every acquire follows.
+//!
+//! Every attempt of one acquire carries the same `request_id`, so one re-sent
+//! after a lost answer gets the same lease back instead of `lock_busy`. A busy
+//! answer is asked again until the caller's `wait` is over (the broker caps how
+//! long it holds one request), and so is a broker that is briefly unavailable.
+
+use std::time::Duration;
+
+use lockbroker_api::{
+    AcquireBody, LeaseResponse, LockMode, PermitResponse, SemaphoreAcquireBody,
+    SemaphoreStatusResponse, StatusResponse,
+};
+use reqwest::Method;
+use tokio::time::Instant;
+
+use crate::client::{route, Client, Family};
+use crate::error::{Error, TransportKind};
+use crate::lease::{Grant, Lease, LeaseKind};
+
+/// TTL of a lease when none is given.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// How long [`Lease::keep_alive`] renews a lease at most, from its grant.
+pub const DEFAULT_MAX_HOLD: Duration = Duration::from_secs(3600);
+/// A grant that took longer than this share of the TTL (it waited in the
+/// broker) is extended at once, so the local deadline counts from a recent send.
+const RESYNC_SHARE: u32 = 10;
+
+/// How an acquire asks for its lease. `..AcquireOptions::default()` fills in
+/// the rest: a 30 s TTL, no wait, `host:pid` as owner, exclusive, a one-hour
+/// maximum hold, and a fresh `request_id`.
+#[derive(Debug, Clone)]
+pub struct AcquireOptions {
+    /// How long the lease is valid; renewals ask for as much again.
+    pub ttl: Duration,
+    /// How long to wait in total for a busy lock; zero answers at once.
+    pub wait: Duration,
+    /// Who holds the lease, shown to others; `None` sends `host:pid`.
+    pub owner: Option<String>,
+    /// Exclusive or shared; ignored by a semaphore.
+    pub mode: LockMode,
+    /// How long the lock stays unavailable if this lease expires
+    /// unreleased; `None` for the broker's default.
+    pub lock_delay: Option<Duration>,
+    /// With a wait, queue in the lock's fair queue shared by every broker.
+    pub fair: bool,
+    /// The idempotency key every attempt carries; `None` makes a fresh one.
+    /// Give your own to retry an acquire across restarts of your process.
+    pub request_id: Option<String>,
+    /// The longest [`Lease::keep_alive`] keeps the lease, from its grant:
+    /// a hung job loses the lock instead of keeping it.
+    pub max_hold: Duration,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self {
+            ttl: DEFAULT_TTL,
+            wait: Duration::ZERO,
+            owner: None,
+            mode: LockMode::Exclusive,
+            lock_delay: None,
+            fair: false,
+            request_id: None,
+            max_hold: DEFAULT_MAX_HOLD,
+        }
+    }
+}
+
+/// One lock's routes; from [`Client::lock`].
+#[derive(Debug, Clone)]
+pub struct LockHandle {
+    client: Client,
+    name: String,
+}
+
+impl LockHandle {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        Self { client, name }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `POST /v1/locks/{name}/acquire`, asked again until granted or
+    /// `options.wait` is over. The lease is not renewed: call
+    /// [`Lease::keep_alive`], or use [`LockHandle::lock`].
+    pub async fn acquire(&self, options: AcquireOptions) -> Result<Lease, Error> {
+        let path = route(Family::Locks, &self.name, "/acquire");
+        let kind = match options.mode {
+            LockMode::Exclusive => LeaseKind::Exclusive,
+            LockMode::Shared => LeaseKind::Shared,
+        };
+        let (lease, sent, received) = attempts(&self.client, &path, &options, |o, id, wait| {
+            serde_json::to_value(AcquireBody {
+                ttl_ms: Some(millis(o.ttl)),
+                wait_ms: Some(millis(wait)),
+                owner: Some(owner(o)),
+                request_id: Some(id.to_owned()),
+                lock_delay_ms: o.lock_delay.map(millis),
+                fair: o.fair.then_some(true),
+                // An exclusive acquire sends no mode, the broker's default.
+                mode: (o.mode == LockMode::Shared).then_some(LockMode::Shared),
+            })
+        })
+        .await?;
+        let lease: LeaseResponse = lease;
+        let grant = Grant {
+            name: lease.name,
+            token: lease.token,
+            fence: lease.fence,
+            owner: lease.owner,
+            validity: Duration::from_millis(lease.validity_ms.min(lease.ttl_ms)),
+            expires_at_ms: lease.expires_at_ms,
+            kind,
+        };
+        finish(&self.client, Family::Locks, grant, &options, sent, received).await
+    }
+
+    /// [`LockHandle::acquire`], then [`Lease::keep_alive`]: the lease is
+    /// renewed in the background until released, lost, or `max_hold`.
+    pub async fn lock(&self, options: AcquireOptions) -> Result<Lease, Error> {
+        let lease = self.acquire(options).await?;
+        lease.keep_alive();
+        Ok(lease)
+    }
+
+    /// `GET /v1/locks/{name}`.
+    pub async fn status(&self) -> Result<StatusResponse, Error> {
+        self.client.status(&self.name).await
+    }
+}
+
+/// One semaphore's routes and its limit; from [`Client::semaphore`].
+#[derive(Debug, Clone)]
+pub struct SemaphoreHandle {
+    client: Client,
+    name: String,
+    limit: u32,
+}
+
+impl SemaphoreHandle {
+    pub(crate) fn new(client: Client, name: String, limit: u32) -> Self {
+        Self {
+            client,
+            name,
+            limit,
+        }
+    }
+
+    /// `POST /v1/semaphores/{name}/acquire`: one permit among at most
+    /// `limit`, asked again until granted or `options.wait` is over.
+    pub async fn acquire(&self, options: AcquireOptions) -> Result<Lease, Error> {
+        let path = route(Family::Semaphores, &self.name, "/acquire");
+        let limit = self.limit;
+        let (permit, sent, received) = attempts(&self.client, &path, &options, |o, id, wait| {
+            serde_json::to_value(SemaphoreAcquireBody {
+                limit: Some(u64::from(limit)),
+                ttl_ms: Some(millis(o.ttl)),
+                wait_ms: Some(millis(wait)),
+                owner: Some(owner(o)),
+                request_id: Some(id.to_owned()),
+                lock_delay_ms: o.lock_delay.map(millis),
+                fair: o.fair.then_some(true),
+            })
+        })
+        .await?;
+        let permit: PermitResponse = permit;
+        let grant = Grant {
+            name: permit.name,
+            token: permit.token,
+            fence: permit.fence,
+            owner: permit.owner,
+            validity: Duration::from_millis(permit.validity_ms.min(permit.ttl_ms)),
+            expires_at_ms: permit.expires_at_ms,
+            kind: LeaseKind::Permit {
+                limit: permit.limit,
+            },
+        };
+        finish(
+            &self.client,
+            Family::Semaphores,
+            grant,
+            &options,
+            sent,
+            received,
+        )
+        .await
+    }
+
+    /// [`SemaphoreHandle::acquire`], then [`Lease::keep_alive`].
+    pub async fn lock(&self, options: AcquireOptions) -> Result<Lease, Error> {
+        let permit = self.acquire(options).await?;
+        permit.keep_alive();
+        Ok(permit)
+    }
+
+    /// `GET /v1/semaphores/{name}`.
+    pub async fn status(&self) -> Result<SemaphoreStatusResponse, Error> {
+        self.client.semaphore_status(&self.name).await
+    }
+}
+
+/// Sends the acquire until granted or the wait is over; answers the grant
+/// and when its attempt was sent and answered.
+async fn attempts<T, B>(
+    client: &Client,
+    path: &str,
+    options: &AcquireOptions,
+    body: B,
+) -> Result<(T, Instant, Instant), Error>
+where
+    T: serde::de::DeserializeOwned,
+    B: Fn(&AcquireOptions, &str, Duration) -> serde_json::Result<serde_json::Value>,
+{
+    let request_id = options.request_id.clone().unwrap_or_else(new_request_id);
+    let give_up_at = Instant::now() + options.wait;
+    loop {
+        let left = give_up_at.saturating_duration_since(Instant::now());
+        let json = body(options, &request_id, left).map_err(|e| Error::Protocol {
+            message: format!("acquire body: {e}"),
+        })?;
+        let sent = Instant::now();
+        let timeout = client.inner.timeout + left;
+        let error = match client.call(Method::POST, path, Some(&json), timeout).await {
+            Ok(grant) => return Ok((grant, sent, Instant::now())),
+            Err(error) => error,
+        };
+        let now = Instant::now();
+        let left = give_up_at.saturating_duration_since(now);
+        if left.is_zero() {
+            return Err(error);
+        }
+        let pause = match &error {
+            // A busy answer that came back at once would make this a busy loop.
+            Error::Busy { .. } if now - sent < Duration::from_millis(50) => {
+                Duration::from_millis(50)
+            }
+            Error::Busy { .. } => Duration::ZERO,
+            Error::Transport {
+                kind: TransportKind::Tls,
+                ..
+            } => return Err(error),
+            error if error.is_transient() => error
+                .retry_after()
+                .unwrap_or(Duration::from_millis(500))
+                .min(Duration::from_secs(1)),
+            _ => return Err(error),
+        };
+        tokio::time::sleep(pause.min(left)).await;
+    }
+}
+
+/// The lease from a grant; after a grant that waited, one extend right away
+/// so the local deadline counts from a send after the grant.
+async fn finish(
+    client: &Client,
+    family: Family,
+    grant: Grant,
+    options: &AcquireOptions,
+    sent: Instant,
+    received: Instant,
+) -> Result<Lease, Error> {
+    let waited = received - sent > options.ttl / RESYNC_SHARE;
+    // max_hold counts from the grant: its send time, unless it waited.
+    let held_from = if waited { received } else { sent };
+    let lease = Lease::start(client.clone(), family, grant, options, sent, held_from);
+    if waited {
+        match lease.extend(options.ttl).await {
+            Ok(_) | Err(Error::MaxHoldExceeded { .. }) => {}
+            Err(error) if error.is_transient() => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(lease)
+}
+
+/// A fresh idempotency key: 128 random bits as hex.
+pub(crate) fn new_request_id() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// The owner label to send: the caller's, or `host:pid`.
+pub(crate) fn owner(options: &AcquireOptions) -> String {
+    options.owner.clone().unwrap_or_else(default_owner)
+}
+
+/// `host:pid`, so a `lock_busy` answer says who holds the lock.
+pub fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    let label = format!("{host}:{}", std::process::id());
+    label.chars().take(256).collect()
+}
+
+/// A duration as whole milliseconds on the wire.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,252 @@
+//! Acquire, busy with its holders, extend, release, waiting, shared leases,
+//! permits, `request_id` retries and the mapping of a bad field.
+
+use std::time::{Duration, Instant};
+
+use lockbroker_client::{AcquireOptions, Client, Error, LeaseKind, LockMode};
+use lockbroker_tests::app::test_settings;
+use lockbroker_tests::{RedisServer, TestApp};
+
+use crate::front::LossyFront;
+use crate::{client, with_ttl};
+
+const TTL: Duration = Duration::from_secs(10);
+
+#[tokio::test]
+async fn busy_names_the_holder_and_release_lets_the_next_in() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let lock = client.lock("job");
+
+    let first = lock
+        .acquire(with_ttl(TTL, "worker-a"))
+        .await
+        .expect("granted");
+    assert_eq!((first.name(), first.owner()), ("job", Some("worker-a")));
+    assert_eq!(first.kind(), LeaseKind::Exclusive);
+    let Err(Error::Busy {
+        holders,
+        owner,
+        fence,
+        ..
+    }) = lock.acquire(with_ttl(TTL, "worker-b")).await
+    else {
+        panic!("a second acquire is busy");
+    };
+    assert_eq!(owner.as_deref(), Some("worker-a"));
+    assert_eq!(fence, Some(first.fence()));
+    assert_eq!(holders.len(), 1);
+    assert_eq!(holders[0].fence, first.fence());
+
+    let renewal = first
+        .extend(Duration::from_secs(20))
+        .await
+        .expect("extended");
+    assert_eq!(renewal.fence, first.fence());
+    assert!(renewal.ttl_ms > 10_000, "{renewal:?}");
+    assert!(first.remaining() > Duration::from_secs(15));
+
+    let fence = first.fence();
+    let released = first.release().await.expect("released");
+    assert_eq!(released.fence, fence);
+    let next = lock
+        .acquire(with_ttl(TTL, "worker-b"))
+        .await
+        .expect("free now");
+    assert!(next.fence() > fence);
+}
+
+#[tokio::test]
+async fn a_wait_longer_than_the_brokers_cap_goes_on_until_the_lock_is_released() {
+    let redis = RedisServer::start();
+    let mut settings = test_settings(&redis);
+    // The broker holds one waiting request 200 ms at most: the client asks
+    // again with the rest of its wait.
+    settings.locks.max_wait_ms = 200;
+    let app = TestApp::spawn_with(settings).await;
+    let client = client(&app);
+    let lock = client.lock("queue");
+    let holder = lock.acquire(with_ttl(TTL, "a")).await.expect("granted");
+    let fence = holder.fence();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        holder.release().await.expect("released");
+    });
+
+    let started = Instant::now();
+    let waiting = AcquireOptions {
+        wait: Duration::from_secs(5),
+        ..with_ttl(TTL, "b")
+    };
+    let lease = lock.acquire(waiting).await.expect("granted after the wait");
+    assert!(started.elapsed() >= Duration::from_millis(650));
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(lease.fence() > fence);
+}
+
+#[tokio::test]
+async fn shared_leases_coexist_and_keep_a_writer_out() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let lock = client.lock("catalog");
+    let shared = |owner: &str| AcquireOptions {
+        mode: LockMode::Shared,
+        ..with_ttl(TTL, owner)
+    };
+    let reader_a = lock.acquire(shared("reader-a")).await.expect("shared");
+    let reader_b = lock
+        .acquire(shared("reader-b"))
+        .await
+        .expect("shared beside it");
+    assert_eq!(reader_a.kind(), LeaseKind::Shared);
+    assert_ne!(reader_a.fence(), reader_b.fence());
+
+    let Err(Error::Busy { holders, .. }) = lock.acquire(with_ttl(TTL, "writer")).await else {
+        panic!("a writer waits for the readers");
+    };
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    assert!(holders.iter().all(|h| h.mode == "shared"), "{holders:?}");
+
+    reader_a.release().await.expect("released");
+    reader_b.release().await.expect("released");
+    lock.acquire(with_ttl(TTL, "writer"))
+        .await
+        .expect("the writer once they left");
+}
+
+#[tokio::test]
+async fn permits_go_up_to_the_limit_and_one_limit_holds() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let exports = client.semaphore("exports", 2);
+    let one = exports
+        .acquire(with_ttl(TTL, "a"))
+        .await
+        .expect("first permit");
+    let two = exports
+        .acquire(with_ttl(TTL, "b"))
+        .await
+        .expect("second permit");
+    assert_eq!(one.kind(), LeaseKind::Permit { limit: 2 });
+    assert!(two.fence() > one.fence());
+
+    let Err(Error::Busy { holders, limit, .. }) = exports.acquire(with_ttl(TTL, "c")).await else {
+        panic!("no third permit under limit 2");
+    };
+    assert_eq!((holders.len(), limit), (2, Some(2)));
+    let other_limit = client
+        .semaphore("exports", 3)
+        .acquire(with_ttl(TTL, "c"))
+        .await;
+    assert!(
+        matches!(other_limit, Err(Error::LimitConflict { limit: Some(2) })),
+        "{other_limit:?}"
+    );
+    assert_eq!(exports.status().await.expect("status").held, 2);
+
+    one.extend(Duration::from_secs(20))
+        .await
+        .expect("a permit extends");
+    one.release().await.expect("a permit releases");
+    exports
+        .acquire(with_ttl(TTL, "c"))
+        .await
+        .expect("a freed place");
+}
+
+#[tokio::test]
+async fn a_retried_acquire_with_the_same_request_id_gets_the_same_lease() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let options = AcquireOptions {
+        request_id: Some("job-7f3a".to_owned()),
+        ..with_ttl(TTL, "worker")
+    };
+    let first = client
+        .lock("report")
+        .acquire(options.clone())
+        .await
+        .expect("granted");
+    let again = client
+        .lock("report")
+        .acquire(options)
+        .await
+        .expect("the same lease, not busy");
+    assert_eq!(again.fence(), first.fence());
+    assert_eq!(again.token(), first.token());
+}
+
+#[tokio::test]
+async fn an_acquire_whose_answer_was_lost_is_retried_into_the_same_lease() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let front = LossyFront::start(app.base.clone()).await;
+    let client = Client::new(front.base.clone()).expect("client");
+    let options = AcquireOptions {
+        wait: Duration::from_secs(2),
+        ..with_ttl(TTL, "worker")
+    };
+    // The broker granted the first attempt, whose answer became a 503: the
+    // retry carries the same request_id and gets that lease, not busy.
+    let lease = client
+        .lock("retried")
+        .acquire(options)
+        .await
+        .expect("granted");
+    let status = client.status("retried").await.expect("status");
+    assert_eq!(
+        (status.holder_count, status.fence),
+        (1, Some(lease.fence()))
+    );
+    lease
+        .release()
+        .await
+        .expect("the retry's token is the lease's");
+}
+
+#[tokio::test]
+async fn a_bad_field_is_a_validation_error_naming_it() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+
+    let zero_ttl = client
+        .lock("job")
+        .acquire(with_ttl(Duration::ZERO, "w"))
+        .await;
+    assert!(
+        matches!(&zero_ttl, Err(Error::Validation { field: Some(f), .. }) if f == "ttl_ms"),
+        "{zero_ttl:?}"
+    );
+    // The name is percent-encoded, so it reaches the lock route and the
+    // broker names it, rather than another route answering.
+    for name in ["a b", "x/../y", "é"] {
+        let bad = client.lock(name).acquire(with_ttl(TTL, "w")).await;
+        assert!(
+            matches!(&bad, Err(Error::Validation { field: Some(f), .. }) if f == "name"),
+            "{name}: {bad:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_token_is_in_no_debug_output() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let lease = client(&app)
+        .lock("secret")
+        .acquire(with_ttl(TTL, "w"))
+        .await
+        .expect("granted");
+    let shown = format!("{lease:?}");
+    assert!(!shown.contains(lease.token()), "{shown}");
+    assert!(shown.contains(&lease.fence().to_string()), "{shown}");
+}
