@@ -152,7 +152,7 @@ async fn the_redis_client_leaves_commands_unsent_after_its_bounded_queue_overflo
     assert!(refused > 0, "the flood overflowed the queue");
 
     // PING and FCALL flush the socket whatever the count says; GET, SCAN
-    // and SCRIPT EXISTS (the readiness check) wait for a flush that never
+    // and SCRIPT EXISTS (what the readiness check sent then) wait for a flush that never
     // comes.
     let after: Result<Value, _> = client.get("any-key").await;
     assert!(

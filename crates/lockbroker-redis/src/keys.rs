@@ -71,7 +71,9 @@ impl KeyLayout {
         self.key(name, "lease")
     }
 
-    /// The last fence issued: `{prefix}:{<name>}:fence`.
+    /// Where brokers before the fence moved into the lease hash kept a
+    /// name's last fence: `{prefix}:{<name>}:fence`. Read only when a lease
+    /// hash has no fence of its own (`acquire.lua`), never written.
     pub fn fence(&self, name: &LockName) -> String {
         self.key(name, "fence")
     }

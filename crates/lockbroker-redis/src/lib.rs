@@ -5,9 +5,10 @@
 //!
 //! - [`connection`]: settings, credentials, TLS, the client pool and the
 //!   subscriber, and what a failed command means ([`connection::store_error`]).
-//! - [`keys`]: where a lock's state lives (`{prefix}:{<name>}:lease` and
-//!   `{prefix}:{<name>}:fence`, the name in a Cluster hash tag).
-//! - [`scripts`]: the Lua scripts, loaded once and run by SHA, and
+//! - [`keys`]: where a lock's state lives (`{prefix}:{<name>}:lease`, which
+//!   also keeps its last fence, beside its queue and holder set, the name in
+//!   a Cluster hash tag).
+//! - [`scripts`]: the Lua scripts, loaded as one Redis Functions library, and
 //!   [`scripts::calls`], one typed definition of each script's keys,
 //!   arguments and reply.
 //! - [`wakes`]: release announcements between brokers, read in one place.
