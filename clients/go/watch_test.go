@@ -214,3 +214,26 @@ func TestWatchPrefixSendsEachHeldLockThenCompleteThenChanges(t *testing.T) {
 		t.Fatalf("acquired: %+v", acquired)
 	}
 }
+
+func TestWatchWaitsOutTooManyStreams(t *testing.T) {
+	broker := ownBroker(t, nil, map[string]string{"LOCKBROKER_HTTP_MAX_EVENT_STREAMS": "1"})
+	client, name := clientOf(t, broker.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second}), lockName(t)
+	first, err := client.Watch(bg, name, lockbroker.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	nextEvent(t, first)
+	second, err := client.Watch(bg, name, lockbroker.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	// The broker answers 429 too_many_streams while the first stream is open:
+	// the second asks again until the first one closes.
+	time.Sleep(300 * time.Millisecond)
+	first.Close()
+	if _, ok := nextEvent(t, second).(*lockbroker.LockState); !ok {
+		t.Fatal("the second watch did not open once a stream was free")
+	}
+}
