@@ -45,3 +45,23 @@ func TestParserReadsFieldsCommentsAndLineEnds(t *testing.T) {
 		t.Fatal("an unknown event type is not skipped")
 	}
 }
+
+func TestLeaderViewFollowsTheExclusiveHolderAndNeverGoesBack(t *testing.T) {
+	var view leaderView
+	view.apply(&LockState{LockStatus: LockStatus{Held: true, Mode: ModeExclusive, Owner: "a", Fence: 5,
+		Holders: []Holder{{Owner: "a", Fence: 5, Mode: ModeExclusive}}}})
+	if !view.held || view.owner != "a" || view.term != 5 {
+		t.Fatalf("after the state: %+v", view)
+	}
+	view.apply(&LockEvent{Type: "acquired", Mode: ModeExclusive, Owner: "b", Fence: 7})
+	view.apply(&LockEvent{Type: "extended", Mode: ModeExclusive, Owner: "a", Fence: 5}) // older: late
+	view.apply(&LockEvent{Type: "released", Mode: ModeExclusive, Owner: "a", Fence: 5}) // not the term
+	if !view.held || view.owner != "b" || view.term != 7 {
+		t.Fatalf("an older lease moved the view: %+v", view)
+	}
+	view.apply(&LockEvent{Type: "acquired", Mode: ModeShared, Owner: "r", Fence: 9})
+	view.apply(&LockEvent{Type: "expired", Mode: ModeExclusive, Owner: "b", Fence: 7})
+	if view.held {
+		t.Fatalf("after the leader's expiry: %+v", view)
+	}
+}
