@@ -25,6 +25,27 @@ type acquireRequest struct {
 	requestID string
 	lockDelay time.Duration
 	fair      bool
+	shared    bool
+	limit     int // > 0: a semaphore's permit under this limit
+}
+
+// mode is the Lease.Mode a grant of r has.
+func (r *acquireRequest) mode() string {
+	switch {
+	case r.limit > 0:
+		return ModePermit
+	case r.shared:
+		return ModeShared
+	}
+	return ModeExclusive
+}
+
+// routes is where r and the extends and release of its lease go.
+func (r *acquireRequest) routes() string {
+	if r.limit > 0 {
+		return semaphoreRoutes
+	}
+	return lockRoutes
 }
 
 func newAcquire(name string, o AcquireOptions) (*acquireRequest, error) {
@@ -35,7 +56,7 @@ func newAcquire(name string, o AcquireOptions) (*acquireRequest, error) {
 		return nil, errors.New("lockbroker: TTL, Wait and LockDelay must not be negative")
 	}
 	r := &acquireRequest{name: name, ttl: o.TTL, wait: o.Wait, owner: o.Owner,
-		requestID: o.RequestID, lockDelay: o.LockDelay, fair: o.Fair}
+		requestID: o.RequestID, lockDelay: o.LockDelay, fair: o.Fair, shared: o.Shared}
 	if r.ttl == 0 {
 		r.ttl = DefaultTTL
 	}
@@ -64,6 +85,12 @@ func (r *acquireRequest) body(left time.Duration) map[string]any {
 	if r.fair {
 		body["fair"] = true // sent only when set
 	}
+	if r.shared {
+		body["mode"] = ModeShared // sent only when set, as older brokers know no mode
+	}
+	if r.limit > 0 {
+		body["limit"] = r.limit
+	}
 	return body
 }
 
@@ -71,7 +98,7 @@ func (r *acquireRequest) body(left time.Duration) map[string]any {
 // same request_id, so one re-sent after a lost answer gets the same lease back.
 func (c *Client) acquire(ctx context.Context, r *acquireRequest) (*Lease, error) {
 	giveUpAt := time.Now().Add(r.wait)
-	path := lockPath(r.name, "acquire")
+	path := routePath(r.routes(), r.name, "acquire")
 	for {
 		left := time.Until(giveUpAt)
 		if left < 0 {
@@ -81,7 +108,7 @@ func (c *Client) acquire(ctx context.Context, r *acquireRequest) (*Lease, error)
 		sent := time.Now()
 		err := c.callKeyed(ctx, http.MethodPost, path, r.body(left), left, r.requestID, &answer)
 		if err == nil {
-			lease := newLease(ctx, c, &answer, sent, r.ttl)
+			lease := newLease(ctx, c, r, &answer, sent)
 			// A grant that waited: its deadline counted from this send time
 			// may be near or past, so bound it by an extend sent now instead.
 			if time.Since(sent) > r.ttl/resyncShare {
@@ -154,6 +181,8 @@ type LockOptions struct {
 	LockDelay time.Duration
 	// Fair: see AcquireOptions.
 	Fair bool
+	// Shared: see AcquireOptions.
+	Shared bool
 }
 
 // Lock takes the lock name and keeps it until Release: a goroutine extends the
@@ -170,14 +199,19 @@ type LockOptions struct {
 // ctx bounds the acquire and is the parent of the lease's Context; bound the
 // wait with Wait, since a ctx deadline would also end the lease's Context.
 func (c *Client) Lock(ctx context.Context, name string, options LockOptions) (*Lease, error) {
-	maxHold := options.MaxHold
-	if maxHold == 0 {
-		maxHold = DefaultMaxHold
-	}
 	request, err := newAcquire(name, AcquireOptions{TTL: options.TTL, Wait: options.Wait,
-		Owner: options.Owner, LockDelay: options.LockDelay, Fair: options.Fair})
+		Owner: options.Owner, LockDelay: options.LockDelay, Fair: options.Fair, Shared: options.Shared})
 	if err != nil {
 		return nil, err
+	}
+	return c.keep(ctx, request, options.MaxHold)
+}
+
+// keep acquires for request and renews the lease until Release, the loss, or
+// maxHold (0: DefaultMaxHold) from the grant.
+func (c *Client) keep(ctx context.Context, request *acquireRequest, maxHold time.Duration) (*Lease, error) {
+	if maxHold == 0 {
+		maxHold = DefaultMaxHold
 	}
 	if maxHold < request.ttl {
 		return nil, fmt.Errorf("lockbroker: MaxHold (%s) must be at least the TTL (%s)", maxHold, request.ttl)

@@ -146,6 +146,9 @@ type AcquireOptions struct {
 	// Fair queues the wait in Redis, so waiters are granted in arrival order
 	// across every broker sharing it.
 	Fair bool
+	// Shared asks for a shared lease: granted beside other shared leases, kept
+	// out only by an exclusive one. Not for permits.
+	Shared bool
 }
 
 // NoLockDelay as AcquireOptions.LockDelay asks for no lock-delay even when the
@@ -163,8 +166,18 @@ type LockStatus struct {
 	Fence int64
 	// ExpiresIn is how long the current lease stays valid (0 when not held).
 	ExpiresIn time.Duration
-	// AvailableIn is how long until the lock can be granted at the earliest.
+	// AvailableIn is how long until an exclusive acquire could succeed at the
+	// earliest.
 	AvailableIn time.Duration
+	// Mode is how the lock is held now: ModeExclusive, ModeShared, or "" when
+	// it is not held.
+	Mode string
+	// Holders lists every valid lease of the lock, at most 100.
+	Holders []Holder
+	// HolderCount counts every valid lease, those beyond the 100 listed too.
+	HolderCount int
+	// Waiting counts the requests waiting for the lock (see openapi.yaml).
+	Waiting int
 }
 
 // Renewal is the broker's answer to an extend: the same fence, a new expiry.
@@ -186,6 +199,7 @@ type leaseAnswer struct {
 	TTLMs       int64   `json:"ttl_ms"`
 	ExpiresAtMs int64   `json:"expires_at_ms"`
 	Owner       *string `json:"owner"`
+	Limit       int     `json:"limit"`
 }
 
 func (a *leaseAnswer) owner() string {
@@ -213,11 +227,15 @@ func (c *Client) Acquire(ctx context.Context, name string, options AcquireOption
 // Extend sets the remaining TTL of the lease token holds to ttl (replace, not
 // add). Errors: ErrLeaseLost (a *LeaseLost), *MaxHoldExceeded.
 func (c *Client) Extend(ctx context.Context, name, token string, ttl time.Duration) (*Renewal, error) {
+	return c.extendOn(ctx, lockRoutes, name, token, ttl)
+}
+
+func (c *Client) extendOn(ctx context.Context, routes, name, token string, ttl time.Duration) (*Renewal, error) {
 	if ttl <= 0 {
 		return nil, errors.New("lockbroker: ttl must be positive")
 	}
 	var answer leaseAnswer
-	if err := c.extend(ctx, name, token, ttl, &answer); err != nil {
+	if err := c.extend(ctx, routes, name, token, ttl, &answer); err != nil {
 		return nil, err
 	}
 	return &Renewal{Name: answer.Name, Fence: answer.Fence, TTL: millis(answer.TTLMs),
@@ -227,7 +245,7 @@ func (c *Client) Extend(ctx context.Context, name, token string, ttl time.Durati
 // Release gives the lock back at once and returns the lease's fence. A token
 // that no longer holds the lease gets ErrLeaseLost (a *LeaseLost).
 func (c *Client) Release(ctx context.Context, name, token string) (int64, error) {
-	answer, err := c.release(ctx, name, token)
+	answer, err := c.release(ctx, lockRoutes, name, token)
 	if err != nil {
 		return 0, err
 	}
@@ -241,10 +259,10 @@ type releaseAnswer struct {
 	Acknowledged *bool `json:"acknowledged"`
 }
 
-func (c *Client) release(ctx context.Context, name, token string) (*releaseAnswer, error) {
+func (c *Client) release(ctx context.Context, routes, name, token string) (*releaseAnswer, error) {
 	var answer releaseAnswer
 	body := map[string]any{"token": token}
-	if err := c.call(ctx, http.MethodPost, lockPath(name, "release"), body, 0, &answer); err != nil {
+	if err := c.call(ctx, http.MethodPost, routePath(routes, name, "release"), body, 0, &answer); err != nil {
 		return nil, err
 	}
 	return &answer, nil
@@ -252,31 +270,16 @@ func (c *Client) release(ctx context.Context, name, token string) (*releaseAnswe
 
 // Status reads the lock's state (holder, last fence, expiry).
 func (c *Client) Status(ctx context.Context, name string) (*LockStatus, error) {
-	var answer struct {
-		Name          string  `json:"name"`
-		Held          bool    `json:"held"`
-		Owner         *string `json:"owner"`
-		Fence         *int64  `json:"fence"`
-		ExpiresInMs   int64   `json:"expires_in_ms"`
-		AvailableInMs int64   `json:"available_in_ms"`
-	}
+	var answer statusAnswer
 	if err := c.call(ctx, http.MethodGet, lockPath(name, ""), nil, 0, &answer); err != nil {
 		return nil, err
 	}
-	status := &LockStatus{Name: answer.Name, Held: answer.Held,
-		ExpiresIn: millis(answer.ExpiresInMs), AvailableIn: millis(answer.AvailableInMs)}
-	if answer.Owner != nil {
-		status.Owner = *answer.Owner
-	}
-	if answer.Fence != nil {
-		status.Fence = *answer.Fence
-	}
-	return status, nil
+	return answer.status(), nil
 }
 
-func (c *Client) extend(ctx context.Context, name, token string, ttl time.Duration, out *leaseAnswer) error {
+func (c *Client) extend(ctx context.Context, routes, name, token string, ttl time.Duration, out *leaseAnswer) error {
 	body := map[string]any{"token": token, "ttl_ms": wireMillis(ttl)}
-	return c.call(ctx, http.MethodPost, lockPath(name, "extend"), body, 0, out)
+	return c.call(ctx, http.MethodPost, routePath(routes, name, "extend"), body, 0, out)
 }
 
 // call makes one exchange with a deadline of the client's timeout plus extra,
@@ -352,9 +355,18 @@ func unwrapURLError(err error) error {
 	return err
 }
 
+// The two families of lease routes: a lock's and a semaphore's.
+const (
+	lockRoutes      = "/v1/locks/"
+	semaphoreRoutes = "/v1/semaphores/"
+)
+
 // lockPath is /v1/locks/{name}[/action] with the name escaped.
-func lockPath(name, action string) string {
-	path := "/v1/locks/" + url.PathEscape(name)
+func lockPath(name, action string) string { return routePath(lockRoutes, name, action) }
+
+// routePath is routes + {name}[/action] with the name escaped.
+func routePath(routes, name, action string) string {
+	path := routes + url.PathEscape(name)
 	if action != "" {
 		path += "/" + action
 	}

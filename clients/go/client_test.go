@@ -335,3 +335,17 @@ func TestNoLockDelayAsksForNone(t *testing.T) {
 	}
 	_ = lease.Release(bg)
 }
+
+func TestALeaseForceReleasedNamesWhoDidIt(t *testing.T) {
+	client, name := newClient(t), lockName(t)
+	lease, err := client.Acquire(bg, name, lockbroker.AcquireOptions{TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forceRelease(t, shared, name)
+	err = lease.Extend(bg, 0)
+	var lost *lockbroker.LeaseLost
+	if !errors.As(err, &lost) || lost.ForceReleasedBy != "anonymous" {
+		t.Fatalf("extending a force-released lease: %v (%+v)", err, lost)
+	}
+}

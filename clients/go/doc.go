@@ -14,6 +14,9 @@
 //
 // Lock renews the lease in the background every TTL/3 and stops at MaxHold.
 // Acquire, Extend, Release and Status are the single calls of the HTTP API.
+// LockOptions.Shared asks for a shared lease; Semaphore and AcquirePermit take
+// one of a semaphore's permits. Watch and WatchPrefix read a lock's event
+// stream, resuming after a drop; Leader campaigns for leadership of a lock.
 // Errors are typed for errors.As and errors.Is: *LockBusy, ErrLeaseLost
 // (*LeaseLost), *MaxHoldExceeded, *LimitConflict, *Unavailable, *InvalidRequest, *AuthError,
 // all unwrapping to *BrokerError.

@@ -52,8 +52,8 @@ func (e *BrokerError) Error() string {
 // connection, a timeout, an untrusted certificate), nil otherwise.
 func (e *BrokerError) Unwrap() error { return e.cause }
 
-// LockBusy is 423 lock_busy: another lease (or its lock-delay) holds the lock,
-// also after waiting.
+// LockBusy is 423 lock_busy: other leases (or their lock-delay) hold the lock,
+// or every permit of a semaphore is taken, also after waiting.
 type LockBusy struct {
 	BrokerError
 	// Owner is the holder's owner label ("" when it gave none).
@@ -65,6 +65,11 @@ type LockBusy struct {
 	// AvailableIn is how long until the lock can be granted at the earliest
 	// (expiry plus lock-delay).
 	AvailableIn time.Duration
+	// Holders lists every lease (or permit) in the way, at most 100; Owner,
+	// Fence and AvailableIn describe the one whose end lets you try first.
+	Holders []Holder
+	// Limit is a semaphore's limit; 0 for a lock.
+	Limit int
 }
 
 // Unwrap gives the common BrokerError.
@@ -77,6 +82,9 @@ type LeaseLost struct {
 	// Reason is "lease_lost" when the broker said so, "expired" when the lease
 	// ran out without a renewal (broker unreachable, or max hold reached).
 	Reason string
+	// ForceReleasedBy names the API key id (or "anonymous") of the operator
+	// who force-released the lease, when the broker still remembers it.
+	ForceReleasedBy string
 }
 
 // Unwrap gives the common BrokerError.
@@ -140,14 +148,16 @@ func (e *AuthError) Unwrap() error { return &e.BrokerError }
 
 // errorBody is the error object of a broker answer.
 type errorBody struct {
-	Code          string  `json:"code"`
-	Message       string  `json:"message"`
-	Field         string  `json:"field"`
-	Owner         *string `json:"owner"`
-	Fence         int64   `json:"fence"`
-	ExpiresInMs   int64   `json:"expires_in_ms"`
-	AvailableInMs int64   `json:"available_in_ms"`
-	Limit         int     `json:"limit"`
+	Code          string         `json:"code"`
+	Message       string         `json:"message"`
+	Field         string         `json:"field"`
+	Owner         *string        `json:"owner"`
+	Fence         int64          `json:"fence"`
+	ExpiresInMs   int64          `json:"expires_in_ms"`
+	AvailableInMs int64          `json:"available_in_ms"`
+	Limit         int            `json:"limit"`
+	Holders       []holderAnswer `json:"holders"`
+	ForcedBy      string         `json:"force_released_by"`
 }
 
 // kinds is the one table from error code to error type.
@@ -207,13 +217,13 @@ func errorFromAnswer(status int, body *errorBody, retryAfter string) error {
 	case "busy":
 		busy := &LockBusy{BrokerError: base, Fence: body.Fence,
 			ExpiresIn:   millis(body.ExpiresInMs),
-			AvailableIn: millis(body.AvailableInMs)}
+			AvailableIn: millis(body.AvailableInMs), Holders: holdersOf(body.Holders), Limit: body.Limit}
 		if body.Owner != nil {
 			busy.Owner = *body.Owner
 		}
 		return busy
 	case "lost":
-		return &LeaseLost{BrokerError: base, Reason: "lease_lost"}
+		return &LeaseLost{BrokerError: base, Reason: "lease_lost", ForceReleasedBy: body.ForcedBy}
 	case "max_hold":
 		return &MaxHoldExceeded{BrokerError: base, ExpiresIn: millis(body.ExpiresInMs)}
 	case "limit":

@@ -21,8 +21,14 @@ type Lease struct {
 	Owner string
 	// TTL is the validity asked for at each renewal.
 	TTL time.Duration
+	// Mode is ModeExclusive or ModeShared for a lock's lease, ModePermit for a
+	// semaphore's permit.
+	Mode string
+	// Limit is the semaphore's limit the permit is held under; 0 for a lock.
+	Limit int
 
 	client    *Client
+	routes    string // lockRoutes or semaphoreRoutes: where extend and release go
 	token     string
 	grantedAt time.Time
 	ctx       context.Context
@@ -46,10 +52,11 @@ type Lease struct {
 	releasing  bool
 }
 
-func newLease(ctx context.Context, c *Client, answer *leaseAnswer, sent time.Time, ttl time.Duration) *Lease {
+func newLease(ctx context.Context, c *Client, r *acquireRequest, answer *leaseAnswer, sent time.Time) *Lease {
 	leaseCtx, cancel := context.WithCancel(ctx)
 	return &Lease{
-		Name: answer.Name, Fence: answer.Fence, Owner: answer.owner(), TTL: ttl,
+		Name: answer.Name, Fence: answer.Fence, Owner: answer.owner(), TTL: r.ttl,
+		Mode: r.mode(), Limit: answer.Limit, routes: r.routes(),
 		client: c, token: answer.Token, grantedAt: sent, ctx: leaseCtx, cancel: cancel,
 		ended:    make(chan struct{}),
 		deadline: sent.Add(millis(answer.TTLMs)), expiresAtMs: answer.ExpiresAtMs, lastSent: sent,
@@ -132,8 +139,8 @@ func (l *Lease) String() string {
 	case err != nil:
 		state = "released"
 	}
-	return fmt.Sprintf("lease on %q fence %d owner %q %s remaining %s",
-		l.Name, l.Fence, l.Owner, state, l.Remaining().Round(time.Millisecond))
+	return fmt.Sprintf("%s lease on %q fence %d owner %q %s remaining %s",
+		l.Mode, l.Name, l.Fence, l.Owner, state, l.Remaining().Round(time.Millisecond))
 }
 
 // Extend sets the remaining TTL to ttl (0: the lease's TTL). A lease already
@@ -178,7 +185,7 @@ func (l *Lease) release(ctx context.Context) error {
 	if lost != nil && lost.Reason == "lease_lost" {
 		return lost // the broker already said it is gone: nothing to release
 	}
-	answer, err := l.client.release(ctx, l.Name, l.token)
+	answer, err := l.client.release(ctx, l.routes, l.Name, l.token)
 	var brokerLost *LeaseLost
 	switch {
 	case err == nil:
@@ -211,7 +218,7 @@ func (l *Lease) extend(ctx context.Context, ttl, timeout time.Duration) (time.Ti
 	}
 	var answer leaseAnswer
 	sent := time.Now()
-	err := l.client.extend(ctx, l.Name, l.token, ttl, &answer)
+	err := l.client.extend(ctx, l.routes, l.Name, l.token, ttl, &answer)
 	var lost *LeaseLost
 	if errors.As(err, &lost) {
 		l.markLost(lost)
