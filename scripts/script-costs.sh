@@ -23,8 +23,7 @@ trap 'kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 
 # The bodies, as the broker assembles them (scripts.rs): the prelude and the
-# queue, holder-set and memo helpers first. The sixth drops acquire.lua's fair-queue check; the seventh
-# is the thin broker's whole acquire, which uses the first 2 keys and the
+# queue, holder-set and memo helpers first. The sixth is the thin broker's whole acquire, which uses the first 2 keys and the
 # first 2 arguments (token, TTL) of the same call.
 python3 - "$dir" <<'EOF'
 import pathlib, sys
@@ -33,16 +32,13 @@ scripts = pathlib.Path("crates/lockbroker-redis/scripts")
 prelude = "\n".join((scripts / f).read_text()
                     for f in ["prelude.lua", "queue.lua", "holders.lua", "memos.lua"])
 acquire = (scripts / "acquire.lua").read_text()
-check = acquire.index("if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then")
-end = acquire.index("\nend\n", check) + len("\nend\n")
 bodies = {
     "1 return 1, with the acquire's keys and arguments": "return 1",
     "2 the helper functions defined, then return 1": prelude + "\nreturn 1",
     "3 the same plus one TIME": prelude + "\nlocal a, b = clock() return 1",
     "4 TIME and four EXISTS": "redis.call('TIME') " + "redis.call('EXISTS', KEYS[3]) " * 4 + "return 1",
     "5 acquire.lua granting a fresh lock": prelude + "\n" + acquire,
-    "6 the same without the fair-queue check": prelude + "\n" + acquire[:check] + acquire[end:],
-    "7 the thin broker's acquire granting a fresh lock":
+    "6 the thin broker's acquire granting a fresh lock":
         pathlib.Path("crates/lockbroker-bench/scripts/thin-acquire.lua").read_text(),
 }
 for name, body in bodies.items():
@@ -52,8 +48,8 @@ EOF
 # The broker's own acquire, as it runs it: FCALL of its Functions library
 # (the helpers defined once, at load), granting a fresh lock.
 cargo build --release -q -p lockbroker-bench
-"${CARGO_TARGET_DIR:-target}/release/lockbroker-bench" __library > "$dir/library.lua"
-library="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$dir/library.lua")"
+"${CARGO_TARGET_DIR:-target}/release/lockbroker-bench" __library > "$dir/library.txt"
+library="$(redis-cli -p "$port" -x FUNCTION LOAD REPLACE < "$dir/library.txt")"
 
 printf '%-55s %s\n' "script body" "µs per call"
 for body in "$dir"/*.lua; do
