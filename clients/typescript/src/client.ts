@@ -18,9 +18,12 @@ import {
 import {
   type Kind,
   defaultOwner,
+  describe,
   duration,
+  isReset,
   newRequestId,
   nodeProcess,
+  permitLimit,
   resourcePath,
   sleep,
   wireMillis,
@@ -429,12 +432,6 @@ export class Client {
 /** The abort reason of a request that outlived its timeout. */
 class TimeoutMarker extends Error {}
 
-/** A semaphore's limit: a whole number of permits, at least 1. */
-function permitLimit(limit: number): number {
-  if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`limit must be a whole number >= 1, not ${String(limit)}`);
-  return limit;
-}
-
 /** The pause before asking again after `error`, or undefined to give up. */
 function pauseAfter(error: unknown, sent: number, giveUpAt: number): number | undefined {
   const t = now();
@@ -448,17 +445,3 @@ function pauseAfter(error: unknown, sent: number, giveUpAt: number): number | un
   if (error instanceof BrokerUnavailable) return Math.min(left, error.retryAfterMs || 500, 1000);
   return undefined;
 }
-
-/** Whether a failed fetch met a connection closed under it (safe to send again once). */
-function isReset(error: unknown): boolean {
-  if (!(error instanceof BrokerUnavailable) || error.code !== "transport") return false;
-  const cause = (error.cause as { cause?: { code?: string } } | undefined)?.cause;
-  return ["ECONNRESET", "EPIPE", "UND_ERR_SOCKET"].includes(cause?.code ?? "");
-}
-
-function describe(error: unknown): string {
-  const cause = (error as { cause?: unknown } | null)?.cause;
-  const inner = cause instanceof Error ? `: ${cause.message}` : "";
-  return error instanceof Error ? `${error.message}${inner}` : String(error);
-}
-

@@ -1,5 +1,7 @@
 /** The small helpers every module shares: paths, durations, request ids, the default owner. */
 
+import { BrokerUnavailable } from "./errors.js";
+
 /** Which resource a lease belongs to: a lock's lease or a semaphore's permit. */
 export type Kind = "locks" | "semaphores";
 
@@ -88,4 +90,23 @@ export async function defaultOwner(): Promise<string> {
   }
   ownerCache = owner.slice(0, 256);
   return ownerCache;
+}
+
+/** A semaphore's limit: a whole number of permits, at least 1. */
+export function permitLimit(limit: number): number {
+  if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`limit must be a whole number >= 1, not ${String(limit)}`);
+  return limit;
+}
+
+/** Whether a failed fetch met a connection closed under it (safe to send again once). */
+export function isReset(error: unknown): boolean {
+  if (!(error instanceof BrokerUnavailable) || error.code !== "transport") return false;
+  const cause = (error.cause as { cause?: { code?: string } } | undefined)?.cause;
+  return ["ECONNRESET", "EPIPE", "UND_ERR_SOCKET"].includes(cause?.code ?? "");
+}
+
+export function describe(error: unknown): string {
+  const cause = (error as { cause?: unknown } | null)?.cause;
+  const inner = cause instanceof Error ? `: ${cause.message}` : "";
+  return error instanceof Error ? `${error.message}${inner}` : String(error);
 }

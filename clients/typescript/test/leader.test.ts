@@ -18,10 +18,15 @@ before(async () => {
 });
 after(() => servers.stopAll());
 
+/** Resolves when `promise` does, or fails the test after `limitMs`. */
+function within(promise: Promise<void>, limitMs: number, what: string): Promise<void> {
+  return Promise.race([promise, sleep(limitMs).then(() => assert.fail(`${what} within ${limitMs} ms`))]);
+}
+
 test("one candidate leads; on resign the other takes over with a larger term", async () => {
   const name = lockName("leader");
   const a = client.leader(name, { ttlMs: 2000, owner: "node-a" }).start();
-  await a.elected;
+  await within(a.elected, 5000, "a was not elected");
   const b = client.leader(name, { ttlMs: 2000, owner: "node-b" }).start();
   try {
     assert.equal(a.isLeader, true);
@@ -35,7 +40,7 @@ test("one candidate leads; on resign the other takes over with a larger term", a
     await a.resign();
     assert.equal(a.isLeader, false);
     assert.equal(a.lost.aborted, false); // a resign is no loss
-    await Promise.race([b.elected, sleep(5000).then(() => assert.fail("b was not elected"))]);
+    await within(b.elected, 5000, "b was not elected");
     assert.equal(b.isLeader, true);
     assert.ok(b.term! > termA);
     assert.equal((await client.status(name)).owner, "node-b");
@@ -51,7 +56,7 @@ test("a leader whose lease is taken is told through lost", async () => {
   const name = lockName("leader-lost");
   const leader = client.leader(name, { ttlMs: 900, owner: "node-a" }).start();
   try {
-    await leader.elected;
+    await within(leader.elected, 5000, "not elected");
     await forceRelease(broker.url, name);
     assert.ok(await waitUntil(() => leader.lost.aborted, 3000), "lost did not abort");
     assert.equal(leader.isLeader, false);
