@@ -2,12 +2,33 @@
  * The client: one broker's URL and key, the single calls of the HTTP API, and
  * `lock()`, which returns a lease renewed in the background.
  *
- * Only `fetch` does the HTTP, so it runs on Node 18+ and in browsers alike.
+ * Only `fetch` does the HTTP, so it runs on Node 20+ and in browsers alike.
  */
 
 import { BrokerUnavailable, LockBrokerError, LockBusy, errorFromResponse } from "./errors.js";
 import { now } from "./clock.js";
 import { Lease, type LeaseAnswer, type ReleaseAnswer } from "./lease.js";
+import { Leader, type LeaderOptions } from "./leader.js";
+import {
+  lockStatusFromJson,
+  semaphoreStatusFromJson,
+  type LockStatus,
+  type SemaphoreStatus,
+} from "./status.js";
+import {
+  type Kind,
+  defaultOwner,
+  describe,
+  duration,
+  isReset,
+  newRequestId,
+  nodeProcess,
+  permitLimit,
+  resourcePath,
+  sleep,
+  wireMillis,
+} from "./util.js";
+import { Watch, eventsPath, prefixEventsPath, type WatchOptions } from "./watch.js";
 
 /** The broker a client from the environment talks to when `LOCKBROKER_URL` is unset. */
 export const DEFAULT_URL = "http://127.0.0.1:7700";
@@ -53,7 +74,15 @@ export interface AcquireOptions {
   fair?: boolean;
   /** Aborts the acquire (and its wait). */
   signal?: AbortSignal;
+  /**
+   * Ask for a shared lease: other shared leases may hold the lock at the same
+   * time, an exclusive one excludes them all. Not for semaphores.
+   */
+  shared?: boolean;
 }
+
+/** The optional arguments of {@link Client.acquirePermit}: {@link AcquireOptions} without `shared`. */
+export type PermitOptions = Omit<AcquireOptions, "shared">;
 
 /** The optional arguments of {@link Client.lock}. */
 export interface LockOptions extends Omit<AcquireOptions, "requestId"> {
@@ -61,19 +90,8 @@ export interface LockOptions extends Omit<AcquireOptions, "requestId"> {
   maxHoldMs?: number;
 }
 
-/** A lock's state as `GET /v1/locks/{name}` reports it. Never a token. */
-export interface LockStatus {
-  name: string;
-  held: boolean;
-  /** The holder's label, while held. */
-  owner: string | null;
-  /** The last fence issued for this lock; null when none is remembered. */
-  fence: number | null;
-  /** How long the current lease stays valid (0 when not held). */
-  expiresInMs: number;
-  /** How long until the lock can be granted at the earliest (expiry plus lock-delay). */
-  availableInMs: number;
-}
+/** The optional arguments of {@link Client.semaphore}. */
+export type SemaphoreOptions = Omit<LockOptions, "shared">;
 
 /** The broker's answer to an extend: same fence, new expiry. */
 export interface Renewal {
@@ -104,7 +122,7 @@ export class Client {
     this.timeoutMs = duration(options.timeoutMs ?? DEFAULT_TIMEOUT_MS, "timeoutMs", false);
     this.#apiKey = options.apiKey || undefined;
     const impl = options.fetch ?? globalThis.fetch;
-    if (typeof impl !== "function") throw new TypeError("no fetch: pass options.fetch, or use Node 18+");
+    if (typeof impl !== "function") throw new TypeError("no fetch: pass options.fetch, or use Node 20+");
     this.#fetch = impl;
   }
 
@@ -127,7 +145,17 @@ export class Client {
    * `request_id`, so a retry never takes a second lease).
    */
   async acquire(name: string, options: AcquireOptions = {}): Promise<Lease> {
-    return this.#acquire(name, options, undefined);
+    return this.#acquire("locks", name, options, undefined, undefined);
+  }
+
+  /**
+   * Takes one of the `limit` permits of the semaphore `name`, waiting up to
+   * `waitMs` for one; otherwise as {@link acquire}. Throws {@link LockBusy}
+   * (with `holders` and `limit`) when every permit is still taken after the
+   * wait, and {@link LimitConflict} when the permits are held under another limit.
+   */
+  async acquirePermit(name: string, limit: number, options: PermitOptions = {}): Promise<Lease> {
+    return this.#acquire("semaphores", name, options, undefined, permitLimit(limit));
   }
 
   /**
@@ -137,15 +165,27 @@ export class Client {
    * lease runs out without a renewal; it is never renewed again then.
    *
    * ```ts
-   * await using lease = await client.lock("nightly-report", { ttlMs: 30_000, waitMs: 10_000 });
-   * await writeReport({ fence: lease.fence, signal: lease.signal });
+   * const lease = await client.lock("nightly-report", { ttlMs: 30_000, waitMs: 10_000 });
+   * await lease.run((signal) => writeReport({ fence: lease.fence, signal }));
    * ```
    */
   async lock(name: string, options: LockOptions = {}): Promise<Lease> {
     const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
     const maxHoldMs = duration(options.maxHoldMs ?? DEFAULT_MAX_HOLD_MS, "maxHoldMs", false);
     if (maxHoldMs < ttlMs) throw new RangeError(`maxHoldMs (${maxHoldMs}) must be at least ttlMs (${ttlMs})`);
-    return this.#acquire(name, options, maxHoldMs);
+    return this.#acquire("locks", name, options, maxHoldMs, undefined);
+  }
+
+  /**
+   * Takes one of the `limit` permits of the semaphore `name` and keeps it as
+   * {@link lock} keeps a lease: renewed every `ttlMs / 3` up to `maxHoldMs`,
+   * `signal` aborted on loss. Every holder must ask with the same `limit`.
+   */
+  async semaphore(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Lease> {
+    const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
+    const maxHoldMs = duration(options.maxHoldMs ?? DEFAULT_MAX_HOLD_MS, "maxHoldMs", false);
+    if (maxHoldMs < ttlMs) throw new RangeError(`maxHoldMs (${maxHoldMs}) must be at least ttlMs (${ttlMs})`);
+    return this.#acquire("semaphores", name, options, maxHoldMs, permitLimit(limit));
   }
 
   /** Sets the remaining TTL of the lease `token` holds to `ttlMs` (replace, not add). */
@@ -166,26 +206,57 @@ export class Client {
     return answer.fence;
   }
 
-  /** The lock's current state (holder, last fence, expiry). */
+  /** The lock's current state (mode, holders, last fence, expiry). */
   async status(name: string): Promise<LockStatus> {
-    const a = await this._call<Record<string, unknown>>("GET", lockPath(name), undefined);
-    return {
-      name: a["name"] as string,
-      held: Boolean(a["held"]),
-      owner: (a["owner"] as string | null) ?? null,
-      fence: (a["fence"] as number | null) ?? null,
-      expiresInMs: (a["expires_in_ms"] as number) ?? 0,
-      availableInMs: (a["available_in_ms"] as number) ?? 0,
-    };
+    return lockStatusFromJson(await this._call<Record<string, unknown>>("GET", resourcePath("locks", name), undefined));
   }
 
-  async #acquire(name: string, options: AcquireOptions, maxHoldMs: number | undefined): Promise<Lease> {
+  /** The semaphore's current state (limit, permits held and free, holders). */
+  async semaphoreStatus(name: string): Promise<SemaphoreStatus> {
+    const path = resourcePath("semaphores", name);
+    return semaphoreStatusFromJson(await this._call<Record<string, unknown>>("GET", path, undefined));
+  }
+
+  /**
+   * The events of the lock `name` (`GET /v1/locks/{name}/events`), as an async
+   * iterator: a `state` first, then one change per event. A cut stream is
+   * opened again with `Last-Event-ID`, so nothing is missed or repeated.
+   */
+  watch(name: string, options: WatchOptions = {}): Watch {
+    return new Watch(this, eventsPath("locks", name), options);
+  }
+
+  /** The events of the semaphore `name` (`GET /v1/semaphores/{name}/events`), as {@link watch} gives them. */
+  watchSemaphore(name: string, options: WatchOptions = {}): Watch {
+    return new Watch(this, eventsPath("semaphores", name), options);
+  }
+
+  /** The events of every lock whose name starts with `prefix` (`GET /v1/events?prefix=`). */
+  watchPrefix(prefix: string, options: WatchOptions = {}): Watch {
+    return new Watch(this, prefixEventsPath(prefix), options);
+  }
+
+  /**
+   * A leader election on the lock `name`: {@link Leader.start} campaigns until
+   * granted, then renews the lease as {@link lock} does; `term` is its fence.
+   */
+  leader(name: string, options: LeaderOptions = {}): Leader {
+    return new Leader(this, name, options);
+  }
+
+  async #acquire(
+    kind: Kind,
+    name: string,
+    options: AcquireOptions,
+    maxHoldMs: number | undefined,
+    limit: number | undefined,
+  ): Promise<Lease> {
     const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
     const waitMs = duration(options.waitMs ?? 0, "waitMs", true);
     const lockDelayMs = options.lockDelayMs === undefined ? undefined : duration(options.lockDelayMs, "lockDelayMs", true);
     const owner = options.owner ?? (await defaultOwner());
     const requestId = options.requestId || newRequestId();
-    const path = lockPath(name, "acquire");
+    const path = resourcePath(kind, name, "acquire");
     const giveUpAt = now() + waitMs;
     for (;;) {
       const left = Math.max(0, giveUpAt - now());
@@ -197,6 +268,8 @@ export class Client {
       };
       if (lockDelayMs !== undefined) body["lock_delay_ms"] = Math.floor(lockDelayMs);
       if (options.fair) body["fair"] = true; // sent only when set
+      if (options.shared) body["mode"] = "shared"; // likewise
+      if (limit !== undefined) body["limit"] = limit;
       const sent = now();
       let answer: LeaseAnswer;
       try {
@@ -207,7 +280,7 @@ export class Client {
         await sleep(pause, options.signal);
         continue;
       }
-      const lease = new Lease(this, answer, sent, ttlMs);
+      const lease = new Lease(this, kind, answer, sent, ttlMs);
       // A grant that waited: its deadline counted from this send time may be
       // near or past, so bound it by an extend sent now instead.
       if (now() - sent > ttlMs * RESYNC_SHARE) await lease._resync();
@@ -218,15 +291,15 @@ export class Client {
   }
 
   /** @internal A release, with the whole answer (the lease reads `acknowledged`). */
-  async _release(name: string, token: string): Promise<ReleaseAnswer> {
-    return this._call<ReleaseAnswer>("POST", lockPath(name, "release"), { token });
+  async _release(name: string, token: string, kind: Kind = "locks"): Promise<ReleaseAnswer> {
+    return this._call<ReleaseAnswer>("POST", resourcePath(kind, name, "release"), { token });
   }
 
   /** @internal An extend, as the lease and its renewer send it. */
-  async _extend(name: string, token: string, ttlMs: number, timeoutMs?: number): Promise<LeaseAnswer> {
+  async _extend(name: string, token: string, ttlMs: number, timeoutMs?: number, kind: Kind = "locks"): Promise<LeaseAnswer> {
     return this._call<LeaseAnswer>(
       "POST",
-      lockPath(name, "extend"),
+      resourcePath(kind, name, "extend"),
       { token, ttl_ms: wireMillis(ttlMs) },
       { timeoutMs },
     );
@@ -251,6 +324,44 @@ export class Client {
         if (attempt === 1 && isReset(error)) continue;
         throw error;
       }
+    }
+  }
+
+  /**
+   * @internal Opens an event stream: the 2xx answer whose body the caller
+   * reads, or the matching error (answered before any stream opens). Only the
+   * connecting is bounded by the client's timeout; `signal` ends the stream.
+   */
+  async _openStream(path: string, headers: Record<string, string>, signal: AbortSignal): Promise<Response> {
+    const all: Record<string, string> = { ...headers };
+    if (this.#apiKey) all["authorization"] = `Bearer ${this.#apiKey}`;
+    const connecting = new AbortController();
+    const timer = setTimeout(() => connecting.abort(new TimeoutMarker()), this.timeoutMs);
+    const onAbort = (): void => connecting.abort(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    try {
+      let response: Response;
+      try {
+        response = await this.#fetch(this.url + path, { method: "GET", headers: all, signal: connecting.signal });
+      } catch (error) {
+        throw this.#transportError(error, connecting.signal, signal);
+      }
+      if (!response.ok) {
+        let data: unknown;
+        try {
+          data = JSON.parse(await response.text());
+        } catch {
+          // typed by its status
+        }
+        throw errorFromResponse(response.status, data, response.headers.get("retry-after"));
+      }
+      return response;
+    } finally {
+      clearTimeout(timer);
+      // The body outlives the connect timeout: only the caller's signal ends it now.
+      if (signal.aborted) connecting.abort(signal.reason);
+      else signal.addEventListener("abort", () => connecting.abort(signal.reason), { once: true });
+      signal.removeEventListener("abort", onAbort);
     }
   }
 
@@ -333,99 +444,4 @@ function pauseAfter(error: unknown, sent: number, giveUpAt: number): number | un
   }
   if (error instanceof BrokerUnavailable) return Math.min(left, error.retryAfterMs || 500, 1000);
   return undefined;
-}
-
-/** Whether a failed fetch met a connection closed under it (safe to send again once). */
-function isReset(error: unknown): boolean {
-  if (!(error instanceof BrokerUnavailable) || error.code !== "transport") return false;
-  const cause = (error.cause as { cause?: { code?: string } } | undefined)?.cause;
-  return ["ECONNRESET", "EPIPE", "UND_ERR_SOCKET"].includes(cause?.code ?? "");
-}
-
-function describe(error: unknown): string {
-  const cause = (error as { cause?: unknown } | null)?.cause;
-  const inner = cause instanceof Error ? `: ${cause.message}` : "";
-  return error instanceof Error ? `${error.message}${inner}` : String(error);
-}
-
-/** `/v1/locks/{name}[/action]` with the name percent-encoded. */
-export function lockPath(name: string, action?: string): string {
-  if (typeof name !== "string" || name === "") throw new TypeError("the lock name must be a non-empty string");
-  const path = `/v1/locks/${encodeURIComponent(name)}`;
-  return action ? `${path}/${action}` : path;
-}
-
-/** A duration in ms, refusing negatives, NaN, infinity and non-numbers. */
-export function duration(value: number, field: string, allowZero: boolean): number {
-  if (typeof value !== "number" || !Number.isFinite(value)) {
-    throw new TypeError(`${field} must be a finite number of milliseconds, not ${String(value)}`);
-  }
-  if (value < 0 || (value === 0 && !allowZero)) {
-    throw new RangeError(`${field} must be ${allowZero ? ">= 0" : "> 0"}, not ${value}`);
-  }
-  return value;
-}
-
-/** Milliseconds as a whole number, at least 1. */
-function wireMillis(ms: number): number {
-  return Math.max(1, Math.round(ms));
-}
-
-/** Resolves after `ms`, or rejects with the signal's reason once it aborts. */
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = (): void => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
-
-/** A fresh id that makes a re-sent acquire return the same lease, not busy. */
-export function newRequestId(): string {
-  const uuid = globalThis.crypto?.randomUUID?.();
-  if (uuid) return uuid.replace(/-/g, "");
-  let id = "";
-  for (let i = 0; i < 32; i++) id += Math.floor(Math.random() * 16).toString(16);
-  return id;
-}
-
-interface NodeProcess {
-  pid: number;
-  env: Record<string, string | undefined>;
-  versions?: { node?: string };
-}
-
-function nodeProcess(): NodeProcess | undefined {
-  const candidate = (globalThis as { process?: NodeProcess }).process;
-  return candidate?.versions?.node ? candidate : undefined;
-}
-
-let ownerCache: string | undefined;
-
-/** `host:pid` on Node, so a `lock_busy` answer says who holds the lock; `browser` elsewhere. */
-async function defaultOwner(): Promise<string> {
-  if (ownerCache !== undefined) return ownerCache;
-  const proc = nodeProcess();
-  let owner = "browser";
-  if (proc) {
-    let host = proc.env["HOSTNAME"] || "node";
-    try {
-      // A specifier in a variable keeps browser bundlers from resolving it.
-      const specifier = "node:os";
-      const os = (await import(specifier)) as { hostname(): string };
-      host = os.hostname() || host;
-    } catch {
-      // not Node after all
-    }
-    owner = `${host}:${proc.pid}`;
-  }
-  ownerCache = owner.slice(0, 256);
-  return ownerCache;
 }

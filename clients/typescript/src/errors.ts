@@ -6,6 +6,8 @@
  * failures (refused, reset, timed out) become {@link BrokerUnavailable}.
  */
 
+import { holdersFromJson, type Holder } from "./status.js";
+
 /** What {@link LockBrokerError} is built from. */
 export interface ErrorInit {
   /** The broker's stable error code, `"transport"` when no answer came back. */
@@ -42,10 +44,20 @@ export class LockBrokerError extends Error {
 }
 
 /**
- * 423 `lock_busy`: another lease (or its lock-delay) holds the lock, also after
- * waiting. `owner` and `fence` describe the holder.
+ * 423 `lock_busy`: another lease (or its lock-delay) holds the lock, or every
+ * permit of the semaphore is taken, also after waiting. `owner` and `fence`
+ * describe the lease whose end lets a retry succeed first; `holders` lists
+ * every lease in the way.
  */
 export class LockBusy extends LockBrokerError {
+  /** Every lease (or permit) in the way, at most 100. */
+  get holders(): Holder[] {
+    return holdersFromJson(this.details["holders"]);
+  }
+  /** The semaphore's limit (undefined for a lock). */
+  get limit(): number | undefined {
+    return numberOr(this.details["limit"]);
+  }
   /** The holder's owner label, if it gave one. */
   get owner(): string | undefined {
     return stringOr(this.details["owner"]);
@@ -70,6 +82,10 @@ export class LockBusy extends LockBrokerError {
  * under it as possibly duplicated.
  */
 export class LeaseLost extends LockBrokerError {
+  /** The API key id of the operator who force-released the lease, when the broker says. */
+  get forceReleasedBy(): string | undefined {
+    return stringOr(this.details["force_released_by"]);
+  }
   /** `"lease_lost"` when the broker said so, `"expired"` when the lease ran out without a renewal. */
   get reason(): string {
     return stringOr(this.details["reason"]) ?? "lease_lost";

@@ -1,13 +1,13 @@
 /**
  * Client for lockbroker: locks as leases with a TTL and a fence number that
- * only grows, over HTTP with `fetch` (Node 18+ and browsers).
+ * only grows, over HTTP with `fetch` (Node 20+ and browsers).
  *
  * ```ts
  * import { Client, LockBusy } from "lockbroker";
  *
  * const client = new Client("http://127.0.0.1:7700", { apiKey: undefined, timeoutMs: 10_000 });
- * await using lease = await client.lock("nightly-report", { ttlMs: 30_000, waitMs: 10_000 });
- * await runReport({ fence: lease.fence, signal: lease.signal });
+ * const lease = await client.lock("nightly-report", { ttlMs: 30_000, waitMs: 10_000 });
+ * await lease.run((signal) => runReport({ fence: lease.fence, signal }));
  * ```
  *
  * @module
@@ -23,10 +23,15 @@ export {
   type AcquireOptions,
   type ClientOptions,
   type LockOptions,
-  type LockStatus,
+  type PermitOptions,
   type Renewal,
+  type SemaphoreOptions,
 } from "./client.js";
 export { Lease } from "./lease.js";
+export { DEFAULT_LEADER_MAX_HOLD_MS, Leader, type LeaderOptions } from "./leader.js";
+export type { Holder, LeaseMode, LockStatus, SemaphoreStatus } from "./status.js";
+export type { LaggedEvent, LockEvent, LockStateEvent, StateCompleteEvent, WatchEvent } from "./sse.js";
+export { DEFAULT_IDLE_TIMEOUT_MS, Watch, type WatchOptions } from "./watch.js";
 export {
   AuthError,
   BrokerUnavailable,

@@ -7,6 +7,8 @@
 import type { Client } from "./client.js";
 import { now } from "./clock.js";
 import { BrokerUnavailable, LeaseLost, LockBrokerError, MaxHoldExceeded } from "./errors.js";
+import type { LeaseMode } from "./status.js";
+import type { Kind } from "./util.js";
 
 /** @internal The JSON of a grant, and (without the token) of a renewal. */
 export interface LeaseAnswer {
@@ -16,6 +18,7 @@ export interface LeaseAnswer {
   ttl_ms: number;
   expires_at_ms: number;
   owner?: string | null;
+  mode?: LeaseMode;
 }
 
 /**
@@ -47,8 +50,11 @@ export class Lease {
   readonly owner: string | null;
   /** The validity asked for at each renewal, in ms. */
   readonly ttlMs: number;
+  /** `"exclusive"` or `"shared"` for a lock's lease, `"permit"` for a semaphore's. */
+  readonly mode: LeaseMode;
 
   readonly #client: Client;
+  readonly #kind: Kind;
   readonly #token: string;
   readonly #grantedAt: number;
   readonly #controller = new AbortController();
@@ -65,9 +71,13 @@ export class Lease {
   #stopped = false;
   #wake: (() => void) | undefined;
   #release: Promise<void> | undefined;
+  // Whether the loss already reached the work (throwIfLost threw it).
+  #lossThrown = false;
 
   /** @internal */
-  constructor(client: Client, answer: LeaseAnswer, sent: number, ttlMs: number) {
+  constructor(client: Client, kind: Kind, answer: LeaseAnswer, sent: number, ttlMs: number) {
+    this.#kind = kind;
+    this.mode = answer.mode ?? (kind === "semaphores" ? "permit" : "exclusive");
     this.name = answer.name;
     this.fence = answer.fence;
     this.owner = answer.owner ?? null;
@@ -128,17 +138,45 @@ export class Lease {
   /**
    * How long the lease stays valid unless renewed, by the local clock, counted
    * from when the request that granted or last extended it was sent (so never
-   * longer than the broker's own count). 0 once past, lost or released.
+   * longer than the broker's own count), in whole milliseconds rounded down.
+   * 0 once past, lost or released.
    */
   remainingMs(): number {
     if (this.#lost || this.#released) return 0;
-    return Math.max(0, this.#deadline - now());
+    return Math.max(0, Math.floor(this.#deadline - now()));
   }
 
   /** Throws {@link LeaseLost} if the lease is lost or past its deadline. */
   throwIfLost(): void {
-    if (!this.#lost && !this.#released && this.remainingMs() <= 0) this.#markLost(this.#expired());
-    if (this.#lost) throw this.#lost;
+    if (!this.#lost && !this.#released && this.#deadline - now() <= 0) this.#markLost(this.#expired());
+    if (this.#lost) {
+      this.#lossThrown = true;
+      throw this.#lost;
+    }
+  }
+
+  /**
+   * Runs `work` while holding the lease, then releases it, and works without
+   * `await using` (any Node, any bundler). `work` gets {@link signal}.
+   * When `work` throws, that error comes back as it is: the release still
+   * runs, and a release failure never replaces it. When `work` returns but the
+   * lease was lost meanwhile, the release throws {@link LeaseLost}.
+   *
+   * ```ts
+   * const lease = await client.lock("nightly-report");
+   * await lease.run(async (signal) => writeReport({ fence: lease.fence, signal }));
+   * ```
+   */
+  async run<T>(work: (signal: AbortSignal) => Promise<T> | T): Promise<T> {
+    let result: T;
+    try {
+      result = await work(this.signal);
+    } catch (error) {
+      await this.release().catch(() => undefined); // the work's error is the one to see
+      throw error;
+    }
+    await this.release();
+    return result;
   }
 
   /**
@@ -173,7 +211,7 @@ export class Lease {
       if (this.#lost?.reason === "lease_lost") throw this.#lost; // nothing left to release
       let answer: ReleaseAnswer;
       try {
-        answer = await this.#client._release(this.name, this.#token);
+        answer = await this.#client._release(this.name, this.#token, this.#kind);
       } catch (error) {
         if (error instanceof LeaseLost) {
           this.#markLost(error);
@@ -198,7 +236,7 @@ export class Lease {
 
   toString(): string {
     const s = this.toJSON();
-    return `Lease(${JSON.stringify(this.name)}, fence ${this.fence}, ${String(s["state"])}, ${Math.round(this.remainingMs())} ms left)`;
+    return `Lease(${JSON.stringify(this.name)}, fence ${this.fence}, ${String(s["state"])}, ${this.remainingMs()} ms left)`;
   }
 
   /** @internal After a grant that waited: an extend sent now restarts the local deadline. */
@@ -231,7 +269,7 @@ export class Lease {
     const sent = now();
     let answer: LeaseAnswer;
     try {
-      answer = await this.#client._extend(this.name, this.#token, ttlMs, timeoutMs);
+      answer = await this.#client._extend(this.name, this.#token, ttlMs, timeoutMs, this.#kind);
     } catch (error) {
       if (error instanceof LeaseLost) this.#markLost(error);
       throw error;
@@ -304,6 +342,22 @@ export class Lease {
     }
   }
 
+  /**
+   * @internal The release `await using` runs. A dispose that throws while the
+   * block's body is throwing wraps both in a `SuppressedError`, hiding the
+   * body's error from `instanceof`. So it throws only what the body cannot
+   * have seen: a loss it was not already told of by {@link throwIfLost}. A
+   * broker it could not reach is not worth throwing over: the lease then
+   * expires on its own, and no one else held the lock meanwhile.
+   */
+  async _dispose(): Promise<void> {
+    try {
+      await this.release();
+    } catch (error) {
+      if (error instanceof LeaseLost && !this.#lossThrown) throw error;
+    }
+  }
+
   /** Resolves true at `at`, or false as soon as the lease is released or lost. */
   #sleepUntil(at: number): Promise<boolean> {
     if (this.#stopped || this.#lost || this.#released) return Promise.resolve(false);
@@ -332,14 +386,18 @@ declare global {
 if (typeof Symbol.asyncDispose === "symbol") {
   Object.defineProperty(Lease.prototype, Symbol.asyncDispose, {
     value(this: Lease): Promise<void> {
-      return this.release();
+      return this._dispose();
     },
     writable: true,
     configurable: true,
   });
 }
 export interface Lease {
-  /** Releases the lease (see {@link Lease.release}); present where the runtime has `Symbol.asyncDispose`. */
+  /**
+   * Releases the lease (see {@link Lease.release}); present where the runtime
+   * has `Symbol.asyncDispose`. Throws only a loss the body was not already
+   * given by `throwIfLost()`; never an unreachable broker.
+   */
   [Symbol.asyncDispose](): Promise<void>;
 }
 
