@@ -13,6 +13,8 @@
 //!   force releases and probe answers.
 //! - [`error`]: the `{"error": {...}}` body and [`ErrorCode`], every code with
 //!   its HTTP status.
+//! - [`sse`]: the event streams' Server-Sent Events framing, read from bytes
+//!   as they arrive.
 //!
 //! Request types reject unknown fields, as the broker does. Response types
 //! accept them, so a client keeps working against a broker that says more.
@@ -20,6 +22,7 @@
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod sse;
 
 pub use error::{ErrorCode, ErrorDetail, ErrorResponse};
 pub use request::{

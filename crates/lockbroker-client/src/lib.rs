@@ -71,7 +71,6 @@ mod leader;
 mod lease;
 mod lock;
 mod renew;
-mod sse;
 mod watch;
 
 pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};

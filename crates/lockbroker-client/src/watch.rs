@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::client::{encode, retry_after, route, Client, Family};
 use crate::error::Error;
-use crate::sse::{Message, Parser};
+use lockbroker_api::sse::{Message, Parser};
 
 /// The broker sends a keep-alive every 15 s: silent for longer than this,
 /// a stream is taken for dropped.

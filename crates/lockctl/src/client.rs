@@ -13,7 +13,6 @@
 
 mod error;
 mod events;
-mod sse;
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +24,7 @@ use serde_json::Value;
 pub use error::BrokerError;
 use error::{not_the_api, refusal, retry_after};
 pub use events::{EventStream, Watched};
-pub use sse::Message;
+pub use lockbroker_api::sse::Message;
 
 use crate::duration::millis;
 use crate::tls;

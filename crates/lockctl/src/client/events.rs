@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 
-use super::sse::{Message, Parser};
 use super::{
     encode_segment, refusal, retry_after, route, Broker, BrokerError, Family, REQUEST_TIMEOUT,
 };
+use lockbroker_api::sse::{Message, Parser};
 
 /// The broker sends a keep-alive every 15 s on an idle stream: a stream
 /// silent for this long is taken for dropped.
