@@ -76,9 +76,12 @@ pub enum Command {
     /// Show who holds a lock (a semaphore with --semaphore) and the last
     /// fence issued (never a token).
     Status(StatusArgs),
-    /// Check a fence for a resource that keeps no state: exit 0 while a valid
+    /// Check a fence: exit 0 while a valid lease carries exactly FENCE, 1 if not.
+    ///
+    /// For a resource that keeps no state of its own: exit 0 while a valid
     /// lease (a permit with --semaphore) carries exactly FENCE, 1 when none
-    /// does. Act only for less than its expires_in_ms after a 0.
+    /// does. The answer can be stale by the time you act: after a 0, act at
+    /// once and for less than the expires_in_ms it printed.
     Check(CheckArgs),
     /// Run a command while holding a lease, renewing it, and release at the end.
     #[command(long_about = RUN_ABOUT)]
