@@ -53,7 +53,7 @@ impl FenceCheck {
             .iter()
             .find(|holder| holder.fence == fence && holder.expires_in_ms > 0);
         match lease {
-            Some(lease) if status.held => Self {
+            Some(lease) => Self {
                 fence,
                 current: true,
                 held: true,
