@@ -9,6 +9,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+mod check;
 mod election;
 mod forced;
 mod kinds;

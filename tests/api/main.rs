@@ -7,6 +7,7 @@ mod conformance;
 mod cross_site;
 mod events;
 mod faults;
+mod fence_checks;
 mod fences;
 mod force_release;
 mod http_errors;

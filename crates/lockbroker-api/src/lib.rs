@@ -29,9 +29,9 @@ pub use request::{
     AcquireBody, ExtendBody, ListQuery, LockMode, ReleaseBody, SemaphoreAcquireBody,
 };
 pub use response::{
-    ForceReleaseResponse, HealthResponse, HealthStatus, HolderResponse, LeaseResponse,
-    ListResponse, PermitResponse, ReleaseResponse, RenewalResponse, SemaphoreListResponse,
-    SemaphoreStatusResponse, StatusResponse,
+    FenceCheckResponse, ForceReleaseResponse, HealthResponse, HealthStatus, HolderResponse,
+    LeaseResponse, ListResponse, PermitResponse, ReleaseResponse, RenewalResponse,
+    SemaphoreListResponse, SemaphoreStatusResponse, StatusResponse,
 };
 
 #[cfg(test)]

@@ -163,6 +163,25 @@ pub struct StatusResponse {
     pub waiting: u64,
 }
 
+/// A fence check of a lock or a semaphore (`FenceCheck` in the spec):
+/// whether a valid lease carries exactly that fence now. Never a token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceCheckResponse {
+    /// The lock's or semaphore's name.
+    pub name: String,
+    /// The fence asked about.
+    pub fence: u64,
+    /// Whether a valid lease (exclusive, shared or permit) carries exactly
+    /// that fence now; false once it expired (its lock-delay included), was
+    /// released, force-released or replaced.
+    pub current: bool,
+    /// When current, true; otherwise whether another lease holds the name.
+    pub held: bool,
+    /// When current, how long the lease with that fence stays valid;
+    /// otherwise how long the name's current lease does (0 when free).
+    pub expires_in_ms: u64,
+}
+
 /// One page of the operators' listing (`LockList` in the spec).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListResponse {

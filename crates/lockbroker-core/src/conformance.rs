@@ -13,12 +13,14 @@
 use std::future::Future;
 
 mod ask;
+mod fencing;
 mod forced;
 mod holders;
 mod leases;
 mod listing;
 mod waiting;
 
+pub use fencing::*;
 pub use forced::*;
 pub use holders::*;
 pub use leases::*;
@@ -67,6 +69,8 @@ macro_rules! store_conformance {
             force_release_ends_the_lease_for_its_holder,
             a_force_released_holder_learns_who_ended_its_lease,
             status_reports_the_holder_and_the_last_fence,
+            a_fence_is_current_only_while_its_lease_is_valid,
+            shared_and_permit_fences_are_current_one_by_one,
             fair_waiters_are_served_in_arrival_order,
             a_fair_waiter_that_leaves_passes_the_turn_on,
             releases_are_announced_to_every_broker,

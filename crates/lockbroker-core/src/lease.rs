@@ -7,8 +7,10 @@ use rand::RngCore;
 use crate::name::LockName;
 use crate::validation::{check_visible, ValidationError};
 
+mod check;
 mod seen;
 
+pub use check::FenceCheck;
 pub use seen::{Blockers, Holder, LockStatus, MAX_SHOWN_BLOCKERS, MAX_SHOWN_HOLDERS};
 
 /// A lease duration in milliseconds, at least 1 and never "forever".

@@ -39,8 +39,8 @@ pub mod wait;
 pub use error::{LockError, StoreError, Unacknowledged, ValidationError};
 pub use events::{Announcement, Change, ChangeKind, EventHub, LockEvent, StreamTicket};
 pub use lease::{
-    Blockers, Fence, Holder, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus, Owner, Principal,
-    RequestId, Ttl,
+    Blockers, Fence, FenceCheck, Holder, Lease, LeaseKind, LeaseToken, LockDelay, LockStatus,
+    Owner, Principal, RequestId, Ttl,
 };
 pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix, Space};

@@ -12,7 +12,7 @@ use tokio::time::{sleep_until, Instant};
 use crate::error::{LockError, StoreError};
 use crate::events::{Change, ChangeKind, EventHub};
 use crate::lease::{
-    random_hex, unix_micros, Blockers, Fence, Lease, LeaseKind, LeaseToken, LockStatus,
+    random_hex, unix_micros, Blockers, Fence, FenceCheck, Lease, LeaseKind, LeaseToken, LockStatus,
 };
 use crate::listing::{ListRequest, LockPage};
 use crate::name::{LockName, Space};
@@ -348,6 +348,18 @@ impl<S: LockStore> LockService<S> {
         let mut status = self.store.status(name).await?;
         status.waiting += self.waiters.in_line(name) as u64;
         Ok(status)
+    }
+
+    /// Whether a valid lease on `name` carries exactly `fence` now, for a
+    /// resource that keeps no state: one status read, so as linearizable
+    /// as the store's status (a single Redis) or a majority's (quorum).
+    pub async fn check_fence(
+        &self,
+        name: &LockName,
+        fence: Fence,
+    ) -> Result<FenceCheck, LockError> {
+        let status = self.store.status(name).await?;
+        Ok(FenceCheck::of(&status, fence))
     }
 
     /// Lists held locks for an operator, one bounded page at a time; each

@@ -57,6 +57,11 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
         (Method::GET, "/v1/locks/{name}", get(locks::status)),
         (
             Method::GET,
+            "/v1/locks/{name}/fence/{fence}",
+            get(locks::check_fence),
+        ),
+        (
+            Method::GET,
             "/v1/locks/{name}/events",
             get(events::lock_events),
         ),
@@ -86,6 +91,11 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             Method::GET,
             "/v1/semaphores/{name}",
             get(semaphores::status),
+        ),
+        (
+            Method::GET,
+            "/v1/semaphores/{name}/fence/{fence}",
+            get(semaphores::check_fence),
         ),
         (
             Method::GET,

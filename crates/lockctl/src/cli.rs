@@ -16,7 +16,9 @@ use crate::exit;
 pub use child::{CmdArgs, GuardArgs, IfBusy, RunArgs};
 pub use election::{ElectArgs, WatchArgs};
 use help::{ABOUT, ELECT_ABOUT, LONG_ABOUT, RUN_ABOUT, WATCH_ABOUT};
-pub use lease::{read_secret, AcquireArgs, ExtendArgs, LeaseArgs, ReleaseArgs, StatusArgs};
+pub use lease::{
+    read_secret, AcquireArgs, CheckArgs, ExtendArgs, LeaseArgs, ReleaseArgs, StatusArgs,
+};
 
 /// `lockctl`: the broker's client for ops scripts and cron.
 #[derive(Parser, Debug)]
@@ -74,6 +76,13 @@ pub enum Command {
     /// Show who holds a lock (a semaphore with --semaphore) and the last
     /// fence issued (never a token).
     Status(StatusArgs),
+    /// Check a fence: exit 0 while a valid lease carries exactly FENCE, 1 if not.
+    ///
+    /// For a resource that keeps no state of its own: exit 0 while a valid
+    /// lease (a permit with --semaphore) carries exactly FENCE, 1 when none
+    /// does. The answer can be stale by the time you act: after a 0, act at
+    /// once and for less than the expires_in_ms it printed.
+    Check(CheckArgs),
     /// Run a command while holding a lease, renewing it, and release at the end.
     #[command(long_about = RUN_ABOUT)]
     Run(RunArgs),

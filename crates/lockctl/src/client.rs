@@ -242,6 +242,17 @@ impl Broker {
         self.call(Method::GET, &path, None, REQUEST_TIMEOUT).await
     }
 
+    /// `GET /v1/locks/{name}/fence/{fence}` or its semaphore twin (a FenceCheck).
+    pub async fn check_fence(
+        &self,
+        family: Family,
+        name: &str,
+        fence: u64,
+    ) -> Result<Value, BrokerError> {
+        let path = route(family, name, &format!("/fence/{fence}"));
+        self.call(Method::GET, &path, None, REQUEST_TIMEOUT).await
+    }
+
     /// One request to `path` (from [`route`]) under the base URL.
     async fn call(
         &self,

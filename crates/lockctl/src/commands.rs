@@ -6,12 +6,12 @@ use std::time::Duration;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::cli::{AcquireArgs, ExtendArgs, LeaseArgs, ReleaseArgs, StatusArgs};
+use crate::cli::{AcquireArgs, CheckArgs, ExtendArgs, LeaseArgs, ReleaseArgs, StatusArgs};
 use crate::client::{AcquireOptions, Broker, BrokerError, Family, LeaseKind, REQUEST_TIMEOUT};
 use crate::exit;
 use crate::output::{
-    Format, LEASE_FIELDS, PERMIT_FIELDS, RELEASE_FIELDS, RENEWAL_FIELDS, SEMAPHORE_STATUS_FIELDS,
-    STATUS_FIELDS,
+    Format, FENCE_CHECK_FIELDS, LEASE_FIELDS, PERMIT_FIELDS, RELEASE_FIELDS, RENEWAL_FIELDS,
+    SEMAPHORE_STATUS_FIELDS, STATUS_FIELDS,
 };
 
 /// `lockctl acquire NAME`: prints the lease (or permit), token included.
@@ -95,6 +95,26 @@ pub async fn status(broker: &Broker, args: StatusArgs) -> u8 {
     }
     let result = broker.status(family, &args.name).await;
     finish(&format, fields, result)
+}
+
+/// `lockctl check NAME FENCE`: prints the FenceCheck, and exits 0 when the
+/// fence is current, [`exit::NOT_CURRENT`] when not.
+pub async fn check(broker: &Broker, args: CheckArgs) -> u8 {
+    let format = match args.output.format() {
+        Ok(format) => format,
+        Err(message) => return usage(&message),
+    };
+    if let Err(message) = format.check(FENCE_CHECK_FIELDS) {
+        return usage(&message);
+    }
+    let family = family_for(args.semaphore);
+    let result = broker.check_fence(family, &args.name, args.fence).await;
+    let current =
+        matches!(&result, Ok(body) if body.get("current") == Some(&serde_json::Value::Bool(true)));
+    match finish(&format, FENCE_CHECK_FIELDS, result) {
+        exit::OK if !current => exit::NOT_CURRENT,
+        code => code,
+    }
 }
 
 /// The routes `--semaphore` picks.

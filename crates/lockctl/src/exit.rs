@@ -8,6 +8,10 @@
 /// command ran and exited 0; or `run --if-busy skip` found the lock busy; or
 /// `watch` (or `elect --again` while not leading) was interrupted.
 pub const OK: u8 = 0;
+/// `check`: the fence is not current (no valid lease carries it now). The
+/// usual 1, as `test` and `grep -q` answer "no", since a script branches on
+/// it and the command has no child whose code it could be confused with.
+pub const NOT_CURRENT: u8 = 1;
 /// Bad usage: unknown flag, bad duration, missing token, or a request the
 /// broker rejected as invalid (`invalid_request`), e.g. a bad lock name; also
 /// `limit_conflict`, a `--limit` other than the limit in force while permits
@@ -44,7 +48,8 @@ pub const TABLE: &str = "\
 Exit codes:
    0  ok: acquired, extended, released, status read; `run`, `elect`: the
       command's own exit code (128+N if a signal N ended it); `run --if-busy
-      skip`: skipped; `watch`: interrupted
+      skip`: skipped; `watch`: interrupted; `check`: the fence is current
+   1  `check`: the fence is not current (no valid lease carries it now)
   64  bad usage: bad flag or duration, no token, invalid_request from the broker,
       limit_conflict (permits are held under another --limit; it names the limit)
   69  broker unreachable (TLS failures too) or unavailable (backend_unavailable,

@@ -75,6 +75,7 @@ fn dispatch(cli: Cli) -> u8 {
             Command::Extend(args) => commands::extend(&broker, args).await,
             Command::Release(args) => commands::release(&broker, args).await,
             Command::Status(args) => commands::status(&broker, args).await,
+            Command::Check(args) => commands::check(&broker, args).await,
             Command::Run(args) => run::run(&broker, args).await,
             Command::Watch(args) => watch::watch(&broker, args).await,
             Command::Elect(args) => run::elect::elect(&broker, args).await,

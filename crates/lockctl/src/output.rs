@@ -68,6 +68,8 @@ pub const STATUS_FIELDS: &[&str] = &[
     "holder_count",
     "holders",
 ];
+/// Fields of a fence check.
+pub const FENCE_CHECK_FIELDS: &[&str] = &["name", "fence", "current", "held", "expires_in_ms"];
 /// Fields of a semaphore's status: `held` counts the valid permits.
 pub const SEMAPHORE_STATUS_FIELDS: &[&str] = &[
     "name",

@@ -150,6 +150,16 @@ mod tests {
             (Method::POST, "/v1/locks/{name}/extend", Some(Scope::Lock)),
             (Method::POST, "/v1/locks/{name}/release", Some(Scope::Lock)),
             (Method::GET, "/v1/locks/{name}", Some(Scope::Lock)),
+            (
+                Method::GET,
+                "/v1/locks/{name}/fence/{fence}",
+                Some(Scope::Lock),
+            ),
+            (
+                Method::GET,
+                "/v1/semaphores/{name}/fence/{fence}",
+                Some(Scope::Lock),
+            ),
             (Method::DELETE, "/v1/locks/{name}", Some(Scope::Admin)),
             (Method::GET, "/v1/locks", Some(Scope::Admin)),
             (

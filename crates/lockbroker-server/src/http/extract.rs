@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
-use lockbroker_core::{LockName, Space};
+use lockbroker_core::{Fence, LockName, Space};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -44,12 +44,7 @@ async fn name_in<S: Send + Sync>(
     parts: &mut Parts,
     state: &S,
 ) -> Result<LockName, ApiError> {
-    let Path(raw) = Path::<String>::from_request_parts(parts, state)
-        .await
-        .map_err(|_| ApiError::BadBody {
-            field: "name".into(),
-            message: "is not valid UTF-8 after percent-decoding".into(),
-        })?;
+    let raw = path_param(parts, state, "name").await?;
     let name = LockName::parse_in(space, &raw)?;
     // The authentication layer puts a caller on every routed request;
     // none here means the route was wired without it, so refuse.
@@ -64,6 +59,37 @@ async fn name_in<S: Send + Sync>(
         )));
     }
     Ok(name)
+}
+
+/// The `{fence}` path segment of a fence check: a positive integer.
+pub struct FencePath(pub Fence);
+
+impl<S: Send + Sync> FromRequestParts<S> for FencePath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let raw = path_param(parts, state, "fence").await?;
+        Ok(Self(Fence::parse(&raw)?))
+    }
+}
+
+/// The path parameter `field` of the matched route, percent-decoded; a
+/// route may have several (`{name}` and `{fence}`).
+async fn path_param<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+    field: &str,
+) -> Result<String, ApiError> {
+    let not_utf8 = || ApiError::BadBody {
+        field: field.to_owned(),
+        message: "is not valid UTF-8 after percent-decoding".into(),
+    };
+    let Path(params) = Path::<Vec<(String, String)>>::from_request_parts(parts, state)
+        .await
+        .map_err(|_| not_utf8())?;
+    (params.into_iter())
+        .find_map(|(key, value)| (key == field).then_some(value))
+        .ok_or_else(not_utf8)
 }
 
 /// How long a request body may take to arrive, set on each request by the

@@ -6,15 +6,15 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
 use lockbroker_api::{
-    AcquireBody, ExtendBody, LockMode, ReleaseBody, ReleaseResponse, RenewalResponse,
-    StatusResponse,
+    AcquireBody, ExtendBody, FenceCheckResponse, LockMode, ReleaseBody, ReleaseResponse,
+    RenewalResponse, StatusResponse,
 };
 use lockbroker_core::{AcquireRequest, Lease, LeaseKind, LeaseToken, LockError, LockName};
 
 use super::delivery;
 use super::error::{ApiError, Step};
-use super::extract::{JsonBody, LockPath};
-use super::views::{lease_response, renewal_response, status_response};
+use super::extract::{FencePath, JsonBody, LockPath};
+use super::views::{fence_check_response, lease_response, renewal_response, status_response};
 use super::AppState;
 use crate::auth::Caller;
 
@@ -121,6 +121,17 @@ pub async fn status(
 ) -> Result<Json<StatusResponse>, ApiError> {
     let status = (app.service.status(&name).await).map_err(in_step(Step::Read, &name))?;
     Ok(Json(status_response(&name, status)))
+}
+
+/// `GET /v1/locks/{name}/fence/{fence}`
+pub async fn check_fence(
+    State(app): State<AppState>,
+    LockPath(name): LockPath,
+    FencePath(fence): FencePath,
+) -> Result<Json<FenceCheckResponse>, ApiError> {
+    let check =
+        (app.service.check_fence(&name, fence).await).map_err(in_step(Step::Read, &name))?;
+    Ok(Json(fence_check_response(&name, check)))
 }
 
 /// What the service is asked for: the body, under the caller's principal.

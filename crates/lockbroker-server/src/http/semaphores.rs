@@ -6,16 +6,16 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
 use lockbroker_api::{
-    ExtendBody, ForceReleaseResponse, ListQuery, ReleaseBody, ReleaseResponse, RenewalResponse,
-    SemaphoreAcquireBody, SemaphoreListResponse, SemaphoreStatusResponse,
+    ExtendBody, FenceCheckResponse, ForceReleaseResponse, ListQuery, ReleaseBody, ReleaseResponse,
+    RenewalResponse, SemaphoreAcquireBody, SemaphoreListResponse, SemaphoreStatusResponse,
 };
 use lockbroker_core::{AcquireRequest, LeaseKind, Space};
 
 use super::admin::{end_all, listed_page};
 use super::error::{ApiError, Step};
-use super::extract::{JsonBody, QueryParams, SemaphorePath};
+use super::extract::{FencePath, JsonBody, QueryParams, SemaphorePath};
 use super::locks::{extend_lease, grant_answer, in_step, release_lease};
-use super::views::{permit_response, semaphore_status_response};
+use super::views::{fence_check_response, permit_response, semaphore_status_response};
 use super::AppState;
 use crate::auth::Caller;
 
@@ -71,6 +71,17 @@ pub async fn status(
 ) -> Result<Json<SemaphoreStatusResponse>, ApiError> {
     let status = (app.service.status(&name).await).map_err(in_step(Step::Read, &name))?;
     Ok(Json(semaphore_status_response(&name, status)))
+}
+
+/// `GET /v1/semaphores/{name}/fence/{fence}`
+pub async fn check_fence(
+    State(app): State<AppState>,
+    SemaphorePath(name): SemaphorePath,
+    FencePath(fence): FencePath,
+) -> Result<Json<FenceCheckResponse>, ApiError> {
+    let check =
+        (app.service.check_fence(&name, fence).await).map_err(in_step(Step::Read, &name))?;
+    Ok(Json(fence_check_response(&name, check)))
 }
 
 /// `GET /v1/semaphores?prefix=&limit=&cursor=`

@@ -3,11 +3,11 @@
 //! acquirer's own lease or permit.
 
 use lockbroker_api::{
-    HolderResponse, LeaseResponse, PermitResponse, RenewalResponse, SemaphoreStatusResponse,
-    StatusResponse,
+    FenceCheckResponse, HolderResponse, LeaseResponse, PermitResponse, RenewalResponse,
+    SemaphoreStatusResponse, StatusResponse,
 };
 use lockbroker_core::lease::Renewal;
-use lockbroker_core::{Fence, Holder, Lease, LockName, LockStatus};
+use lockbroker_core::{Fence, FenceCheck, Holder, Lease, LockName, LockStatus};
 
 /// A granted lock lease as its acquirer sees it: the only lock answer with a
 /// token.
@@ -96,5 +96,16 @@ pub(super) fn semaphore_status_response(
         holders: status.holders.iter().map(holder_response).collect(),
         available_in_ms: if full { status.first_free_in_ms } else { 0 },
         waiting: status.waiting,
+    }
+}
+
+/// A fence check of the lock or semaphore `name`. Never a token.
+pub(super) fn fence_check_response(name: &LockName, check: FenceCheck) -> FenceCheckResponse {
+    FenceCheckResponse {
+        name: name.to_string(),
+        fence: check.fence.get(),
+        current: check.current,
+        held: check.held,
+        expires_in_ms: check.expires_in_ms,
     }
 }

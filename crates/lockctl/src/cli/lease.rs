@@ -123,6 +123,22 @@ pub struct StatusArgs {
     pub output: OutputArgs,
 }
 
+/// `lockctl check`.
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// Lock name (semaphore name with --semaphore).
+    pub name: String,
+    /// The fence a request carries: exit 0 if a valid lease holds NAME with
+    /// exactly this fence now, 1 if not.
+    #[arg(value_parser = clap::value_parser!(u64).range(1..))]
+    pub fence: u64,
+    /// NAME is a semaphore: check a permit's fence.
+    #[arg(long)]
+    pub semaphore: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 impl OutputArgs {
     /// The chosen [`crate::output::Format`], or why `--prefix` is unusable.
     pub fn format(&self) -> Result<crate::output::Format, String> {

@@ -325,3 +325,68 @@ fn a_holder_counts_in_a_status_when_a_majority_carries_its_fence() {
     );
     assert_eq!(status.mode, Some(LeaseKind::Permit));
 }
+
+#[test]
+fn a_fence_is_current_only_when_a_majority_reports_a_valid_lease_with_it() {
+    let check = |answers: &[Result<LockStatus, StoreError>], fence: u64| {
+        let read = super::status(answers, 2).expect("a majority answered");
+        lockbroker_core::FenceCheck::of(&read, Fence::new(fence)).current
+    };
+    let exclusive = |fence: u64| {
+        Ok(LockStatus {
+            held: true,
+            expires_in_ms: 900,
+            mode: Some(LeaseKind::Exclusive),
+            holder_count: 1,
+            holders: vec![permit_holder(fence, 900, LeaseKind::Exclusive)],
+            ..LockStatus::free(Some(Fence::new(fence)))
+        })
+    };
+    let on_two = vec![
+        exclusive(7),
+        exclusive(7),
+        Ok(LockStatus::free(Some(Fence::new(3)))),
+    ];
+    assert!(check(&on_two, 7));
+    assert!(!check(&on_two, 6), "another fence");
+    // A grant in flight, or being rolled back, holds one node of three.
+    let free = || Ok(LockStatus::free(Some(Fence::new(7))));
+    assert!(!check(&[exclusive(8), free(), free()], 8));
+    // With a node silent it may yet hold a majority: no answer, not a guess.
+    let silent = [exclusive(8), free(), Err(down())];
+    assert!(super::status(&silent, 2).is_err());
+
+    let permits = |holders: Vec<Holder>| {
+        let valid = holders.iter().filter(|h| h.expires_in_ms > 0).count() as u64;
+        Ok(LockStatus {
+            held: valid > 0,
+            mode: (valid > 0).then_some(LeaseKind::Permit),
+            holder_count: valid,
+            occupied: holders.len() as u64,
+            holders,
+            ..LockStatus::free(Some(Fence::new(9)))
+        })
+    };
+    let p = |fence, expires_in_ms| permit_holder(fence, expires_in_ms, LeaseKind::Permit);
+    let answers = vec![
+        permits(vec![p(5, 900), p(9, 900)]),
+        permits(vec![p(5, 800)]),
+        // Its lease expired here first: a node that says so is not counted.
+        permits(vec![p(9, 0)]),
+    ];
+    assert!(check(&answers, 5), "valid on two of three");
+    assert!(
+        !check(&answers, 9),
+        "valid on one, in its lock-delay on another"
+    );
+}
+
+fn permit_holder(fence: u64, expires_in_ms: u64, mode: LeaseKind) -> Holder {
+    Holder {
+        mode,
+        owner: None,
+        fence: Fence::new(fence),
+        expires_in_ms,
+        available_in_ms: expires_in_ms,
+    }
+}
