@@ -1,13 +1,15 @@
 //! Request limits that answer with the one JSON error shape: the global
-//! concurrency limit, the request timeout and the body read timeout.
+//! concurrency limit, the request timeout and the body read timeout, and the
+//! host and origin rules of [`super::origin`].
 //!
-//! One middleware for all three: every layer boxes a future of its own per
-//! request, which a waiting acquire holds for as long as it waits.
+//! Not a layer of its own: [`super::observe`] awaits [`enforce`] inline. Every
+//! layer boxes a future of its own per request (and `Next` one more), which a
+//! waiting acquire holds for as long as it waits.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -15,6 +17,7 @@ use tokio::sync::Semaphore;
 
 use super::error::ApiError;
 use super::extract::BodyReadTimeout;
+use super::origin::Sources;
 
 /// What the limits layer enforces on each request.
 #[derive(Clone)]
@@ -27,13 +30,17 @@ pub struct Limits {
     pub request_timeout: Duration,
     /// The largest body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// The host names and page origins requests may come from.
+    pub sources: Arc<Sources>,
 }
 
 /// Refuses a request with `503 overloaded` when the broker already serves as
 /// many as it allows, instead of queueing it behind waiting acquires, and
-/// tells the body extractor its read timeout. Answers `503` when a request
-/// outlives the request timeout.
-pub async fn enforce(State(limits): State<Limits>, mut request: Request, next: Next) -> Response {
+/// tells the body extractor its read timeout. Refuses a request from a host
+/// name or page origin the broker does not take (after the limits, before
+/// authentication and before any body is read). Answers `503` when a
+/// request outlives the request timeout.
+pub async fn enforce(limits: &Limits, mut request: Request, next: Next) -> Response {
     let Ok(_permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
         return ApiError::Overloaded.into_response();
     };
@@ -46,6 +53,9 @@ pub async fn enforce(State(limits): State<Limits>, mut request: Request, next: N
         .and_then(|value| value.parse::<u64>().ok());
     if announced.is_some_and(|length| length > limits.max_body_bytes as u64) {
         return ApiError::PayloadTooLarge.into_response();
+    }
+    if let Some(refusal) = limits.sources.refusal(request.uri(), request.headers()) {
+        return refusal.into_response();
     }
     request
         .extensions_mut()

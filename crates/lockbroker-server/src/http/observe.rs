@@ -5,6 +5,9 @@
 //! goes back in the response's `x-request-id`. Every log line of the request
 //! (grants, releases, errors) carries it through the request's span. An error
 //! answer's line also carries its error code, as the body spells it.
+//!
+//! The outermost layer, and the one that runs [`super::limits`] inline, so
+//! that a request pays for one boxed middleware future here, not two.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,18 +19,27 @@ use axum::response::Response;
 use lockbroker_api::ErrorCode;
 use tracing::Instrument;
 
+use super::limits::{self, Limits};
 use crate::auth::Caller;
 use crate::metrics::Metrics;
+
+/// What the outermost layer needs: the metrics it reports to and the limits
+/// it enforces.
+#[derive(Clone)]
+pub struct Front {
+    /// The broker's metrics.
+    pub metrics: Arc<Metrics>,
+    /// The limits every request is held to.
+    pub limits: Arc<Limits>,
+}
 
 /// The header that carries the request id both ways.
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Logs and measures one request.
-pub async fn observe(
-    State(metrics): State<Arc<Metrics>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// Logs and measures one request, held to the limits (whose refusals are
+/// logged and measured like any answer).
+pub async fn observe(State(front): State<Front>, request: Request, next: Next) -> Response {
+    let Front { metrics, limits } = front;
     let started = Instant::now();
     let request_id = request
         .headers()
@@ -44,7 +56,9 @@ pub async fn observe(
     let span =
         tracing::info_span!("request", request_id = %request_id, method = %method, route = %route);
 
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let mut response = limits::enforce(&limits, request, next)
+        .instrument(span.clone())
+        .await;
 
     let elapsed = started.elapsed();
     let status = response.status().as_u16();

@@ -98,7 +98,7 @@ impl Sources {
     }
 
     /// Why a request with these `headers` and `uri` is refused, if it is.
-    fn refusal(&self, uri: &Uri, headers: &HeaderMap) -> Option<ApiError> {
+    pub(super) fn refusal(&self, uri: &Uri, headers: &HeaderMap) -> Option<ApiError> {
         let authority = match uri.authority() {
             Some(authority) => Some(authority.as_str().to_owned()),
             None => match headers.get(header::HOST).map(|v| v.to_str()) {
