@@ -142,5 +142,10 @@ async fn a_force_release_keeps_the_last_fence_for_the_next_grant() {
     assert_eq!(forced.status, StatusCode::OK, "{:?}", forced.body);
     let next = app.acquire("job", 30_000).await;
     assert_eq!(next.status, StatusCode::OK);
-    assert!(next.fence() > held.fence(), "{} after {}", next.fence(), held.fence());
+    assert!(
+        next.fence() > held.fence(),
+        "{} after {}",
+        next.fence(),
+        held.fence()
+    );
 }

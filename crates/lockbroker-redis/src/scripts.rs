@@ -248,12 +248,11 @@ fn is_missing_function(error: &fred::error::Error) -> bool {
 pub fn too_old_for_functions(error: &fred::error::Error) -> Option<String> {
     let details = error.details();
     let unknown = details.contains("unknown command") || details.contains("unknown subcommand");
-    (unknown && (details.contains("FCALL") || details.contains("FUNCTION")))
-        .then(|| {
-            "this Redis has no Redis Functions: lockbroker needs Redis 7.0 or later, in every \
+    (unknown && (details.contains("FCALL") || details.contains("FUNCTION"))).then(|| {
+        "this Redis has no Redis Functions: lockbroker needs Redis 7.0 or later, in every \
              mode (its lock steps run as one Functions library)"
-                .to_owned()
-        })
+            .to_owned()
+    })
 }
 
 impl Default for Scripts {

@@ -26,7 +26,12 @@ pub async fn load_scripts(port: u16) -> Result<Arc<(String, String)>, String> {
     let scripts = Scripts::new();
     let mut redis = resp::Connection::connect(port).await?;
     let reply = redis
-        .call(&[b"FUNCTION", b"LOAD", b"REPLACE", scripts.library().as_bytes()])
+        .call(&[
+            b"FUNCTION",
+            b"LOAD",
+            b"REPLACE",
+            scripts.library().as_bytes(),
+        ])
         .await?;
     if reply.text() != Some(scripts.library_name()) {
         return Err(format!(

@@ -96,8 +96,23 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_seventeen_arguments() {
     assert_eq!(
         call.args(&context),
         strings(&[
-            TOKEN, "30000", "worker-1", "r-7", "500", "604800000", "42", "", "0", "lb:wake",
-            "b1", "job", "ops", "", "", "", "",
+            TOKEN,
+            "30000",
+            "worker-1",
+            "r-7",
+            "500",
+            "604800000",
+            "42",
+            "",
+            "0",
+            "lb:wake",
+            "b1",
+            "job",
+            "ops",
+            "",
+            "",
+            "",
+            "",
         ])
     );
 }
@@ -207,7 +222,16 @@ fn extend_release_and_status_send_what_their_headers_say() {
     };
     assert_eq!(
         undo.args(&context),
-        strings(&[TOKEN, "0", "lb:wake", "b1", "job", "w-1", "1700000000000000", "4000"])
+        strings(&[
+            TOKEN,
+            "0",
+            "lb:wake",
+            "b1",
+            "job",
+            "w-1",
+            "1700000000000000",
+            "4000"
+        ])
     );
 
     let status = StatusCall {
