@@ -100,6 +100,8 @@ impl Backend for Quorum {
     }
 }
 
+mod contended;
+
 mod conformance {
     use super::Quorum;
 
@@ -136,6 +138,8 @@ async fn try_acquire(
         AcquireOutcome::Granted(lease) => Ok((lease.fence, lease.token, lease.validity_ms)),
         AcquireOutcome::Busy { blockers, .. } => Err(blockers.holder.fence.get()),
         AcquireOutcome::LimitConflict { limit } => panic!("a lock has no limit: {limit}"),
+        // A split vote names no holder.
+        AcquireOutcome::Contended => Err(0),
     })
 }
 

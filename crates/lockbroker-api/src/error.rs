@@ -96,6 +96,9 @@ pub enum ErrorCode {
     MaxHoldExceeded,
     /// `409`: the semaphore's permits take places under another limit.
     LimitConflict,
+    /// `409`: no lease holds the lock, but other acquires in flight took the
+    /// nodes' votes (quorum mode); try again after `Retry-After`.
+    Contended,
     /// `429`: this broker already has as many waiting acquires as it allows.
     TooManyWaiters,
     /// `429`: the API key sent more requests than its rate limit allows.
@@ -136,12 +139,13 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the spec's list.
-    pub const ALL: [ErrorCode; 21] = [
+    pub const ALL: [ErrorCode; 22] = [
         Self::InvalidRequest,
         Self::LockBusy,
         Self::LeaseLost,
         Self::MaxHoldExceeded,
         Self::LimitConflict,
+        Self::Contended,
         Self::TooManyWaiters,
         Self::RateLimited,
         Self::TooManyStreams,
@@ -168,6 +172,7 @@ impl ErrorCode {
             Self::LeaseLost => "lease_lost",
             Self::MaxHoldExceeded => "max_hold_exceeded",
             Self::LimitConflict => "limit_conflict",
+            Self::Contended => "contended",
             Self::TooManyWaiters => "too_many_waiters",
             Self::RateLimited => "rate_limited",
             Self::TooManyStreams => "too_many_streams",
@@ -196,7 +201,7 @@ impl ErrorCode {
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
-            Self::LeaseLost | Self::MaxHoldExceeded | Self::LimitConflict => 409,
+            Self::LeaseLost | Self::MaxHoldExceeded | Self::LimitConflict | Self::Contended => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::UriTooLong => 414,

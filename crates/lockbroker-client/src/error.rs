@@ -85,6 +85,12 @@ pub enum Error {
         /// How long the lease stays valid without the extension.
         expires_in: Option<Duration>,
     },
+    /// `409 contended` (quorum mode): no lease holds the lock, but other
+    /// acquires in flight split the nodes' votes and none won; try again.
+    Contended {
+        /// The broker's `Retry-After`, if it sent one.
+        retry_after: Option<Duration>,
+    },
     /// `409 limit_conflict`: the semaphore's permits are held under another limit.
     LimitConflict {
         /// The limit in force: ask with it, or wait until no permit is held.
@@ -152,7 +158,7 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Transport { kind, .. } => *kind != TransportKind::Tls,
-            Self::Unavailable { .. } | Self::TooManyStreams { .. } => true,
+            Self::Unavailable { .. } | Self::TooManyStreams { .. } | Self::Contended { .. } => true,
             _ => false,
         }
     }
@@ -162,6 +168,7 @@ impl Error {
         match self {
             Self::Busy { retry_after, .. }
             | Self::TooManyStreams { retry_after }
+            | Self::Contended { retry_after }
             | Self::Unavailable { retry_after, .. } => *retry_after,
             _ => None,
         }
@@ -176,6 +183,7 @@ impl Error {
             } => Some(ErrorCode::LeaseLost),
             Self::MaxHoldExceeded { .. } => Some(ErrorCode::MaxHoldExceeded),
             Self::LimitConflict { .. } => Some(ErrorCode::LimitConflict),
+            Self::Contended { .. } => Some(ErrorCode::Contended),
             Self::TooManyStreams { .. } => Some(ErrorCode::TooManyStreams),
             Self::Unauthorized { .. } => Some(ErrorCode::Unauthorized),
             Self::Forbidden { .. } => Some(ErrorCode::Forbidden),
@@ -218,6 +226,7 @@ impl Error {
                 expires_in: ms(error.expires_in_ms),
             },
             ErrorCode::LimitConflict => Self::LimitConflict { limit: error.limit },
+            ErrorCode::Contended => Self::Contended { retry_after },
             ErrorCode::TooManyStreams => Self::TooManyStreams { retry_after },
             ErrorCode::Unauthorized => Self::Unauthorized {
                 message: error.message,
@@ -329,6 +338,10 @@ impl fmt::Display for Error {
             Self::TooManyStreams { .. } => {
                 write!(f, "the broker serves as many event streams as it allows")
             }
+            Self::Contended { .. } => write!(
+                f,
+                "no lease holds the lock, but other acquires split the votes; try again"
+            ),
             Self::Unavailable { code, message, .. } => match code {
                 Some(code) => write!(f, "the broker is unavailable ({code}): {message}"),
                 None => write!(f, "the broker is unavailable: {message}"),

@@ -240,6 +240,8 @@ where
                 Duration::from_millis(50)
             }
             Error::Busy { .. } => Duration::ZERO,
+            // Nobody holds it: ask again after a short pause.
+            Error::Contended { .. } => Duration::from_millis(10),
             Error::Transport {
                 kind: TransportKind::Tls,
                 ..

@@ -75,6 +75,11 @@ pub enum LockError {
     /// waiting, if the caller asked to wait).
     #[error("lock is held by another lease")]
     Busy(Box<Blockers>),
+    /// Other acquires in flight split the places this one needed, and none
+    /// got enough; no lease holds the lock (after retrying within the
+    /// request's budget).
+    #[error("other acquires in flight contended for the lock")]
+    Contended,
     /// The semaphore's permits take places under another limit.
     #[error("the semaphore's limit in force is {limit}")]
     LimitConflict {

@@ -46,7 +46,7 @@ pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix, Space};
 pub use policy::{AcquireRequest, LockPolicy};
 pub use service::{Grant, LockService};
-pub use store::ForceReleaseOutcome;
+pub use store::{contended_back_off, ForceReleaseOutcome};
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
     Watch,

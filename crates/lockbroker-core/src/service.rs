@@ -17,7 +17,9 @@ use crate::lease::{
 use crate::listing::{ListRequest, LockPage};
 use crate::name::{LockName, Space};
 use crate::policy::{AcquirePlan, AcquireRequest, LockPolicy};
-use crate::store::{AcquireOutcome, AcquireParams, FairEntry, LockStore, Watch};
+use crate::store::{
+    contended_back_off, AcquireOutcome, AcquireParams, FairEntry, LockStore, Watch,
+};
 use crate::validation::ValidationError;
 use crate::wait::{WaitMode, Waiters};
 
@@ -192,6 +194,8 @@ impl<S: LockStore> LockService<S> {
         });
         let heartbeat = Duration::from_millis((self.policy.fair_entry_ttl_ms / 3).max(1));
         let mut shutdown = self.shutdown.subscribe();
+        // Contended answers in a row: each backs off longer.
+        let mut contended = 0;
         loop {
             // Listen before trying, so a wake-up between a failed attempt and
             // the sleep below is kept as a permit.
@@ -199,10 +203,25 @@ impl<S: LockStore> LockService<S> {
             woken.as_mut().enable();
             let mut wake_at = deadline;
             if ticket.may_attempt() || Instant::now() >= deadline {
-                match self
+                let tried = self
                     .attempt(attempt, attempt.waiter_id.as_deref(), true)
-                    .await?
-                {
+                    .await;
+                let answer = match tried {
+                    // No release will announce the end of a split vote: try
+                    // again after a random back-off, so one contender wins.
+                    Err(LockError::Contended) if Instant::now() < deadline => {
+                        wake_at = (Instant::now() + contended_back_off(contended)).min(deadline);
+                        contended = contended.saturating_add(1);
+                        tokio::select! {
+                            () = sleep_until(wake_at) => {}
+                            _ = shutdown.wait_for(|stopping| *stopping) => return Err(LockError::ShuttingDown),
+                        }
+                        continue;
+                    }
+                    other => other?,
+                };
+                contended = 0;
+                match answer {
                     Ok(grant) => {
                         // The store took the entry out of its queue with the grant.
                         if let Some(exit) = &mut queue_exit {
@@ -330,6 +349,10 @@ impl<S: LockStore> LockService<S> {
             Ok(AcquireOutcome::LimitConflict { limit }) => {
                 grant.armed = false;
                 Err(LockError::LimitConflict { limit })
+            }
+            Ok(AcquireOutcome::Contended) => {
+                grant.armed = false;
+                Err(LockError::Contended)
             }
             Err(error) => {
                 grant.armed = false;

@@ -90,6 +90,22 @@ pub enum AcquireOutcome {
         /// The limit in force.
         limit: u32,
     },
+    /// No lease holds the lock, yet other acquires in flight took the
+    /// places this one needed (a quorum's split vote): trying again soon,
+    /// after a random back-off, may succeed. Only a store that counts votes
+    /// answers this.
+    Contended,
+}
+
+/// How long to wait before trying again after the `tries`-th
+/// [`AcquireOutcome::Contended`] answer in a row (counted from 0): a random
+/// time up to 2 ms, doubling with each try up to 32 ms, so that contenders
+/// that met try again at different times, the more apart the more of them
+/// there are, and one of them finds the places free.
+pub fn contended_back_off(tries: u32) -> Duration {
+    use rand::Rng;
+    let most_us = 2_000u64 << tries.min(4);
+    Duration::from_micros(rand::thread_rng().gen_range(250..=most_us))
 }
 
 /// The result of an extend.

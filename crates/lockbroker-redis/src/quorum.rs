@@ -25,9 +25,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, Lease,
-    LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal,
-    ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
+    contended_back_off, AcquireOutcome, AcquireParams, Announcement, ExtendOutcome,
+    ForceReleaseOutcome, Lease, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
+    LockStore, Principal, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
@@ -193,8 +193,10 @@ impl QuorumStore {
     }
 }
 
-impl LockStore for QuorumStore {
-    async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
+impl QuorumStore {
+    /// One round of an acquire on every node: granted when the needed nodes
+    /// grant and keep the fence, else rolled back wherever it was made.
+    async fn acquire_once(&self, params: &AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
         let inner = &self.inner;
         let started = Instant::now();
         // Every node issues a fence above this proposal. When it also exceeds
@@ -204,7 +206,6 @@ impl LockStore for QuorumStore {
             .fence_floor
             .load(Ordering::Relaxed)
             .max(unix_micros().saturating_add(FENCE_LEAD_US));
-        let params = &params;
         let answers = join_all(inner.nodes.iter().enumerate().map(|(at, node)| async move {
             let epoch = inner.standing.epoch(at).ok_or_else(|| {
                 StoreError::Unavailable("the node's epoch is not known yet".into())
@@ -214,7 +215,7 @@ impl LockStore for QuorumStore {
         }))
         .await;
         let needed = self.needed(params.kind, params.limit);
-        let votes = tally::acquire(answers, needed, params.token);
+        let votes = tally::acquire(answers, inner.majority, needed, params.token);
         let mut outcome = votes.busy_answer();
         if let Some(grant) = votes.granted() {
             let lease = grant.lease;
@@ -238,11 +239,12 @@ impl LockStore for QuorumStore {
                 let expires_at_ms = lease
                     .expires_at_ms
                     .saturating_sub(inner.drift.allowance(params.ttl));
-                return Ok(AcquireOutcome::Granted(Lease {
+                let lease = Lease {
                     validity_ms: validity,
                     expires_at_ms,
                     ..lease
-                }));
+                };
+                return Ok(AcquireOutcome::Granted(lease));
             }
             if validity == 0 {
                 outcome = Err(StoreError::Unavailable(
@@ -261,6 +263,28 @@ impl LockStore for QuorumStore {
                 .fetch_max(blockers.holder.fence.get(), Ordering::Relaxed);
         }
         outcome
+    }
+}
+
+impl LockStore for QuorumStore {
+    /// Rounds of [`Self::acquire_once`] while other acquires in flight
+    /// split the votes, each after a random back-off, for a few
+    /// milliseconds: a waiting acquire's own wait retries after that
+    /// (docs/quorum.md, "Contended acquires").
+    async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
+        let until = Instant::now() + CONTENDED_RETRY;
+        for tries in 0.. {
+            let outcome = self.acquire_once(&params).await;
+            if !matches!(outcome, Ok(AcquireOutcome::Contended)) {
+                return outcome;
+            }
+            let back_off = contended_back_off(tries);
+            if Instant::now() + back_off >= until {
+                return outcome;
+            }
+            tokio::time::sleep(back_off).await;
+        }
+        unreachable!("the tries are counted without end")
     }
 
     async fn extend(
@@ -413,3 +437,7 @@ async fn forward<T>(mut from: UnboundedReceiver<T>, to: UnboundedSender<T>) {
 /// that it exceeds every node's clock and mark and the nodes agree on it at
 /// once, unless a node's clock runs more than this ahead of the broker's.
 const FENCE_LEAD_US: u64 = 1_000_000;
+
+/// How long one acquire keeps trying again after split votes before it
+/// answers contended: a few milliseconds, a few rounds on a local network.
+const CONTENDED_RETRY: Duration = Duration::from_millis(20);

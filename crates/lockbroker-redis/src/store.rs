@@ -270,7 +270,7 @@ impl RedisLockStore {
         let fence = match &acquired.outcome {
             AcquireOutcome::Granted(lease) => lease.fence,
             AcquireOutcome::Busy { blockers, .. } => blockers.holder.fence,
-            AcquireOutcome::LimitConflict { .. } => Fence::new(0),
+            AcquireOutcome::LimitConflict { .. } | AcquireOutcome::Contended => Fence::new(0),
         };
         floor.fetch_max(fence.get(), Ordering::Relaxed);
         // A quorum raises its nodes' floors on purpose (docs/quorum.md).

@@ -275,6 +275,7 @@ impl Metrics {
             }
             Err(LockError::Busy(_)) if waited.is_some() => "wait_timeout",
             Err(LockError::Busy(_)) => "busy",
+            Err(LockError::Contended) => "contended",
             Err(LockError::TooManyWaiters | LockError::ShuttingDown) => "rejected",
             Err(LockError::Invalid(_) | LockError::LimitConflict { .. }) => return,
             Err(_) => "error",

@@ -188,7 +188,7 @@ impl Broker {
                 Err(error) => error,
             };
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if error.code() == "lock_busy" && !remaining.is_zero() {
+            if error.is_busy() && !remaining.is_zero() {
                 // The broker ended its (capped) wait early: ask again, gently.
                 tokio::time::sleep(remaining.min(Duration::from_millis(50))).await;
             } else if error.is_transient()

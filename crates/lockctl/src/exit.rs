@@ -26,7 +26,8 @@ pub const UNAVAILABLE: u8 = 69;
 /// An answer that is not the broker's API: wrong URL, a proxy's page, `internal`.
 pub const SOFTWARE: u8 = 70;
 /// The lock is held by another lease, or every permit of the semaphore is
-/// taken (`lock_busy`), also after `--wait`.
+/// taken (`lock_busy`), also after `--wait`; or, in quorum mode, other
+/// acquires in flight split the votes and none won (`contended`).
 pub const BUSY: u8 = 75;
 /// The API key is missing, wrong (401) or not allowed this (403).
 pub const NO_PERMISSION: u8 = 77;
@@ -57,7 +58,8 @@ Exit codes:
       changed nothing or its outcome is unknown
   70  unexpected answer (not the broker's JSON, wrong URL, internal error)
   75  busy: the lock is held by another lease, or the semaphore has no free
-      permit (after --wait, if given)
+      permit (after --wait, if given); contended (quorum mode: other acquires
+      split the votes and none won)
   77  unauthorized or forbidden: check the API key
   79  lease lost: it expired or was taken; `run`, `elect`: lost, or not
       renewable in time, and the command was stopped; treat its work as

@@ -83,7 +83,7 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
     };
     let granted = match granted {
         Ok(granted) => granted,
-        Err(error) if error.code() == "lock_busy" => {
+        Err(error) if error.is_busy() => {
             if if_busy == IfBusy::Skip {
                 if args.verbose {
                     eprintln!("lockctl: {error}; skipped");

@@ -54,7 +54,12 @@ pub struct Votes {
     /// Nodes whose answer was lost: the acquire may have run there.
     unknown: Vec<usize>,
     answered: usize,
+    /// How many nodes make a majority: a holder is named only when that
+    /// many report it.
     majority: usize,
+    /// How many nodes must grant this acquire: a majority, or more for a
+    /// semaphore's permit.
+    needed: usize,
     token: LeaseToken,
 }
 
@@ -69,10 +74,12 @@ pub struct MajorityGrant {
     pub behind: Vec<(usize, LeaseToken)>,
 }
 
-/// Sorts the answers to an acquire by node.
+/// Sorts the answers to an acquire by node: `needed` of them must grant
+/// it, and `majority` of them must report a holder for it to be named.
 pub fn acquire(
     answers: Vec<Result<AcquireOutcome, StoreError>>,
     majority: usize,
+    needed: usize,
     token: &LeaseToken,
 ) -> Votes {
     let mut votes = Votes {
@@ -82,6 +89,7 @@ pub fn acquire(
         unknown: Vec::new(),
         answered: 0,
         majority,
+        needed,
         token: token.clone(),
     };
     for (at, answer) in answers.into_iter().enumerate() {
@@ -92,6 +100,8 @@ pub fn acquire(
                 queue_position,
             }) => votes.busy.push((blockers, queue_position)),
             Ok(AcquireOutcome::LimitConflict { limit }) => votes.conflicts.push(limit),
+            // A node answers for itself: it never counts votes.
+            Ok(AcquireOutcome::Contended) => {}
             Err(StoreError::OutcomeUnknown(_)) => {
                 votes.unknown.push(at);
                 continue;
@@ -104,11 +114,11 @@ pub fn acquire(
 }
 
 impl Votes {
-    /// With a majority of grants: the lease, carrying the highest fence any
+    /// With the needed grants: the lease, carrying the highest fence any
     /// granting node issued (each issued one above the broker's floor) and
     /// the shortest TTL, and which nodes already carry that fence.
     pub fn granted(&self) -> Option<MajorityGrant> {
-        if self.grants.len() < self.majority {
+        if self.grants.len() < self.needed {
             return None;
         }
         let fence = self
@@ -141,15 +151,18 @@ impl Votes {
         })
     }
 
-    /// The answer when no majority grant stands: busy with the holder of the
-    /// highest fence, or unavailable when too few nodes answered (or too few
-    /// were in good standing to count).
+    /// The answer when the needed grants did not stand: busy with a holder
+    /// that a majority of the nodes reports (by its fence, which a lease
+    /// carries on every node of its majority), contended when no such
+    /// holder exists (other acquires in flight split the nodes, or a grant
+    /// was still being written back), or unavailable when too few nodes
+    /// answered (or too few were in good standing to count).
     pub fn busy_answer(&self) -> Result<AcquireOutcome, StoreError> {
-        if self.answered < self.majority {
+        if self.answered < self.needed {
             return Err(StoreError::Unavailable(format!(
-                "only {} answered; a majority is {}",
+                "only {} answered; {} must grant the lease",
                 nodes(self.answered),
-                self.majority
+                self.needed
             )));
         }
         // A node that keeps another limit speaks for permits the caller
@@ -157,19 +170,26 @@ impl Votes {
         if let Some(limit) = self.conflicts.iter().copied().max() {
             return Ok(AcquireOutcome::LimitConflict { limit });
         }
-        let in_the_way = self
-            .busy
-            .iter()
+        let reporting = |fence: Fence| {
+            (self.busy.iter())
+                .filter(|(blockers, _)| blockers.holder.fence == fence)
+                .count()
+        };
+        let in_the_way = (self.busy.iter())
+            .filter(|(blockers, _)| reporting(blockers.holder.fence) >= self.majority)
             .max_by_key(|(blockers, _)| (blockers.holder.expires_in_ms > 0, blockers.holder.fence));
-        match in_the_way {
-            Some((blockers, _)) => Ok(AcquireOutcome::Busy {
+        if let Some((blockers, _)) = in_the_way {
+            return Ok(AcquireOutcome::Busy {
                 blockers: blockers.clone(),
                 queue_position: self.busy.iter().filter_map(|(_, p)| *p).min(),
-            }),
-            None => Err(StoreError::Unavailable(
-                "too few of the granting nodes are in good standing".into(),
-            )),
+            });
         }
+        if self.busy.is_empty() {
+            return Err(StoreError::Unavailable(
+                "too few of the granting nodes are in good standing".into(),
+            ));
+        }
+        Ok(AcquireOutcome::Contended)
     }
 
     /// Every node where this acquire may hold a lease that must not stay:

@@ -20,7 +20,7 @@ use lockbroker_core::{LockError, LockName, StoreError, ValidationError};
 
 use crate::auth::ANONYMOUS_ID;
 use answer::{store_failed, Answer};
-use messages::{busy_message, store_message};
+use messages::{busy_message, contended_message, store_message};
 
 /// What a request asked of the lock store: it decides what a failed step
 /// can have changed, and so what the caller is told.
@@ -132,6 +132,9 @@ impl ApiError {
             ),
             Self::Lock(_, name, LockError::Busy(blockers)) => {
                 Answer::new(Code::LockBusy, busy_message(name, blockers)).blockers(blockers)
+            }
+            Self::Lock(_, name, LockError::Contended) => {
+                Answer::new(Code::Contended, contended_message(name)).retry_after(1)
             }
             Self::Lock(_, name, LockError::LimitConflict { limit }) => Answer::new(
                 Code::LimitConflict,

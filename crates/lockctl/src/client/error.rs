@@ -52,6 +52,13 @@ impl BrokerError {
         }
     }
 
+    /// Whether the lock was not to be had now: held by another lease
+    /// (`lock_busy`), or, in quorum mode, held by nobody while other
+    /// acquires split the votes (`contended`); both end a wait the same way.
+    pub fn is_busy(&self) -> bool {
+        matches!(self.code(), "lock_busy" | "contended")
+    }
+
     /// The exit code for this failure (see [`crate::exit`]).
     pub fn exit_code(&self) -> u8 {
         let status = match self {
@@ -60,7 +67,7 @@ impl BrokerError {
             Self::Unexpected(_) => return exit::SOFTWARE,
         };
         match self.code() {
-            "lock_busy" => exit::BUSY,
+            "lock_busy" | "contended" => exit::BUSY,
             "lease_lost" => exit::LEASE_LOST,
             "max_hold_exceeded" => exit::MAX_HOLD,
             // A --limit other than the one in force is the caller's to fix,

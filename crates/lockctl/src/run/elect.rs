@@ -139,7 +139,7 @@ async fn campaign(
             Ok(granted) => return Ok(granted),
             Err(error) => error,
         };
-        if error.code() == "lock_busy" {
+        if error.is_busy() {
             if failing {
                 eprintln!("lockctl: the broker answers again; campaigning for {name:?}");
             } else if first && verbose {

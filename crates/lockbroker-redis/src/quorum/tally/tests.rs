@@ -44,7 +44,7 @@ fn a_majority_of_grants_carries_the_highest_fence_and_shortest_ttl() {
         Ok(AcquireOutcome::Granted(lease(20, 1_000))),
         Err(StoreError::OutcomeUnknown("lost".into())),
     ];
-    let votes = acquire(answers, 3, &token);
+    let votes = acquire(answers, 3, 3, &token);
     let grant = votes.granted().expect("three of five granted");
     assert_eq!((grant.lease.fence.get(), grant.lease.ttl_ms), (30, 900));
     let nodes = |of: &[(usize, LeaseToken)]| of.iter().map(|(at, _)| *at).collect::<Vec<_>>();
@@ -72,22 +72,24 @@ fn nodes_that_issued_the_same_fence_need_no_write_back() {
         busy(7, 0),
         Err(down()),
     ];
-    let grant = acquire(answers, 3, &token).granted().expect("a majority");
+    let grant = acquire(answers, 3, 3, &token)
+        .granted()
+        .expect("a majority");
     assert_eq!(grant.agreed.len(), 3);
     assert!(grant.behind.is_empty());
 }
 
 #[test]
-fn without_a_majority_the_answer_is_busy_or_unavailable() {
+fn without_the_needed_grants_the_answer_is_busy_or_unavailable() {
     let token = LeaseToken::generate();
     let answers = vec![
         Ok(AcquireOutcome::Granted(lease(10, 1_000))),
-        busy(7, 0),
         busy(8, 500),
-        Err(down()),
+        busy(8, 480),
+        busy(8, 490),
         Err(down()),
     ];
-    let votes = acquire(answers, 3, &token);
+    let votes = acquire(answers, 3, 3, &token);
     assert!(votes.granted().is_none());
     match votes.busy_answer() {
         Ok(AcquireOutcome::Busy { blockers, .. }) => assert_eq!(blockers.holder.fence.get(), 8),
@@ -101,9 +103,55 @@ fn without_a_majority_the_answer_is_busy_or_unavailable() {
         Err(down()),
     ];
     assert!(matches!(
-        acquire(answers, 3, &token).busy_answer(),
+        acquire(answers, 3, 3, &token).busy_answer(),
         Err(StoreError::Unavailable(_))
     ));
+}
+
+#[test]
+fn a_split_vote_names_no_holder_that_no_majority_reports() {
+    let token = LeaseToken::generate();
+    // Three contenders in flight, one node each: nobody holds the lock.
+    let answers = vec![
+        Ok(AcquireOutcome::Granted(lease(10, 1_000))),
+        busy(11, 1_000),
+        busy(12, 1_000),
+    ];
+    let votes = acquire(answers, 2, 2, &token);
+    assert!(votes.granted().is_none());
+    assert!(
+        matches!(votes.busy_answer(), Ok(AcquireOutcome::Contended)),
+        "no majority reports a holder: contended, not busy"
+    );
+    // A lease on a majority is named, whatever a contender holds elsewhere.
+    let answers = vec![busy(11, 1_000), busy(12, 1_000), busy(12, 990)];
+    match acquire(answers, 2, 2, &token).busy_answer() {
+        Ok(AcquireOutcome::Busy { blockers, .. }) => assert_eq!(blockers.holder.fence.get(), 12),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_permit_counts_the_grants_it_needs_and_names_the_count_truthfully() {
+    let token = LeaseToken::generate_for(LeaseKind::Permit);
+    // A permit of limit 2 on 3 nodes needs all 3; a majority (2) is not enough.
+    let answers = vec![
+        Ok(AcquireOutcome::Granted(lease(10, 1_000))),
+        Ok(AcquireOutcome::Granted(lease(10, 1_000))),
+        Err(down()),
+    ];
+    let votes = acquire(answers, 2, 3, &token);
+    assert!(
+        votes.granted().is_none(),
+        "two grants are not the three needed"
+    );
+    match votes.busy_answer() {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(message.contains("3 must grant"), "{message}");
+            assert!(!message.contains("majority"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

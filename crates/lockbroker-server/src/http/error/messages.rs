@@ -152,3 +152,13 @@ pub(super) fn store_message(step: Step, cause: &StoreError) -> String {
         ),
     }
 }
+
+/// What a `contended` answer says: nobody holds the name, other acquires
+/// took the votes this one needed.
+pub(super) fn contended_message(name: &LockName) -> String {
+    format!(
+        "{} {name:?} is held by no lease, but other acquires in flight took the nodes' votes; \
+         try again in a moment, or wait with `wait_ms`",
+        name.space().noun()
+    )
+}
