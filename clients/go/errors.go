@@ -171,6 +171,7 @@ var kinds = map[string]string{
 	"overloaded":             "unavailable",
 	"too_many_waiters":       "unavailable",
 	"too_many_streams":       "unavailable",
+	"contended":              "unavailable",
 	"rate_limited":           "unavailable",
 	"request_timeout":        "unavailable",
 	"internal":               "unavailable",

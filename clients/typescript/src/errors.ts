@@ -146,6 +146,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   overloaded: BrokerUnavailable,
   too_many_waiters: BrokerUnavailable,
   too_many_streams: BrokerUnavailable,
+  contended: BrokerUnavailable,
   rate_limited: BrokerUnavailable,
   request_timeout: BrokerUnavailable,
   internal: BrokerUnavailable,

@@ -120,7 +120,9 @@ class LimitConflict(LockBrokerError):
 class BrokerUnavailable(LockBrokerError):
     """The broker could not be reached or cannot serve now: connection failures,
     timeouts, ``backend_unavailable``, ``overloaded``, ``shutting_down``,
-    ``too_many_waiters``, ``too_many_streams``, ``rate_limited``, ``request_timeout`` and any other 5xx.
+    ``too_many_waiters``, ``too_many_streams``, ``rate_limited``, ``request_timeout``,
+    ``contended`` (quorum mode: acquires in flight split the votes; no lease holds
+    the lock) and any other 5xx.
     Nothing was granted; retrying later (after ``retry_after``) is safe."""
 
 
@@ -148,6 +150,7 @@ _BY_CODE: Dict[str, Type[LockBrokerError]] = {
     "shutting_down": BrokerUnavailable,
     "too_many_waiters": BrokerUnavailable,
     "too_many_streams": BrokerUnavailable,
+    "contended": BrokerUnavailable,
     "rate_limited": BrokerUnavailable,
     "overloaded": BrokerUnavailable,
     "request_timeout": BrokerUnavailable,
