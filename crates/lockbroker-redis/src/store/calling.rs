@@ -2,10 +2,8 @@
 //! again while a Redis Cluster moves the lock's slot, timed for the metrics.
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::Value;
 use lockbroker_core::StoreError;
-use tokio::sync::broadcast::error::TryRecvError;
 use tokio::time::Instant;
 
 use super::RedisLockStore;
@@ -32,11 +30,6 @@ impl RedisLockStore {
         let inner = &self.inner;
         let _admitted = self.admit()?;
         let started = Instant::now();
-        // A client that is not connected as the step starts sends nothing
-        // until it connects, and every connection it makes is announced
-        // before any command is written on it: if none is announced by the
-        // time the step fails, the step never left the broker.
-        let mut connections = (!client.is_connected()).then(|| client.reconnect_rx());
         let mut result: Result<Value, _>;
         loop {
             let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
@@ -61,19 +54,9 @@ impl RedisLockStore {
                 observer.node_script_finished(node, elapsed);
             }
         }
-        let value = result.map_err(|error| {
-            if let Some(why) = too_old_for_functions(&error) {
-                return StoreError::Unavailable(why);
-            }
-            let unsent = connections.as_mut().is_some_and(|announced| {
-                !client.is_connected() && matches!(announced.try_recv(), Err(TryRecvError::Empty))
-            });
-            match store_error(error) {
-                StoreError::OutcomeUnknown(text) if unsent => StoreError::Unavailable(format!(
-                    "not connected to Redis, so the step was never sent: {text}"
-                )),
-                other => other,
-            }
+        let value = result.map_err(|error| match too_old_for_functions(&error) {
+            Some(why) => StoreError::Unavailable(why),
+            None => store_error(error),
         })?;
         call.decode(&mut Reply::from_value(value))
     }
