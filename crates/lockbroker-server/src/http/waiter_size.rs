@@ -43,5 +43,6 @@ fn the_acquire_handler_future_stays_small() {
 /// Measured at 1,648 bytes in the test build, with the limits and the
 /// origin guard awaited inline.
 const OBSERVE_BOUND: usize = 2_048;
-/// Measured at 2,776 bytes in the test build.
-const ACQUIRE_BOUND: usize = 3_072;
+/// Measured at 3,080 bytes in the test build (2,776 before a waiting
+/// acquire also retried the split votes of a quorum).
+const ACQUIRE_BOUND: usize = 3_328;
