@@ -204,9 +204,10 @@ impl Scripts {
         &self.functions[name as usize]
     }
 
-    /// Runs the script `name` with `keys` and `args` on `client`, loading
-    /// the library first where Redis lacks it (on every primary of a
-    /// Cluster), once.
+    /// Runs the script `name` with `keys` and `args` on `client`. A Redis
+    /// that lacks the library answers "Function not found"
+    /// ([`is_missing_function`]): the caller loads it ([`Scripts::load`])
+    /// and runs the step again.
     pub async fn fcall(
         &self,
         client: &Client,
@@ -214,14 +215,7 @@ impl Scripts {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, fred::error::Error> {
-        let function = self.function(name);
-        match client.fcall(function, keys.clone(), args.clone()).await {
-            Err(error) if is_missing_function(&error) => {
-                self.load(client).await?;
-                client.fcall(function, keys, args).await
-            }
-            other => other,
-        }
+        client.fcall(self.function(name), keys, args).await
     }
 
     /// Loads the library into the Redis behind `client` (every primary of a
@@ -239,7 +233,7 @@ impl Scripts {
 }
 
 /// Whether `error` says Redis has no such function: it lost the library.
-fn is_missing_function(error: &fred::error::Error) -> bool {
+pub fn is_missing_function(error: &fred::error::Error) -> bool {
     error.details().contains("Function not found")
 }
 

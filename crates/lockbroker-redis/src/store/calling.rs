@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::RedisLockStore;
 use crate::connection::store_error;
-use crate::scripts::{too_old_for_functions, Reply, ScriptCall};
+use crate::scripts::{is_missing_function, too_old_for_functions, Reply, ScriptCall};
 
 /// How long a script that met a slot on the move waits before it is sent
 /// again.
@@ -31,12 +31,23 @@ impl RedisLockStore {
         let _admitted = self.admit()?;
         let started = Instant::now();
         let mut result: Result<Value, _>;
+        let mut reloaded = false;
         loop {
             let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
             // fred's command future is about 7 KiB: boxed, it is built once
             // in place, and the futures of callers (a waiting acquire among
             // them) hold a pointer instead of carrying it through every await.
             result = Box::pin(inner.scripts.fcall(client, C::SCRIPT, keys, args)).await;
+            // A Redis that lost the library (restarted without its data, a
+            // new Cluster primary) is given it, once, and the step sent again.
+            if !reloaded && matches!(&result, Err(e) if is_missing_function(e)) {
+                reloaded = true;
+                if let Err(error) = inner.scripts.load(client).await {
+                    result = Err(error);
+                    break;
+                }
+                continue;
+            }
             // Cluster mode: while a resharding moves the lock's slot, a
             // script whose keys are split between the two nodes runs on
             // neither (`TRYAGAIN`); it is sent again until the move ends,
