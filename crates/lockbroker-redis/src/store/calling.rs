@@ -42,7 +42,7 @@ impl RedisLockStore {
             // new Cluster primary) is given it, once, and the step sent again.
             if !reloaded && matches!(&result, Err(e) if is_missing_function(e)) {
                 reloaded = true;
-                if let Err(error) = inner.scripts.load(client).await {
+                if let Err(error) = Box::pin(inner.scripts.load(client)).await {
                     result = Err(error);
                     break;
                 }
