@@ -286,6 +286,36 @@ class Renewal:
         )
 
 
+@dataclass(frozen=True)
+class FenceCheck:
+    """The broker's answer to a fence check: whether a valid lease (exclusive,
+    shared or permit) carries exactly ``fence`` now. Never a token.
+
+    It can be stale by the time a resource acts on it: check, act at once, and
+    keep the action shorter than ``expires_in``."""
+
+    name: str
+    fence: int
+    #: Whether a valid lease carries this fence now; ``False`` once it expired
+    #: (its lock-delay included), was released, force-released or replaced.
+    current: bool
+    #: ``True`` when current; otherwise whether another lease holds the name.
+    held: bool
+    #: Seconds the lease with this fence stays valid when current; otherwise
+    #: how long the name's current lease does (0 when free).
+    expires_in: float
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "FenceCheck":
+        return cls(
+            name=data["name"],
+            fence=data["fence"],
+            current=bool(data["current"]),
+            held=bool(data["held"]),
+            expires_in=data["expires_in_ms"] / 1000.0,
+        )
+
+
 #: One HTTP exchange as the transports take it: method, path and JSON body.
 Request = Tuple[str, str, Optional[Dict[str, Any]]]
 
@@ -300,6 +330,15 @@ def release_request(name: str, token: str, kind: str = LOCKS) -> Request:
 
 def status_request(name: str, kind: str = LOCKS) -> Request:
     return "GET", resource_path(kind, name), None
+
+
+def fence_check_request(name: str, fence: int, kind: str = LOCKS) -> Request:
+    """``GET /v1/{kind}/{name}/fence/{fence}``. Only a whole number goes into the
+    path; whether it is a valid fence (1 to 2^53 - 1) is the broker's to say, with
+    :class:`InvalidRequest` naming the field ``fence``."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be a whole number, not {fence!r}")
+    return "GET", resource_path(kind, name, f"fence/{fence}"), None
 
 
 def released_fence(data: Dict[str, Any]) -> int:

@@ -26,6 +26,7 @@ from ._common import (
     AcquireAttempts,
     ClientBase,
     Duration,
+    FenceCheck,
     LeaseBase,
     LockBase,
     LockOptions,
@@ -35,6 +36,7 @@ from ._common import (
     SemaphoreStatus,
     count,
     extend_request,
+    fence_check_request,
     release_request,
     released_acknowledged,
     released_fence,
@@ -158,6 +160,23 @@ class AsyncClient(ClientBase):
         """The semaphore's current state."""
         return SemaphoreStatus.from_json(
             await self._transport.request(*status_request(name, SEMAPHORES))
+        )
+
+    async def check_fence(self, name: str, fence: int) -> FenceCheck:
+        """Whether a valid lease of the lock ``name`` carries exactly ``fence`` now,
+        for a resource that cannot store fences. The answer can be stale by the
+        time the resource acts: act at once, and within ``expires_in``. Raises
+        :class:`InvalidRequest` (``field`` ``"name"`` or ``"fence"``) for a bad
+        name or a fence outside 1 to 2^53 - 1."""
+        return FenceCheck.from_json(
+            await self._transport.request(*fence_check_request(name, fence))
+        )
+
+    async def check_semaphore_fence(self, name: str, fence: int) -> FenceCheck:
+        """Whether a valid permit of the semaphore ``name`` carries exactly
+        ``fence`` now; see :meth:`check_fence`."""
+        return FenceCheck.from_json(
+            await self._transport.request(*fence_check_request(name, fence, SEMAPHORES))
         )
 
     async def _extend(
@@ -285,6 +304,16 @@ class AsyncLease(LeaseBase):
         self.release_acknowledged = released_acknowledged(answer)
         self.released = True
         return released_fence(answer)
+
+    async def check_fence(self) -> FenceCheck:
+        """Asks the broker whether this lease's fence is still current (a permit's
+        on the semaphore). A read: it neither renews the lease nor sets ``lost``,
+        which only the lease's own calls and the deadline decide."""
+        return FenceCheck.from_json(
+            await self._client._transport.request(
+                *fence_check_request(self.name, self.fence, self._kind)
+            )
+        )
 
     async def _resync(self) -> None:
         sent = time.monotonic()

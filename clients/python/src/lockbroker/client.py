@@ -26,6 +26,7 @@ from ._common import (
     AcquireAttempts,
     ClientBase,
     Duration,
+    FenceCheck,
     LeaseBase,
     LockBase,
     LockOptions,
@@ -35,6 +36,7 @@ from ._common import (
     SemaphoreStatus,
     count,
     extend_request,
+    fence_check_request,
     release_request,
     released_acknowledged,
     released_fence,
@@ -205,6 +207,23 @@ class Client(ClientBase):
         """The semaphore's current state (limit, permits held and free, holders)."""
         return SemaphoreStatus.from_json(
             self._transport.request(*status_request(name, SEMAPHORES))
+        )
+
+    def check_fence(self, name: str, fence: int) -> FenceCheck:
+        """Whether a valid lease of the lock ``name`` carries exactly ``fence`` now,
+        for a resource that cannot store fences. The answer can be stale by the
+        time the resource acts: act at once, and within ``expires_in``. Raises
+        :class:`InvalidRequest` (``field`` ``"name"`` or ``"fence"``) for a bad
+        name or a fence outside 1 to 2^53 - 1."""
+        return FenceCheck.from_json(
+            self._transport.request(*fence_check_request(name, fence))
+        )
+
+    def check_semaphore_fence(self, name: str, fence: int) -> FenceCheck:
+        """Whether a valid permit of the semaphore ``name`` carries exactly
+        ``fence`` now; see :meth:`check_fence`."""
+        return FenceCheck.from_json(
+            self._transport.request(*fence_check_request(name, fence, SEMAPHORES))
         )
 
     def _extend(
@@ -406,6 +425,16 @@ class Lease(LeaseBase):
         self.release_acknowledged = released_acknowledged(answer)
         self.released = True
         return released_fence(answer)
+
+    def check_fence(self) -> FenceCheck:
+        """Asks the broker whether this lease's fence is still current (a permit's
+        on the semaphore). A read: it neither renews the lease nor sets ``lost``,
+        which only the lease's own calls and the deadline decide."""
+        return FenceCheck.from_json(
+            self._client._transport.request(
+                *fence_check_request(self.name, self.fence, self._kind)
+            )
+        )
 
     def _resync(self) -> None:
         """Restarts the local deadline from a fresh send time after a long wait (the
