@@ -140,7 +140,7 @@ async fn an_acquire_whose_answer_is_lost_says_the_outcome_is_unknown() {
 }
 
 #[tokio::test]
-async fn a_step_while_redis_refuses_connections_says_it_changed_nothing() {
+async fn a_read_while_redis_refuses_connections_says_it_changed_nothing() {
     let mut redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
     let held = app.acquire("held", 30_000).await;
@@ -171,31 +171,19 @@ async fn a_step_while_redis_refuses_connections_says_it_changed_nothing() {
         assert!(said.contains("this read changed nothing"), "{said}");
         assert!(!said.contains("unknown"), "{said}");
     }
-    // A write is handed to the Redis client only while it is connected, so
-    // one sent while Redis refuses connections never went out: it changed
-    // nothing, and the message says so instead of "outcome unknown".
+    // A write may still go out: fred holds it back until it connects, so
+    // its outcome is unknown, and the message says so for that step alone.
     for (step, write) in [
         ("extend", app.extend("held", &held.token(), 30_000).await),
         ("release", app.release("held", &held.token()).await),
-        ("acquire", app.acquire("other", 30_000).await),
     ] {
         let said = message(&write);
         assert!(
-            said.contains(&format!("the {step} did not reach it; nothing was changed")),
+            said.contains(&format!("answer the {step} in time")),
             "{step}: {said}"
         );
-        assert!(!said.contains("unknown"), "{step}: {said}");
+        assert!(!said.contains("request_id"), "{step}: {said}");
     }
-
-    // Nothing was queued for later either: once Redis is back, the lease
-    // is still held by its own token and the other lock was never taken.
-    redis.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while app.get("/readyz").await.status != StatusCode::OK {
-        assert!(Instant::now() < deadline, "the broker never reconnected");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(app.status("other").await.body["held"], false);
 }
 
 #[tokio::test]
