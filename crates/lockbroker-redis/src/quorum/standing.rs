@@ -35,6 +35,10 @@ struct Node {
     seen: bool,
     up: bool,
     epoch: Option<String>,
+    /// The last epoch seen at the node, kept while the node is down or not
+    /// to be used (`epoch` is then `None`), so that a new one is known as a
+    /// restart however the looks around the restart went.
+    last_epoch: Option<String>,
     /// Out of every majority until then (after a restart without data).
     out_until: Option<Instant>,
     /// Restarted without data, and its fence floor not yet raised.
@@ -268,6 +272,9 @@ impl Standing {
                 }
                 node.out_until = (epoch.until_ms > epoch.now_ms)
                     .then(|| now + Duration::from_millis(epoch.until_ms - epoch.now_ms));
+                if epoch.id.is_some() {
+                    node.last_epoch.clone_from(&epoch.id);
+                }
                 node.epoch = epoch.id;
                 node.pending_marks = epoch.pending_marks;
             } else if up[at] {
@@ -320,7 +327,7 @@ impl Change<'_> {
             }
             _ => {}
         }
-        if let (Some(old), Some(new)) = (before.epoch.as_deref(), self.new_epoch) {
+        if let (Some(old), Some(new)) = (before.last_epoch.as_deref(), self.new_epoch) {
             if old != new {
                 tracing::warn!(
                     node,
