@@ -93,3 +93,28 @@ func ExampleClient_Acquire() {
 	// held: true same fence: true
 	// held: false
 }
+
+// A resource that keeps no fences asks the broker whether a writer's fence is
+// still current before it acts.
+func ExampleClient_CheckFence() {
+	client, _ := lockbroker.NewClientFromEnv(lockbroker.ClientOptions{})
+	ctx := context.Background()
+	lease, err := client.Acquire(ctx, "example-invoice-42", lockbroker.AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	check, err := client.CheckFence(ctx, "example-invoice-42", lease.Fence)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("current while held:", check.Current, "for a while yet:", check.ExpiresIn > 0)
+
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	check, _ = client.CheckFence(ctx, "example-invoice-42", lease.Fence)
+	fmt.Println("current after release:", check.Current)
+	// Output:
+	// current while held: true for a while yet: true
+	// current after release: false
+}

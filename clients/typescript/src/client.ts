@@ -10,8 +10,10 @@ import { now } from "./clock.js";
 import { Lease, type LeaseAnswer, type ReleaseAnswer } from "./lease.js";
 import { Leader, type LeaderOptions } from "./leader.js";
 import {
+  fenceCheckFromJson,
   lockStatusFromJson,
   semaphoreStatusFromJson,
+  type FenceCheck,
   type LockStatus,
   type SemaphoreStatus,
 } from "./status.js";
@@ -20,6 +22,7 @@ import {
   defaultOwner,
   describe,
   duration,
+  fencePath,
   isReset,
   newRequestId,
   nodeProcess,
@@ -190,19 +193,26 @@ export class Client {
 
   /** Sets the remaining TTL of the lease `token` holds to `ttlMs` (replace, not add). */
   async extend(name: string, token: string, ttlMs: number): Promise<Renewal> {
-    const answer = await this._extend(name, token, duration(ttlMs, "ttlMs", false));
-    return {
-      name: answer.name,
-      fence: answer.fence,
-      ttlMs: answer.ttl_ms,
-      expiresAtMs: answer.expires_at_ms,
-      owner: answer.owner ?? null,
-    };
+    return renewal(await this._extend(name, token, duration(ttlMs, "ttlMs", false)));
   }
 
   /** Gives the lock back at once; resolves to the lease's fence. Throws {@link LeaseLost} if `token` no longer holds it. */
   async release(name: string, token: string): Promise<number> {
     const answer = await this._release(name, token);
+    return answer.fence;
+  }
+
+  /**
+   * Sets the remaining TTL of the semaphore permit `token` holds to `ttlMs`. A
+   * lock's token is refused here ({@link InvalidRequest}, field `token`).
+   */
+  async extendPermit(name: string, token: string, ttlMs: number): Promise<Renewal> {
+    return renewal(await this._extend(name, token, duration(ttlMs, "ttlMs", false), undefined, "semaphores"));
+  }
+
+  /** Gives the semaphore permit `token` holds back at once; resolves to its fence. */
+  async releasePermit(name: string, token: string): Promise<number> {
+    const answer = await this._release(name, token, "semaphores");
     return answer.fence;
   }
 
@@ -215,6 +225,35 @@ export class Client {
   async semaphoreStatus(name: string): Promise<SemaphoreStatus> {
     const path = resourcePath("semaphores", name);
     return semaphoreStatusFromJson(await this._call<Record<string, unknown>>("GET", path, undefined));
+  }
+
+  /**
+   * Whether a valid lease of the lock `name` carries exactly `fence` now, for a
+   * resource that cannot store fences. The answer can be stale by the time the
+   * resource acts: act at once, and within `expiresInMs`. Throws
+   * {@link InvalidRequest} (`field` `"name"` or `"fence"`) for a bad name or a
+   * fence outside 1 to 2^53 - 1, and `TypeError` for a fence that is not a
+   * whole number, before anything is sent. A read: it renews nothing.
+   */
+  async checkFence(name: string, fence: number): Promise<FenceCheck> {
+    return this._checkFence("locks", name, fence);
+  }
+
+  /** Whether a valid permit of the semaphore `name` carries exactly `fence` now; see {@link checkFence}. */
+  async checkSemaphoreFence(name: string, fence: number): Promise<FenceCheck> {
+    return this._checkFence("semaphores", name, fence);
+  }
+
+  /** @internal A fence check on a lock's or a semaphore's routes, as the lease sends it too. */
+  async _checkFence(kind: Kind, name: string, fence: number): Promise<FenceCheck> {
+    const check = fenceCheckFromJson(await this._call<Record<string, unknown>>("GET", fencePath(kind, name, fence), undefined));
+    if (!check) {
+      throw new LockBrokerError("the broker's fence check answer lacks a required field", {
+        code: "bad_response",
+        status: 200,
+      });
+    }
+    return check;
   }
 
   /**
@@ -427,6 +466,17 @@ export class Client {
       cause: error,
     });
   }
+}
+
+/** A {@link Renewal} from the JSON of an extend's answer. */
+function renewal(answer: LeaseAnswer): Renewal {
+  return {
+    name: answer.name,
+    fence: answer.fence,
+    ttlMs: answer.ttl_ms,
+    expiresAtMs: answer.expires_at_ms,
+    owner: answer.owner ?? null,
+  };
 }
 
 /** The abort reason of a request that outlived its timeout. */

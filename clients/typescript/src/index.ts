@@ -29,7 +29,7 @@ export {
 } from "./client.js";
 export { Lease } from "./lease.js";
 export { DEFAULT_LEADER_MAX_HOLD_MS, Leader, type LeaderOptions } from "./leader.js";
-export type { Holder, LeaseMode, LockStatus, SemaphoreStatus } from "./status.js";
+export type { FenceCheck, Holder, LeaseMode, LockStatus, SemaphoreStatus } from "./status.js";
 export type { LaggedEvent, LockEvent, LockStateEvent, StateCompleteEvent, WatchEvent } from "./sse.js";
 export { DEFAULT_IDLE_TIMEOUT_MS, Watch, type WatchOptions } from "./watch.js";
 export {

@@ -7,7 +7,7 @@
 import type { Client } from "./client.js";
 import { now } from "./clock.js";
 import { BrokerUnavailable, LeaseLost, LockBrokerError, MaxHoldExceeded } from "./errors.js";
-import type { LeaseMode } from "./status.js";
+import type { FenceCheck, LeaseMode } from "./status.js";
 import type { Kind } from "./util.js";
 
 /** @internal The JSON of a grant, and (without the token) of a renewal. */
@@ -19,6 +19,8 @@ export interface LeaseAnswer {
   expires_at_ms: number;
   owner?: string | null;
   mode?: LeaseMode;
+  /** A permit's: the semaphore's limit it was granted under. */
+  limit?: number;
 }
 
 /**
@@ -52,6 +54,8 @@ export class Lease {
   readonly ttlMs: number;
   /** `"exclusive"` or `"shared"` for a lock's lease, `"permit"` for a semaphore's. */
   readonly mode: LeaseMode;
+  /** A permit's: the semaphore's limit it was granted under; undefined for a lock's lease. */
+  readonly limit: number | undefined;
 
   readonly #client: Client;
   readonly #kind: Kind;
@@ -81,6 +85,7 @@ export class Lease {
     this.name = answer.name;
     this.fence = answer.fence;
     this.owner = answer.owner ?? null;
+    this.limit = kind === "semaphores" ? answer.limit : undefined;
     this.ttlMs = ttlMs;
     this.#client = client;
     this.#token = answer.token ?? "";
@@ -226,6 +231,15 @@ export class Lease {
     } finally {
       this.#end(new LockBrokerError("the lease was released", { code: "released" }));
     }
+  }
+
+  /**
+   * Asks the broker whether this lease's fence is still current (a permit's on
+   * its semaphore). A read: it neither renews the lease nor aborts
+   * {@link signal}, which only the lease's own calls and its deadline decide.
+   */
+  checkFence(): Promise<FenceCheck> {
+    return this.#client._checkFence(this.#kind, this.name, this.fence);
   }
 
   /** The lease without its token. */

@@ -39,6 +39,12 @@ export interface LockStatus {
   holders: Holder[];
   /** How many valid leases hold the lock. */
   holderCount: number;
+  /**
+   * Requests waiting for the lock: those in its queue in Redis, plus those
+   * waiting in the answering broker's own line (see openapi.yaml). 0 from a
+   * broker that does not say.
+   */
+  waiting: number;
 }
 
 /** A semaphore's state as `GET /v1/semaphores/{name}` reports it. */
@@ -88,6 +94,7 @@ export function lockStatusFromJson(a: Json): LockStatus {
     mode: a["mode"] === undefined ? (held ? "exclusive" : null) : (a["mode"] as LockStatus["mode"]),
     holders,
     holderCount: (a["holder_count"] as number | undefined) ?? (holders.length || Number(held)),
+    waiting: (a["waiting"] as number | undefined) ?? 0,
   };
 }
 
@@ -101,4 +108,47 @@ export function semaphoreStatusFromJson(a: Json): SemaphoreStatus {
     holders: holdersFromJson(a["holders"]),
     availableInMs: (a["available_in_ms"] as number) ?? 0,
   };
+}
+
+/**
+ * The broker's answer to a fence check (`GET /v1/{locks,semaphores}/{name}/fence/{fence}`):
+ * whether a valid lease (exclusive, shared or permit) carries exactly `fence`
+ * now. Never a token. It can be stale by the time a resource acts on it:
+ * check, act at once, and keep the action shorter than `expiresInMs`.
+ */
+export interface FenceCheck {
+  name: string;
+  fence: number;
+  /**
+   * Whether a valid lease carries this fence now; false once it expired (its
+   * lock-delay included), was released, force-released or replaced.
+   */
+  current: boolean;
+  /** True when current; otherwise whether another lease holds the name. */
+  held: boolean;
+  /**
+   * When current, how long the lease with this fence stays valid; otherwise
+   * how long the name's current lease does (0 when free).
+   */
+  expiresInMs: number;
+}
+
+/**
+ * A fence check's answer, every field required: an answer without one (a
+ * proxy's empty 200, say) is not the broker's, and must not read as "not
+ * current" or "current". Returns undefined for such an answer.
+ */
+export function fenceCheckFromJson(a: Json): FenceCheck | undefined {
+  const { name, fence, current, held } = a;
+  const expiresInMs = a["expires_in_ms"];
+  if (
+    typeof name !== "string" ||
+    typeof fence !== "number" ||
+    typeof current !== "boolean" ||
+    typeof held !== "boolean" ||
+    typeof expiresInMs !== "number"
+  ) {
+    return undefined;
+  }
+  return { name, fence, current, held, expiresInMs };
 }

@@ -17,6 +17,19 @@ export function lockPath(name: string, action?: string): string {
   return resourcePath("locks", name, action);
 }
 
+/**
+ * `/v1/{kind}/{name}/fence/{fence}`. Only a whole number goes into the path;
+ * whether it is a valid fence (1 to 2^53 - 1) is the broker's to say, with
+ * `InvalidRequest` naming the field `fence`.
+ */
+export function fencePath(kind: Kind, name: string, fence: number): string {
+  if (typeof fence !== "number" || !Number.isInteger(fence)) {
+    throw new TypeError(`the fence must be a whole number, not ${String(fence)}`);
+  }
+  // BigInt prints every whole number as digits (String(1e21) would not).
+  return resourcePath(kind, name, `fence/${BigInt(fence).toString()}`);
+}
+
 /** A duration in ms, refusing negatives, NaN, infinity and non-numbers. */
 export function duration(value: number, field: string, allowZero: boolean): number {
   if (typeof value !== "number" || !Number.isFinite(value)) {

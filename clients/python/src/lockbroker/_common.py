@@ -212,6 +212,10 @@ class LockStatus:
     holders: Tuple[Holder, ...] = ()
     #: How many valid leases hold the lock.
     holder_count: int = 0
+    #: Requests waiting for the lock: those in its queue in Redis, plus those
+    #: waiting in the answering broker's own line (see openapi.yaml); 0 from a
+    #: broker that does not say.
+    waiting: int = 0
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "LockStatus":
@@ -228,6 +232,7 @@ class LockStatus:
             mode=data.get("mode", EXCLUSIVE if held else None),
             holders=holders,
             holder_count=data.get("holder_count", len(holders) or int(held)),
+            waiting=int(data.get("waiting", 0)),
         )
 
 

@@ -1,0 +1,605 @@
+package lockbroker_test
+
+// The shared scenarios (../scenarios/*.json, described in its README) replayed
+// through this client's public API against the real broker. Every file runs; a
+// step this client cannot express fails the test, as does a malformed one.
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"lockbroker.dev/lockbroker"
+)
+
+// scenarioDir holds the scenario files, beside this module.
+const scenarioDir = "../scenarios"
+
+// stepArgs lists every operation this runner knows and the arguments it takes.
+var stepArgs = map[string][]string{
+	"acquire":               {"lock", "ttl_ms", "wait_ms", "owner", "shared", "request_id"},
+	"acquire_permit":        {"semaphore", "limit", "ttl_ms", "wait_ms", "owner"},
+	"lock":                  {"lock", "ttl_ms", "owner", "shared"},
+	"await":                 {"step"},
+	"extend":                {"lease", "ttl_ms"},
+	"extend_token":          {"lease", "ttl_ms"},
+	"release":               {"lease"},
+	"lease_state":           {"lease"},
+	"status":                {"lock"},
+	"semaphore_status":      {"semaphore"},
+	"check_fence":           {"lock", "fence"},
+	"check_semaphore_fence": {"semaphore", "fence"},
+	"lease_check_fence":     {"lease"},
+	"watch":                 {"lock"},
+	"next_event":            {"watch"},
+	"sleep":                 {"ms"},
+}
+
+// Keys every step may have, besides its operation's arguments.
+var commonKeys = []string{"do", "as", "expect", "within_ms", "async", "note"}
+
+// Reads, which within_ms may repeat; and the grants async may start.
+var (
+	readSteps  = []string{"status", "semaphore_status", "check_fence", "check_semaphore_fence", "lease_check_fence", "lease_state"}
+	asyncSteps = []string{"acquire", "acquire_permit", "lock"}
+)
+
+type scenarioFile struct {
+	About string           `json:"about"`
+	Steps []map[string]any `json:"steps"`
+}
+
+func TestScenarios(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join(scenarioDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no scenario in %s", scenarioDir)
+	}
+	sort.Strings(files)
+	for _, file := range files {
+		file := file
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".json"), func(t *testing.T) {
+			raw, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoder := json.NewDecoder(strings.NewReader(string(raw)))
+			decoder.UseNumber()
+			decoder.DisallowUnknownFields()
+			var scenario scenarioFile
+			if err := decoder.Decode(&scenario); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			if scenario.About == "" || len(scenario.Steps) == 0 {
+				t.Fatalf("%s: a scenario needs an about and steps", file)
+			}
+			newReplay(t).run(scenario.Steps)
+		})
+	}
+}
+
+// outcome is what a step (or an async one, once awaited) came to.
+type outcome struct {
+	result map[string]any
+	lease  *lockbroker.Lease
+	err    error
+}
+
+// replay is one scenario's run: its names' prefix, and what its steps kept.
+type replay struct {
+	t       *testing.T
+	client  *lockbroker.Client
+	prefix  string
+	results map[string]map[string]any
+	leases  map[string]*lockbroker.Lease
+	watches map[string]*lockbroker.Watcher
+	pending map[string]chan outcome
+}
+
+func newReplay(t *testing.T) *replay {
+	var random [4]byte
+	if _, err := rand.Read(random[:]); err != nil {
+		t.Fatal(err)
+	}
+	r := &replay{t: t, client: newClient(t), prefix: "scn-" + hex.EncodeToString(random[:]) + "-",
+		results: map[string]map[string]any{}, leases: map[string]*lockbroker.Lease{},
+		watches: map[string]*lockbroker.Watcher{}, pending: map[string]chan outcome{}}
+	t.Cleanup(r.cleanup)
+	return r
+}
+
+// cleanup releases what the scenario still holds and closes its watches.
+func (r *replay) cleanup() {
+	for _, w := range r.watches {
+		w.Close()
+	}
+	for name, pending := range r.pending {
+		select {
+		case done := <-pending:
+			if done.lease != nil {
+				r.leases[name+" (async)"] = done.lease
+			}
+		case <-time.After(15 * time.Second):
+			r.t.Errorf("the async step %q did not finish", name)
+		}
+	}
+	for _, lease := range r.leases {
+		_ = lease.Release(bg)
+	}
+}
+
+func (r *replay) run(steps []map[string]any) {
+	for i, step := range steps {
+		op := r.validate(i, step)
+		label := fmt.Sprintf("step %d (%s)", i+1, op)
+		as, _ := step["as"].(string)
+		if async, _ := step["async"].(bool); async {
+			r.start(label, op, as, step)
+			continue
+		}
+		expect, _ := step["expect"].(map[string]any)
+		deadline := time.Now()
+		if within, ok := step["within_ms"]; ok {
+			deadline = deadline.Add(time.Duration(r.int(label, within)) * time.Millisecond)
+		}
+		for {
+			done := r.do(label, op, step)
+			problem := r.check(expect, done)
+			if problem == "" {
+				r.keep(as, done)
+				break
+			}
+			if time.Now().After(deadline) {
+				r.t.Fatalf("%s: %s", label, problem)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// validate checks a step's keys against the vocabulary and returns its operation.
+func (r *replay) validate(i int, step map[string]any) string {
+	op, _ := step["do"].(string)
+	args, known := stepArgs[op]
+	if !known {
+		r.t.Fatalf("step %d: this client cannot express the operation %q", i+1, step["do"])
+	}
+	for key := range step {
+		if !contains(commonKeys, key) && !contains(args, key) {
+			r.t.Fatalf("step %d (%s): unknown key %q", i+1, op, key)
+		}
+	}
+	if _, ok := step["within_ms"]; ok && !contains(readSteps, op) {
+		r.t.Fatalf("step %d (%s): within_ms repeats reads only", i+1, op)
+	}
+	if async, _ := step["async"].(bool); async && (!contains(asyncSteps, op) || step["as"] == nil) {
+		r.t.Fatalf("step %d (%s): async is for grants kept with as", i+1, op)
+	}
+	if expect, ok := step["expect"]; ok {
+		if _, isMap := expect.(map[string]any); !isMap {
+			r.t.Fatalf("step %d (%s): expect must be an object", i+1, op)
+		}
+	}
+	return op
+}
+
+func (r *replay) keep(as string, done outcome) {
+	if as == "" {
+		return
+	}
+	r.results[as] = done.result
+	if done.lease != nil {
+		r.leases[as] = done.lease
+	}
+}
+
+// start runs a grant in the background; await collects it.
+func (r *replay) start(label, op, as string, step map[string]any) {
+	finished := make(chan outcome, 1)
+	r.pending[as] = finished
+	go func() { finished <- r.do(label, op, step) }()
+}
+
+// do runs one operation through the client's public API.
+func (r *replay) do(label, op string, step map[string]any) outcome {
+	arg := func(key string) any { return r.resolve(label, step[key]) }
+	ms := func(key string) time.Duration {
+		if step[key] == nil {
+			return 0
+		}
+		return time.Duration(r.int(label, arg(key))) * time.Millisecond
+	}
+	str := func(key string) string {
+		value, _ := arg(key).(string)
+		return value
+	}
+	flag := func(key string) bool {
+		value, _ := arg(key).(bool)
+		return value
+	}
+	name := func(key string) string {
+		if str(key) == "" {
+			r.t.Fatalf("%s: %s must name a %s", label, key, key)
+		}
+		return r.prefix + str(key)
+	}
+	switch op {
+	case "acquire":
+		return r.granted(r.client.Acquire(bg, name("lock"), lockbroker.AcquireOptions{TTL: ms("ttl_ms"),
+			Wait: ms("wait_ms"), Owner: str("owner"), Shared: flag("shared"), RequestID: str("request_id")}))
+	case "acquire_permit":
+		return r.granted(r.client.AcquirePermit(bg, name("semaphore"), int(r.int(label, arg("limit"))),
+			lockbroker.AcquireOptions{TTL: ms("ttl_ms"), Wait: ms("wait_ms"), Owner: str("owner")}))
+	case "lock":
+		return r.granted(r.client.Lock(bg, name("lock"), lockbroker.LockOptions{TTL: ms("ttl_ms"),
+			Owner: str("owner"), Shared: flag("shared")}))
+	case "await":
+		pending, ok := r.pending[str("step")]
+		if !ok {
+			r.t.Fatalf("%s: no async step %q to await", label, str("step"))
+		}
+		delete(r.pending, str("step"))
+		select {
+		case done := <-pending:
+			if done.lease != nil {
+				r.leases[str("step")] = done.lease
+			}
+			r.results[str("step")] = done.result
+			return done
+		case <-time.After(30 * time.Second):
+			r.t.Fatalf("%s: the async step did not finish within 30 s", label)
+		}
+	case "extend":
+		return outcome{result: map[string]any{}, err: r.lease(label, str("lease")).Extend(bg, ms("ttl_ms"))}
+	case "extend_token":
+		lease := r.lease(label, str("lease"))
+		extend := r.client.Extend
+		if lease.Mode == lockbroker.ModePermit {
+			extend = r.client.ExtendPermit
+		}
+		renewal, err := extend(bg, lease.Name, lease.Token(), ms("ttl_ms"))
+		if err != nil {
+			return outcome{err: err}
+		}
+		return outcome{result: map[string]any{"fence": renewal.Fence, "ttl_ms": renewal.TTL.Milliseconds()}}
+	case "release":
+		return outcome{result: map[string]any{}, err: r.lease(label, str("lease")).Release(bg)}
+	case "lease_state":
+		return outcome{result: r.leaseState(label, r.lease(label, str("lease")))}
+	case "status":
+		s, err := r.client.Status(bg, name("lock"))
+		if err != nil {
+			return outcome{err: err}
+		}
+		return outcome{result: map[string]any{"held": s.Held, "owner": orNull(s.Owner), "fence": orNull(s.Fence),
+			"mode": orNull(s.Mode), "holder_count": s.HolderCount, "waiting": s.Waiting}}
+	case "semaphore_status":
+		s, err := r.client.SemaphoreStatus(bg, name("semaphore"))
+		if err != nil {
+			return outcome{err: err}
+		}
+		// Limit 0 is how this client says "no limit while no permit is held".
+		result := map[string]any{"limit": orNull(s.Limit), "held": s.Held, "available": s.Available,
+			"fence": orNull(s.Fence)}
+		if s.Limit == 0 {
+			result["available"] = nil
+		}
+		return outcome{result: result}
+	case "check_fence":
+		return r.fence(r.client.CheckFence(bg, name("lock"), r.int(label, arg("fence"))))
+	case "check_semaphore_fence":
+		return r.fence(r.client.CheckSemaphoreFence(bg, name("semaphore"), r.int(label, arg("fence"))))
+	case "lease_check_fence":
+		return r.fence(r.lease(label, str("lease")).CheckFence(bg))
+	case "watch":
+		w, err := r.client.Watch(bg, name("lock"), lockbroker.WatchOptions{})
+		if err != nil {
+			return outcome{err: err}
+		}
+		if as, _ := step["as"].(string); as != "" {
+			r.watches[as] = w
+		} else {
+			r.t.Fatalf("%s: a watch needs as", label)
+		}
+		return outcome{result: map[string]any{}}
+	case "next_event":
+		return r.nextEvent(label, str("watch"))
+	case "sleep":
+		time.Sleep(ms("ms"))
+		return outcome{result: map[string]any{}}
+	}
+	r.t.Fatalf("%s: this client cannot express the operation", label)
+	return outcome{}
+}
+
+func (r *replay) granted(lease *lockbroker.Lease, err error) outcome {
+	if err != nil {
+		return outcome{err: err}
+	}
+	result := map[string]any{"name": strings.TrimPrefix(lease.Name, r.prefix), "fence": lease.Fence,
+		"owner": orNull(lease.Owner), "mode": lease.Mode}
+	if lease.Mode == lockbroker.ModePermit {
+		result["limit"] = lease.Limit
+	}
+	return outcome{result: result, lease: lease}
+}
+
+func (r *replay) fence(check *lockbroker.FenceCheck, err error) outcome {
+	if err != nil {
+		return outcome{err: err}
+	}
+	return outcome{result: map[string]any{"name": strings.TrimPrefix(check.Name, r.prefix), "fence": check.Fence,
+		"current": check.Current, "held": check.Held, "expires_in_ms": check.ExpiresIn.Milliseconds()}}
+}
+
+// leaseState reads the lease object, and requires its loss signal (the
+// Context) to agree: done once lost or released, not before.
+func (r *replay) leaseState(label string, lease *lockbroker.Lease) map[string]any {
+	err := lease.Err()
+	state, reason := "held", any(nil)
+	var lost *lockbroker.LeaseLost
+	switch {
+	case err == nil:
+	case errors.As(err, &lost):
+		state, reason = "lost", lost.Reason
+	case errors.Is(err, lockbroker.ErrReleased):
+		state = "released"
+	default:
+		r.t.Fatalf("%s: the lease reports %v", label, err)
+	}
+	if done := lease.Context().Err() != nil; done != (state != "held") {
+		r.t.Fatalf("%s: the lease is %s but its Context done is %v", label, state, done)
+	}
+	return map[string]any{"state": state, "lost_reason": reason}
+}
+
+func (r *replay) nextEvent(label, name string) outcome {
+	w, ok := r.watches[name]
+	if !ok {
+		r.t.Fatalf("%s: no watch %q", label, name)
+	}
+	got := make(chan outcome, 1)
+	go func() {
+		event, err := w.Next()
+		if err != nil {
+			got <- outcome{err: err}
+			return
+		}
+		switch e := event.(type) {
+		case *lockbroker.LockState:
+			got <- outcome{result: map[string]any{"type": "state", "held": e.Held, "owner": orNull(e.Owner),
+				"fence": orNull(e.Fence), "mode": orNull(e.Mode)}}
+		case *lockbroker.LockEvent:
+			got <- outcome{result: map[string]any{"type": e.Type, "fence": e.Fence, "owner": orNull(e.Owner),
+				"mode": e.Mode}}
+		case *lockbroker.Lagged:
+			got <- outcome{result: map[string]any{"type": "lagged"}}
+		case *lockbroker.StateComplete:
+			got <- outcome{result: map[string]any{"type": "state_complete"}}
+		default:
+			got <- outcome{err: fmt.Errorf("an event of type %T", event)}
+		}
+	}()
+	select {
+	case done := <-got:
+		return done
+	case <-time.After(5 * time.Second):
+		r.t.Fatalf("%s: no event within 5 s", label)
+	}
+	return outcome{}
+}
+
+func (r *replay) lease(label, name string) *lockbroker.Lease {
+	lease, ok := r.leases[name]
+	if !ok {
+		r.t.Fatalf("%s: no lease %q", label, name)
+	}
+	return lease
+}
+
+// check says what is wrong with an outcome given the step's expect ("" if
+// nothing).
+func (r *replay) check(expect map[string]any, done outcome) string {
+	want, wantsError := expect["error"]
+	if !wantsError {
+		if done.err != nil {
+			return fmt.Sprintf("failed: %v", done.err)
+		}
+		return r.fields(expect, done.result)
+	}
+	if done.err == nil {
+		return fmt.Sprintf("succeeded (%v), but the scenario expects the error %v", done.result, want)
+	}
+	kind, fields := errorOf(done.err)
+	var kinds []string
+	switch w := want.(type) {
+	case string:
+		kinds = []string{w}
+	case []any:
+		for _, k := range w {
+			s, _ := k.(string)
+			kinds = append(kinds, s)
+		}
+	}
+	if !contains(kinds, kind) {
+		return fmt.Sprintf("failed with %s (%v), but the scenario expects %v", kind, done.err, want)
+	}
+	rest := map[string]any{}
+	for key, value := range expect {
+		if key != "error" {
+			rest[key] = value
+		}
+	}
+	return r.fields(rest, fields)
+}
+
+func (r *replay) fields(expect, got map[string]any) string {
+	keys := make([]string, 0, len(expect))
+	for key := range expect {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		value, present := got[key]
+		if !present {
+			return fmt.Sprintf("the result has no field %q (this client cannot express it): %v", key, got)
+		}
+		if problem := r.match(expect[key], value); problem != "" {
+			return fmt.Sprintf("%s: %s (result %v)", key, problem, got)
+		}
+	}
+	return ""
+}
+
+// match compares one field: equal to a value or a $reference, or every
+// comparison of an object holds.
+func (r *replay) match(want, got any) string {
+	comparisons, isMap := want.(map[string]any)
+	if !isMap {
+		want = r.resolve("expect", want)
+		if !same(want, got) {
+			return fmt.Sprintf("%v, want %v", got, want)
+		}
+		return ""
+	}
+	for op, operand := range comparisons {
+		operand = r.resolve("expect", operand)
+		if op == "!=" {
+			if same(operand, got) {
+				return fmt.Sprintf("%v, want != %v", got, operand)
+			}
+			continue
+		}
+		a, aok := number(got)
+		b, bok := number(operand)
+		if !aok || !bok {
+			return fmt.Sprintf("%v %s %v compares numbers only", got, op, operand)
+		}
+		holds := map[string]bool{">": a > b, ">=": a >= b, "<": a < b, "<=": a <= b}
+		if result, known := holds[op]; !known {
+			r.t.Fatalf("expect: unknown comparison %q", op)
+		} else if !result {
+			return fmt.Sprintf("%v, want %s %v", got, op, operand)
+		}
+	}
+	return ""
+}
+
+// resolve turns "$name.field" into that field of a kept result.
+func (r *replay) resolve(label string, value any) any {
+	ref, isString := value.(string)
+	if !isString || !strings.HasPrefix(ref, "$") {
+		return value
+	}
+	name, field, ok := strings.Cut(ref[1:], ".")
+	result, kept := r.results[name]
+	if !ok || !kept {
+		r.t.Fatalf("%s: %s names no kept result", label, ref)
+	}
+	got, present := result[field]
+	if !present {
+		r.t.Fatalf("%s: the result %q has no field %q", label, name, field)
+	}
+	return got
+}
+
+func (r *replay) int(label string, value any) int64 {
+	n, ok := number(value)
+	if !ok || n != float64(int64(n)) {
+		r.t.Fatalf("%s: %v is not a whole number", label, value)
+	}
+	return int64(n)
+}
+
+// errorOf is an error's kind in the scenarios' words, and its fields.
+func errorOf(err error) (string, map[string]any) {
+	var (
+		busy     *lockbroker.LockBusy
+		lost     *lockbroker.LeaseLost
+		limit    *lockbroker.LimitConflict
+		maxHold  *lockbroker.MaxHoldExceeded
+		invalid  *lockbroker.InvalidRequest
+		down     *lockbroker.Unavailable
+		denied   *lockbroker.AuthError
+		noFields = map[string]any{}
+	)
+	switch {
+	case errors.As(err, &busy):
+		var mode any
+		for _, h := range busy.Holders {
+			if h.Fence == busy.Fence || mode == nil {
+				mode = h.Mode
+			}
+		}
+		return "busy", map[string]any{"owner": orNull(busy.Owner), "fence": busy.Fence, "mode": mode,
+			"holder_count": len(busy.Holders), "limit": orNull(busy.Limit)}
+	case errors.As(err, &lost):
+		return "lease_lost", noFields
+	case errors.Is(err, lockbroker.ErrReleased):
+		return "released", noFields
+	case errors.As(err, &limit):
+		return "limit_conflict", map[string]any{"limit": limit.Limit}
+	case errors.As(err, &maxHold):
+		return "max_hold_exceeded", noFields
+	case errors.As(err, &invalid):
+		return "invalid_request", map[string]any{"field": orNull(invalid.Field)}
+	case errors.As(err, &down):
+		return "unavailable", noFields
+	case errors.As(err, &denied):
+		return "auth", noFields
+	}
+	return "other", noFields
+}
+
+// orNull is nil for this client's zero value ("", 0), which stands for the
+// wire's null.
+func orNull[T comparable](value T) any {
+	var zero T
+	if value == zero {
+		return nil
+	}
+	return value
+}
+
+func number(value any) (float64, bool) {
+	switch n := value.(type) {
+	case json.Number:
+		f, err := n.Float64()
+		return f, err == nil
+	case int:
+		return float64(n), true
+	case int64:
+		return float64(n), true
+	case float64:
+		return n, true
+	}
+	return 0, false
+}
+
+func same(a, b any) bool {
+	if x, ok := number(a); ok {
+		y, ok := number(b)
+		return ok && x == y
+	}
+	return reflect.DeepEqual(a, b)
+}
+
+func contains(list []string, item string) bool {
+	for _, each := range list {
+		if each == item {
+			return true
+		}
+	}
+	return false
+}
