@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockbroker_api::{ForceReleaseResponse, SemaphoreStatusResponse, StatusResponse};
+use lockbroker_api::{
+    FenceCheckResponse, ForceReleaseResponse, SemaphoreStatusResponse, StatusResponse,
+};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
 use reqwest::{Method, Url};
@@ -225,6 +227,36 @@ impl Client {
     /// `GET /v1/semaphores/{name}`: the semaphore's state now.
     pub async fn semaphore_status(&self, name: &str) -> Result<SemaphoreStatusResponse, Error> {
         let path = route(Family::Semaphores, name, "");
+        self.call(Method::GET, &path, None::<&()>, self.inner.timeout)
+            .await
+    }
+
+    /// `GET /v1/locks/{name}/fence/{fence}`: whether a valid lease of the lock
+    /// carries exactly `fence` right now, for a resource that keeps no fences
+    /// of its own (Chubby's sequencer check). Never a token. The answer may
+    /// be stale by the time the resource acts on it: check, act, and keep the
+    /// action shorter than `expires_in_ms`.
+    pub async fn check_fence(&self, name: &str, fence: u64) -> Result<FenceCheckResponse, Error> {
+        self.fence_check(Family::Locks, name, fence).await
+    }
+
+    /// `GET /v1/semaphores/{name}/fence/{fence}`: whether a valid permit of
+    /// the semaphore carries exactly `fence` right now.
+    pub async fn check_semaphore_fence(
+        &self,
+        name: &str,
+        fence: u64,
+    ) -> Result<FenceCheckResponse, Error> {
+        self.fence_check(Family::Semaphores, name, fence).await
+    }
+
+    pub(crate) async fn fence_check(
+        &self,
+        family: Family,
+        name: &str,
+        fence: u64,
+    ) -> Result<FenceCheckResponse, Error> {
+        let path = route(family, name, &format!("/fence/{fence}"));
         self.call(Method::GET, &path, None::<&()>, self.inner.timeout)
             .await
     }

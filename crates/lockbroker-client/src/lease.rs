@@ -11,7 +11,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lockbroker_api::{ExtendBody, ReleaseBody, ReleaseResponse, RenewalResponse};
+use lockbroker_api::{
+    ExtendBody, FenceCheckResponse, ReleaseBody, ReleaseResponse, RenewalResponse,
+};
 use reqwest::Method;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -157,6 +159,15 @@ impl Lease {
     /// Strictly greater than every fence issued before for this name.
     pub fn fence(&self) -> u64 {
         self.shared.fence
+    }
+
+    /// Whether this lease still holds with its fence at the broker now (a
+    /// fence check: see [`Client::check_fence`]).
+    pub async fn check_fence(&self) -> Result<FenceCheckResponse, Error> {
+        let shared = &self.shared;
+        (shared.client)
+            .fence_check(shared.family, &shared.name, shared.fence)
+            .await
     }
 
     /// The holder's label.

@@ -80,5 +80,7 @@ pub use lease::{Lease, LeaseEnd, LeaseKind, Released};
 pub use lock::{
     default_owner, AcquireOptions, LockHandle, SemaphoreHandle, DEFAULT_MAX_HOLD, DEFAULT_TTL,
 };
-pub use lockbroker_api::{HolderResponse, LockMode, SemaphoreStatusResponse, StatusResponse};
+pub use lockbroker_api::{
+    FenceCheckResponse, HolderResponse, LockMode, SemaphoreStatusResponse, StatusResponse,
+};
 pub use watch::{Change, ChangeKind, Event, EventKind, Watch, WatchOptions, DEFAULT_IDLE_TIMEOUT};

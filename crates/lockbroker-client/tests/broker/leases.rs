@@ -250,3 +250,51 @@ async fn the_token_is_in_no_debug_output() {
     assert!(!shown.contains(lease.token()), "{shown}");
     assert!(shown.contains(&lease.fence().to_string()), "{shown}");
 }
+
+#[tokio::test]
+async fn a_fence_is_current_only_while_its_lease_holds() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let lease = client
+        .lock("billing:42")
+        .acquire(with_ttl(TTL, "biller"))
+        .await
+        .expect("granted");
+    let check = lease.check_fence().await.expect("answered");
+    assert_eq!(
+        (check.name.as_str(), check.fence),
+        ("billing:42", lease.fence())
+    );
+    assert!(check.current && check.held, "{check:?}");
+    assert!(check.expires_in_ms > 0 && check.expires_in_ms <= 10_000);
+    let older = client
+        .check_fence("billing:42", lease.fence() - 1)
+        .await
+        .expect("answered");
+    assert!(!older.current && older.held, "{older:?}");
+    // A permit's fence is checked on its semaphore, not on a lock.
+    let permit = client
+        .semaphore("billing:42", 1)
+        .acquire(with_ttl(TTL, "exporter"))
+        .await
+        .expect("a permit");
+    let on_semaphore = client
+        .check_semaphore_fence("billing:42", permit.fence())
+        .await
+        .expect("answered");
+    assert!(on_semaphore.current, "{on_semaphore:?}");
+    let on_lock = client
+        .check_fence("billing:42", permit.fence())
+        .await
+        .expect("answered");
+    assert!(!on_lock.current, "{on_lock:?}");
+
+    lease.release().await.expect("released");
+    let after = client
+        .check_fence("billing:42", older.fence + 1)
+        .await
+        .expect("answered");
+    assert!(!after.current && !after.held, "{after:?}");
+    permit.release().await.expect("released");
+}
