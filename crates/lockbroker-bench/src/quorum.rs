@@ -1,7 +1,8 @@
 //! `quorum`: the broker in quorum mode over 3 and over 5 local Redis nodes,
 //! beside single mode, in one run: pair latency at one caller, pairs/s at 64
 //! callers (quorum / single, in alternating slices), and handoff between
-//! waiters on one quorum broker.
+//! waiters on one quorum broker. Then five nodes with one stalled (SIGSTOP:
+//! its connections open, nothing answered) beside five all up.
 
 use crate::client::{wait_ready, Target};
 use crate::handoff::{measure, Waiting};
@@ -96,5 +97,110 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
             Goal::Below(5.0),
         );
     }
+    stalled(settings, table).await
+}
+
+/// Two quorum brokers over five nodes each, one with a node stopped by
+/// SIGSTOP, in alternating slices: what a stalled minority costs.
+async fn stalled(settings: &Settings, table: &mut Table) -> Result<(), String> {
+    let http = reqwest::Client::new();
+    let mut brokers = Vec::new();
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let servers = (0..5)
+            .map(|_| procs::redis())
+            .collect::<Result<Vec<Proc>, String>>()?;
+        let urls: Vec<String> = servers
+            .iter()
+            .map(|s| format!("redis://127.0.0.1:{}/0", s.port))
+            .collect();
+        let broker = procs::broker_with(
+            &servers[0],
+            &[
+                ("LOCKBROKER_REDIS_MODE", "quorum"),
+                ("LOCKBROKER_REDIS_NODES", &urls.join(",")),
+            ],
+        )?;
+        wait_ready(&http, &format!("http://127.0.0.1:{}", broker.port)).await?;
+        brokers.push(broker);
+        nodes.push(servers);
+    }
+    let stalled_node = &nodes[1][4];
+    signal(stalled_node, "STOP")?;
+    let (up, stalled) = (
+        Target::Broker {
+            port: brokers[0].port,
+        },
+        Target::Broker {
+            port: brokers[1].port,
+        },
+    );
+    let mut meter = Meter::new(
+        vec![
+            ("all-up broker", brokers[0].pid()),
+            ("stalled-node broker", brokers[1].pid()),
+        ],
+        None,
+    )
+    .await?;
+    let measured = measure_stalled([&up, &stalled], settings, &mut meter, table).await;
+    signal(stalled_node, "CONT")?;
+    measured
+}
+
+async fn measure_stalled(
+    targets: [&Target; 2],
+    settings: &Settings,
+    meter: &mut Meter,
+    table: &mut Table,
+) -> Result<(), String> {
+    let locks = ["bench-stalled-latency".to_owned()];
+    let [mut up, mut stalled] = load::compare_two(
+        targets,
+        ["latency, 5 nodes up", "latency, 1 of 5 stalled"],
+        &locks,
+        settings,
+        meter,
+    )
+    .await?;
+    let (up, stalled) = (
+        Summary::of(&mut up.samples),
+        Summary::of(&mut stalled.samples),
+    );
+    report("quorum", "quorum-5 pair, all up", &up);
+    report("quorum", "quorum-5 pair, 1 stalled", &stalled);
+    table.add(
+        "quorum-5, 1 node stalled: latency pair p50 (vs all up)",
+        "ms",
+        (stalled.p50_ms, Some(up.p50_ms)),
+        Goal::RatioAtMost(1.3),
+    );
+    let locks: Vec<String> = (0..64).map(|i| format!("bench-stalled-c64-{i}")).collect();
+    let [up, stalled] = load::compare_two(
+        targets,
+        ["throughput, 5 nodes up", "throughput, 1 of 5 stalled"],
+        &locks,
+        settings,
+        meter,
+    )
+    .await?;
+    table.add(
+        "quorum-5, 1 node stalled: pairs/s at 64 callers (vs all up)",
+        "/s",
+        (stalled.rate(), Some(up.rate())),
+        Goal::RatioAtLeast(0.8),
+    );
     Ok(())
+}
+
+/// Sends `SIG<name>` to a node.
+fn signal(node: &Proc, name: &str) -> Result<(), String> {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), node.pid().to_string()])
+        .status()
+        .map_err(|e| format!("kill -{name}: {e}"))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("kill -{name} {} failed", node.pid())),
+    }
 }

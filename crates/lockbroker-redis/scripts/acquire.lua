@@ -7,7 +7,9 @@
 -- KEYS[7] lease horizon  KEYS[8] epoch hash (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] owner ('' for none)
 -- ARGV[4] request_id ('' for none)  ARGV[5] lock_delay_ms  ARGV[6] fence_idle_ms
--- ARGV[7] fence floor: the highest fence the calling broker has seen
+-- ARGV[7] fence floor: the highest fence the calling broker has seen; in
+--         quorum mode the round's proposal, which the fence must be exactly
+--         one above (every granting node then issues the same fence)
 -- ARGV[8] fair waiter id ('' for none)  ARGV[9] queue entry ttl_ms
 -- ARGV[10] wake channel  ARGV[11] calling broker id  ARGV[12] lock name
 -- ARGV[13] principal: who asks ('' for a broker without API keys)
@@ -35,7 +37,11 @@
 --         in the queue; what: 'exclusive' for a lease or its lock-delay,
 --         'queue' for a free lock owed to an earlier waiter, 'holders' for
 --         shared leases, followed by those shown, as holders.lua lists them),
---         {-1} from a quorum node not in good standing.
+--         {-1} from a quorum node not in good standing, {-2, fence} from a
+--         quorum node whose fence runs ahead of the proposal (its last fence,
+--         clock or readmission floor): it grants nothing, and the broker asks
+--         again above that fence, so no copy of a lease ever carries a fence
+--         other than the one its grant returns.
 --
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms), rel ('1' once released) and
@@ -135,6 +141,9 @@ end
 -- The fence exceeds the last one issued, the time in microseconds and the
 -- broker's floor, so it grows even when Redis lost the counter.
 local fence, fence_text, floor_raised = issue_fence(last, now_us, floor)
+if epoch_id ~= '' and fence ~= tonumber(ARGV[7]) + 1 then
+  return {-2, fence}
+end
 local exp = now_ms + ttl
 
 -- A released or expired lease's hash may still be there: this grant

@@ -1,15 +1,18 @@
 //! [`QuorumStore`]: Redlock over N independent Redis primaries, with a fence
 //! that a majority keeps.
 //!
-//! Every step runs on all nodes at once, each bounded by the per-node timeout;
-//! a node that is down or slow counts as a refusal, never as an error of the
-//! request. A grant needs a majority of nodes to grant it, then a majority of
+//! Every step runs on all nodes at once, each bounded by the per-node timeout,
+//! and is answered as soon as the answers in hand decide it ([`fan_out`]): a
+//! node that is down or slow counts as a refusal, never as an error of the
+//! request, and is not waited for. A grant needs a majority of nodes to grant it, then a majority of
 //! them, in good standing, to take the grant's fence as their own (the
 //! write-back), all within the lease's validity. Two majorities share a node,
 //! and on that node the second grant happens only after the first lease is
 //! gone, by which time the first fence was written there: so every fence
 //! exceeds all before it without trusting any clock. See docs/quorum.md.
 
+mod acquire;
+mod fan_out;
 mod identity;
 mod listing;
 mod permits;
@@ -17,16 +20,15 @@ mod repair;
 mod standing;
 mod tally;
 
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
     contended_back_off, AcquireOutcome, AcquireParams, Announcement, ExtendOutcome,
-    ForceReleaseOutcome, Lease, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
+    ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
     LockStore, Principal, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -34,8 +36,10 @@ use tokio::time::Instant;
 
 use crate::connection::{redelivery_window, RedisSettings};
 use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
+use fan_out::{in_hand, Answers};
 use permits::permit_quorum;
 use standing::Standing;
+use tally::decided;
 pub use tally::Drift;
 
 /// How a quorum of independent Redis primaries is reached.
@@ -66,6 +70,12 @@ struct Inner {
     announcements: TakeOnce<Announcement>,
     orphan_window: Duration,
     observer: Option<Arc<dyn StoreObserver>>,
+    /// Which nodes timed out last time: decisions do not wait for them.
+    slowness: Arc<fan_out::Slowness>,
+    /// Acquires refused while some nodes had not answered, by token: the
+    /// nodes where a late grant is still to be undone, to which the next
+    /// round of the same token is not sent.
+    settling: Mutex<HashMap<String, Arc<acquire::Unsettled>>>,
 }
 
 impl QuorumStore {
@@ -99,6 +109,12 @@ impl QuorumStore {
             .nodes
             .first()
             .map_or(Duration::from_secs(5), redelivery_window);
+        let node_timeout = settings
+            .nodes
+            .first()
+            .map_or(Duration::from_secs(1), |node| node.command_timeout);
+        let endpoints = nodes.iter().map(RedisLockStore::endpoint).collect();
+        let slowness = Arc::new(fan_out::Slowness::new(endpoints, node_timeout));
         Ok(Self {
             inner: Arc::new(Inner {
                 majority: nodes.len() / 2 + 1,
@@ -110,6 +126,8 @@ impl QuorumStore {
                 announcements: TakeOnce::new(announce_rx),
                 orphan_window,
                 observer,
+                slowness,
+                settling: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -120,6 +138,7 @@ impl QuorumStore {
         NodeCounts {
             up,
             misconfigured,
+            slow: self.inner.slowness.flags(),
             restarting,
             majority: self.inner.majority,
         }
@@ -140,30 +159,6 @@ impl QuorumStore {
             .iter()
             .map(RedisLockStore::endpoint)
             .collect()
-    }
-
-    /// Runs `step` on every node at once. A misconfigured node is not asked:
-    /// it answers as a node that is down, so it counts toward no majority.
-    async fn on_nodes<'s, T, Fut>(
-        &'s self,
-        step: impl Fn(&'s RedisLockStore) -> Fut,
-    ) -> Vec<Result<T, StoreError>>
-    where
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        let standing = &self.inner.standing;
-        join_all(self.inner.nodes.iter().enumerate().map(|(at, node)| {
-            let asked = (!standing.is_misconfigured(at)).then(|| step(node));
-            async move {
-                match asked {
-                    Some(answer) => answer.await,
-                    None => Err(StoreError::Unavailable(
-                        "the node is misconfigured (a replica, or a server listed twice)".into(),
-                    )),
-                }
-            }
-        }))
-        .await
     }
 
     /// Closes every node's connections.
@@ -193,79 +188,6 @@ impl QuorumStore {
     }
 }
 
-impl QuorumStore {
-    /// One round of an acquire on every node: granted when the needed nodes
-    /// grant and keep the fence, else rolled back wherever it was made.
-    async fn acquire_once(&self, params: &AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
-        let inner = &self.inner;
-        let started = Instant::now();
-        // Every node issues a fence above this proposal. When it also exceeds
-        // a node's mark and clock, all granting nodes issue the same fence and
-        // already carry it: no write-back round trip is needed.
-        let proposal = inner
-            .fence_floor
-            .load(Ordering::Relaxed)
-            .max(unix_micros().saturating_add(FENCE_LEAD_US));
-        let answers = join_all(inner.nodes.iter().enumerate().map(|(at, node)| async move {
-            let epoch = inner.standing.epoch(at).ok_or_else(|| {
-                StoreError::Unavailable("the node's epoch is not known yet".into())
-            })?;
-            node.raise_floor(proposal);
-            node.acquire_as_node(params, &epoch).await
-        }))
-        .await;
-        let needed = self.needed(params.kind, params.limit);
-        let votes = tally::acquire(answers, inner.majority, needed, params.token);
-        let mut outcome = votes.busy_answer();
-        if let Some(grant) = votes.granted() {
-            let lease = grant.lease;
-            let mut kept = grant.agreed.len();
-            if kept < needed {
-                self.observe(QuorumEvent::FenceWrittenBack);
-                kept += self.adopt(params.name, lease.fence, &grant.behind).await;
-            }
-            let validity = inner.drift.validity(params.ttl, started.elapsed());
-            if kept >= needed && validity > 0 {
-                inner
-                    .fence_floor
-                    .fetch_max(lease.fence.get(), Ordering::Relaxed);
-                if let Some(fair) = params.fair {
-                    let granted: Vec<usize> = (grant.agreed.iter().chain(&grant.behind))
-                        .map(|(at, _)| *at)
-                        .collect();
-                    self.leave_other_queues(params.name, fair.waiter_id, &granted);
-                }
-                // The earliest expiry among the nodes, less what drift may take.
-                let expires_at_ms = lease
-                    .expires_at_ms
-                    .saturating_sub(inner.drift.allowance(params.ttl));
-                let lease = Lease {
-                    validity_ms: validity,
-                    expires_at_ms,
-                    ..lease
-                };
-                return Ok(AcquireOutcome::Granted(lease));
-            }
-            if validity == 0 {
-                outcome = Err(StoreError::Unavailable(
-                    "the nodes answered too slowly to leave the lease any validity".into(),
-                ));
-            }
-        }
-        let partial = votes.to_roll_back();
-        if !partial.is_empty() {
-            self.observe(QuorumEvent::GrantRolledBack);
-            self.roll_back(params, &partial).await;
-        }
-        if let Ok(AcquireOutcome::Busy { blockers, .. }) = &outcome {
-            inner
-                .fence_floor
-                .fetch_max(blockers.holder.fence.get(), Ordering::Relaxed);
-        }
-        outcome
-    }
-}
-
 impl LockStore for QuorumStore {
     /// Rounds of [`Self::acquire_once`] while other acquires in flight
     /// split the votes, each after a random back-off, for a few
@@ -273,10 +195,19 @@ impl LockStore for QuorumStore {
     /// (docs/quorum.md, "Contended acquires").
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
         let until = Instant::now() + CONTENDED_RETRY;
+        let mut asked_above = 0;
         for tries in 0.. {
-            let outcome = self.acquire_once(&params).await;
+            // Boxed: a waiting acquire carries this future's size for its
+            // whole wait, in every mode (docs/performance.md, memory).
+            let (outcome, ran_ahead) = Box::pin(self.acquire_once(&params)).await;
             if !matches!(outcome, Ok(AcquireOutcome::Contended)) {
                 return outcome;
+            }
+            // A node whose fence ran ahead of the proposal raised its floor:
+            // the next round proposes above it, at once, whatever the time.
+            if ran_ahead && asked_above < AHEAD_RETRIES {
+                asked_above += 1;
+                continue;
             }
             let back_off = contended_back_off(tries);
             if Instant::now() + back_off >= until {
@@ -296,19 +227,24 @@ impl LockStore for QuorumStore {
     ) -> Result<ExtendOutcome, StoreError> {
         let inner = &self.inner;
         let started = Instant::now();
-        let answers = self
-            .on_nodes(|node| node.extend(name, token, ttl, max_hold_ms))
+        let kind = token.kind();
+        let (answers, late) = self
+            .fan_out(
+                |_, node| {
+                    let (name, token) = (name.clone(), token.clone());
+                    async move { node.extend(&name, &token, ttl, max_hold_ms).await }
+                },
+                |progress| {
+                    let needed = self.needed(kind, extended_limit(progress.answers));
+                    decided::extend(progress, inner.majority, needed)
+                },
+            )
             .await;
+        late.finish();
         let validity = inner.drift.validity(ttl, started.elapsed());
         // A permit must stay on as many nodes as its grant needed.
-        let limit = (answers.iter().flatten())
-            .filter_map(|answer| match answer {
-                ExtendOutcome::Extended(renewal) => renewal.limit,
-                _ => None,
-            })
-            .max();
-        let needed = self.needed(token.kind(), limit);
-        let mut outcome = tally::extend(answers, inner.majority, needed, validity)?;
+        let needed = self.needed(kind, extended_limit(&answers));
+        let mut outcome = tally::extend(in_hand(answers), inner.majority, needed, validity)?;
         if let ExtendOutcome::Extended(renewal) = &mut outcome {
             renewal.expires_at_ms = renewal
                 .expires_at_ms
@@ -322,26 +258,45 @@ impl LockStore for QuorumStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let answers = self.on_nodes(|node| node.release(name, token)).await;
-        tally::release(answers, self.inner.majority)
+        let majority = self.inner.majority;
+        let (answers, late) = self
+            .fan_out(
+                |_, node| {
+                    let (name, token) = (name.clone(), token.clone());
+                    async move { node.release(&name, &token).await }
+                },
+                |progress| decided::release(progress, majority),
+            )
+            .await;
+        late.finish();
+        tally::release(in_hand(answers), majority)
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
-        let answers = self.on_nodes(|node| node.status(name)).await;
-        tally::status(&answers, self.inner.majority)
+        let majority = self.inner.majority;
+        let answers = self
+            .statuses(name, |progress| decided::status(progress, majority))
+            .await;
+        tally::status(&in_hand(answers), majority)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
         let inner = &self.inner;
-        let answers = self.on_nodes(RedisLockStore::ping).await;
-        let up = answers.iter().filter(|answer| answer.is_ok()).count();
+        let (answers, late) = self
+            .fan_out(
+                |_, node| async move { node.ping().await },
+                |progress| progress.answered() >= inner.majority,
+            )
+            .await;
+        late.finish();
+        let up = answers.iter().filter(|a| matches!(a, Some(Ok(())))).count();
         let standing = inner.standing.in_standing();
         if up >= inner.majority && standing >= inner.majority {
             return Ok(());
         }
-        if let Some(Err(StoreError::RefusesWrites(cause))) = answers
+        if let Some(Some(Err(StoreError::RefusesWrites(cause)))) = answers
             .iter()
-            .find(|a| matches!(a, Err(StoreError::RefusesWrites(_))))
+            .find(|a| matches!(a, Some(Err(StoreError::RefusesWrites(_)))))
         {
             return Err(StoreError::RefusesWrites(cause.clone()));
         }
@@ -364,16 +319,34 @@ impl LockStore for QuorumStore {
         name: &LockName,
         by: &Principal,
     ) -> Result<ForceReleaseOutcome, StoreError> {
-        let answers = self.on_nodes(|node| node.force_release(name, by)).await;
-        tally::force_release(answers, self.inner.majority)
+        let majority = self.inner.majority;
+        let (answers, late) = self
+            .fan_out(
+                |_, node| {
+                    let (name, by) = (name.clone(), by.clone());
+                    async move { node.force_release(&name, &by).await }
+                },
+                |progress| decided::force_release(progress, majority),
+            )
+            .await;
+        late.finish();
+        tally::force_release(in_hand(answers), majority)
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
-        let answers = self
-            .on_nodes(|node| node.leave_queue(name, waiter_id))
+        let majority = self.inner.majority;
+        let (answers, late) = self
+            .fan_out(
+                |_, node| {
+                    let (name, waiter_id) = (name.clone(), waiter_id.to_owned());
+                    async move { node.leave_queue(&name, &waiter_id).await }
+                },
+                |progress| progress.answered() >= majority,
+            )
             .await;
-        let done = answers.iter().filter(|answer| answer.is_ok()).count();
-        if done >= self.inner.majority {
+        late.finish();
+        let done = answers.iter().filter(|a| matches!(a, Some(Ok(())))).count();
+        if done >= majority {
             Ok(())
         } else {
             Err(StoreError::Unavailable(format!(
@@ -410,10 +383,24 @@ pub struct NodeCounts {
     pub up: Vec<bool>,
     /// Per node: whether it is a replica or a server listed before it.
     pub misconfigured: Vec<bool>,
+    /// Per node: whether its last step timed out, so steps do not wait for
+    /// it until it answers in time again.
+    pub slow: Vec<bool>,
     /// Answering nodes out of majorities after a restart without data.
     pub restarting: usize,
     /// How many nodes a majority is.
     pub majority: usize,
+}
+
+/// The highest semaphore limit that the nodes which extended a permit
+/// report: how many of them it needs.
+fn extended_limit(answers: &Answers<ExtendOutcome>) -> Option<u32> {
+    (answers.iter().flatten().flatten())
+        .filter_map(|answer| match answer {
+            ExtendOutcome::Extended(renewal) => renewal.limit,
+            _ => None,
+        })
+        .max()
 }
 
 /// `count` followed by "node" or "nodes".
@@ -433,10 +420,9 @@ async fn forward<T>(mut from: UnboundedReceiver<T>, to: UnboundedSender<T>) {
     }
 }
 
-/// How far ahead of this broker's clock (µs) a grant's fence is proposed, so
-/// that it exceeds every node's clock and mark and the nodes agree on it at
-/// once, unless a node's clock runs more than this ahead of the broker's.
-const FENCE_LEAD_US: u64 = 1_000_000;
+/// How many rounds one acquire asks again at once, above the fence a node
+/// reported running ahead of the proposal.
+const AHEAD_RETRIES: u32 = 3;
 
 /// How long one acquire keeps trying again after split votes before it
 /// answers contended: a few milliseconds, a few rounds on a local network.

@@ -104,6 +104,10 @@ pub enum QuorumEvent {
     /// An acquire left grants (or possible grants) on some nodes without a
     /// majority grant standing, and they were undone.
     GrantRolledBack,
+    /// A node answered an acquire after it was decided, with a grant that
+    /// did not stand as it was (another fence, or no grant was made): given
+    /// the lease's fence, or undone, in the background.
+    LateGrantSettled,
 }
 
 impl RedisLockStore {
@@ -222,6 +226,19 @@ impl RedisLockStore {
         self.inner.connections.pool.next()
     }
 
+    /// The connection every step on `name` goes through: Redis runs a
+    /// connection's commands in the order they were sent, so a step sent
+    /// after another on the same lock runs after it. A quorum relies on it:
+    /// a release sent after an acquire whose answer is still on its way must
+    /// not run before it on a slow node and leave the grant behind.
+    pub(super) fn client_for(&self, name: &LockName) -> &Client {
+        let clients = self.inner.connections.pool.clients();
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(name.as_str(), &mut hasher);
+        let at = std::hash::Hasher::finish(&hasher) as usize % clients.len().max(1);
+        clients.get(at).unwrap_or_else(|| self.client())
+    }
+
     /// A place for one more command in flight, or `Overloaded` when the
     /// store has as many as it allows: the command is then not sent at all,
     /// so a burst is refused at once instead of queueing without bound.
@@ -234,35 +251,40 @@ impl RedisLockStore {
         })
     }
 
-    /// Raises the floor this store's grants exceed to `fence` (a quorum's
-    /// highest fence, which this node may not have seen).
-    pub fn raise_floor(&self, fence: u64) {
-        self.inner.fence_floor.fetch_max(fence, Ordering::Relaxed);
+    /// The highest fence this store has seen on its node (or been told of):
+    /// a quorum's proposals start above every node's.
+    pub fn floor(&self) -> u64 {
+        self.inner.fence_floor.load(Ordering::Relaxed)
     }
 
     /// Quorum mode: an acquire on this node, which grants only while the
     /// node is in `epoch` and not out of majorities after a restart, and
-    /// then raises the node's lease horizon.
+    /// then raises the node's lease horizon. An exclusive lease is granted
+    /// with exactly `proposal + 1` as its fence, or not at all (the answer
+    /// is then `Contended`, and this store's floor rises to the fence the
+    /// node would have issued, for the next round's proposal).
     pub async fn acquire_as_node(
         &self,
         params: &AcquireParams<'_>,
         epoch: &str,
+        proposal: u64,
     ) -> Result<AcquireOutcome, StoreError> {
-        self.acquire_in_epoch(params, Some(epoch)).await
+        self.acquire_in_epoch(params, Some((epoch, proposal))).await
     }
 
     async fn acquire_in_epoch(
         &self,
         params: &AcquireParams<'_>,
-        epoch: Option<&str>,
+        quorum: Option<(&str, u64)>,
     ) -> Result<AcquireOutcome, StoreError> {
         let floor = &self.inner.fence_floor;
+        let epoch = quorum.map(|(epoch, _)| epoch);
         let call = AcquireCall {
             params,
-            fence_floor: floor.load(Ordering::Relaxed),
+            fence_floor: quorum.map_or_else(|| floor.load(Ordering::Relaxed), |(_, p)| p),
             epoch,
         };
-        let client = self.client();
+        let client = self.client_for(params.name);
         let acquired = match params.kind {
             LeaseKind::Exclusive => self.call_on(client, &call).await?,
             LeaseKind::Shared | LeaseKind::Permit => self.call_on(client, &HoldCall(call)).await?,
@@ -273,6 +295,9 @@ impl RedisLockStore {
             AcquireOutcome::LimitConflict { .. } | AcquireOutcome::Contended => Fence::new(0),
         };
         floor.fetch_max(fence.get(), Ordering::Relaxed);
+        if let Some(ahead) = acquired.fence_ahead {
+            floor.fetch_max(ahead, Ordering::Relaxed);
+        }
         // A quorum raises its nodes' floors on purpose (docs/quorum.md).
         if let (true, None, Some(observer)) = (acquired.floor_raised, epoch, &self.inner.observer) {
             observer.fence_floor_raised();
@@ -322,7 +347,7 @@ impl LockStore for RedisLockStore {
         ttl: Ttl,
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
-        let client = self.client();
+        let client = self.client_for(name);
         let call = ExtendCall {
             name,
             token,
@@ -343,13 +368,14 @@ impl LockStore for RedisLockStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let client = self.client();
+        let client = self.client_for(name);
         let outcome = self.release_call(client, name, token, None, false).await?;
         Ok(self.release_acknowledged(client, name, outcome).await)
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {
-        self.call(&StatusCall { name }).await
+        self.call_on(self.client_for(name), &StatusCall { name })
+            .await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -391,11 +417,13 @@ impl LockStore for RedisLockStore {
         name: &LockName,
         by: &Principal,
     ) -> Result<ForceReleaseOutcome, StoreError> {
-        self.call(&ForceReleaseCall { name, by }).await
+        self.call_on(self.client_for(name), &ForceReleaseCall { name, by })
+            .await
     }
 
     async fn leave_queue(&self, name: &LockName, waiter_id: &str) -> Result<(), StoreError> {
-        self.call(&LeaveQueueCall { name, waiter_id }).await
+        self.call_on(self.client_for(name), &LeaveQueueCall { name, waiter_id })
+            .await
     }
 
     async fn watch(&self, name: &LockName) {

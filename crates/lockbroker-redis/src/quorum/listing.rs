@@ -1,11 +1,34 @@
-//! The quorum's listing: held locks, walked node by node, each listed once
-//! with the state a majority of nodes sees.
+//! A name's state as a majority of nodes sees it, and the quorum's listing:
+//! held locks, walked node by node, each listed once with that state.
 
-use lockbroker_core::{ListCursor, ListRequest, LockEntry, LockPage, LockStore, StoreError};
+use lockbroker_core::{
+    ListCursor, ListRequest, LockEntry, LockName, LockPage, LockStatus, LockStore, StoreError,
+};
 
+use super::fan_out::{in_hand, Answers, Progress};
 use super::{tally, QuorumStore};
 
 impl QuorumStore {
+    /// Every node's status of `name`, gathered until `decided` says the
+    /// answers in hand are enough.
+    pub(super) async fn statuses(
+        &self,
+        name: &LockName,
+        decided: impl Fn(&Progress<'_, LockStatus>) -> bool,
+    ) -> Answers<LockStatus> {
+        let (answers, late) = self
+            .fan_out(
+                |_, node| {
+                    let name = name.clone();
+                    async move { node.status(&name).await }
+                },
+                decided,
+            )
+            .await;
+        late.finish();
+        answers
+    }
+
     /// One page of [`LockStore::list`]: the locks of one node's keyspace
     /// page, each with the state a majority sees. A page not yet full goes
     /// on to the next node, so that a listing that fits one page ends on it
@@ -38,7 +61,9 @@ impl QuorumStore {
                     .unwrap_or_default(),
             };
             for entry in page.locks {
-                let answers = self.on_nodes(|n| n.status(&entry.name)).await;
+                // Every node not known slow: whether a node before this one
+                // listed the lock needs its own answer.
+                let answers = in_hand(self.statuses(&entry.name, |_| false).await);
                 let listed_before = answers[..at]
                     .iter()
                     .any(|a| a.as_ref().is_ok_and(|s| s.held || s.available_in_ms > 0));

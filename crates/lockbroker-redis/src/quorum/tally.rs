@@ -53,6 +53,9 @@ pub struct Votes {
     conflicts: Vec<u32>,
     /// Nodes whose answer was lost: the acquire may have run there.
     unknown: Vec<usize>,
+    /// Nodes that granted nothing because their fence ran ahead of the
+    /// proposal: nobody holds the lock there.
+    ahead: usize,
     answered: usize,
     /// How many nodes make a majority: a holder is named only when that
     /// many report it.
@@ -87,6 +90,7 @@ pub fn acquire(
         busy: Vec::new(),
         conflicts: Vec::new(),
         unknown: Vec::new(),
+        ahead: 0,
         answered: 0,
         majority,
         needed,
@@ -100,8 +104,9 @@ pub fn acquire(
                 queue_position,
             }) => votes.busy.push((blockers, queue_position)),
             Ok(AcquireOutcome::LimitConflict { limit }) => votes.conflicts.push(limit),
-            // A node answers for itself: it never counts votes.
-            Ok(AcquireOutcome::Contended) => {}
+            // A node answers contended only when its fence ran ahead of
+            // the proposal (acquire.lua): the next round asks above it.
+            Ok(AcquireOutcome::Contended) => votes.ahead += 1,
             Err(StoreError::OutcomeUnknown(_)) => {
                 votes.unknown.push(at);
                 continue;
@@ -154,8 +159,9 @@ impl Votes {
     /// The answer when the needed grants did not stand: busy with a holder
     /// that a majority of the nodes reports (by its fence, which a lease
     /// carries on every node of its majority), contended when no such
-    /// holder exists (other acquires in flight split the nodes, or a grant
-    /// was still being written back), or unavailable when too few nodes
+    /// holder exists (other acquires in flight split the nodes, a grant was
+    /// still being written back, or a node's fence ran ahead of the
+    /// proposal), or unavailable when too few nodes
     /// answered (or too few were in good standing to count).
     pub fn busy_answer(&self) -> Result<AcquireOutcome, StoreError> {
         if self.answered < self.needed {
@@ -184,12 +190,18 @@ impl Votes {
                 queue_position: self.busy.iter().filter_map(|(_, p)| *p).min(),
             });
         }
-        if self.busy.is_empty() {
+        if self.busy.is_empty() && self.ahead == 0 {
             return Err(StoreError::Unavailable(
                 "too few of the granting nodes are in good standing".into(),
             ));
         }
         Ok(AcquireOutcome::Contended)
+    }
+
+    /// Whether a node granted nothing because its fence ran ahead of the
+    /// proposal.
+    pub fn ran_ahead(&self) -> bool {
+        self.ahead > 0
     }
 
     /// Every node where this acquire may hold a lease that must not stay:
@@ -225,9 +237,7 @@ pub fn extend(
         }
     }
     if extended.len() >= needed && validity > 0 {
-        // A node the write-back missed still carries its own, smaller fence:
-        // the lease's fence is the highest.
-        let fence = extended.iter().map(|r| r.fence).max();
+        let fence = lease_fence(extended.iter().map(|r| r.fence));
         let shortest = extended.iter().min_by_key(|r| r.expires_at_ms).cloned();
         if let (Some(mut renewal), Some(fence)) = (shortest, fence) {
             renewal.validity_ms = validity;
@@ -262,6 +272,21 @@ pub fn extend(
         "only {} answered the extend; a majority is {majority}",
         nodes(answered)
     )))
+}
+
+/// The lease's fence among the fences its copies on the nodes report: the
+/// one most of them carry, the highest on a tie. Every node counted for the
+/// grant carries it; a node the write-back missed keeps its own, smaller
+/// fence, and a node that granted after the answer went out may carry its
+/// own until the broker gives it the lease's. Neither is usual, and each
+/// is on one node, so the lease's fence outnumbers them.
+fn lease_fence(fences: impl Iterator<Item = Fence>) -> Option<Fence> {
+    let fences: Vec<Fence> = fences.collect();
+    let carrying = |fence: &Fence| fences.iter().filter(|f| *f == fence).count();
+    fences
+        .iter()
+        .copied()
+        .max_by_key(|fence| (carrying(fence), *fence))
 }
 
 /// The rule for a lease that force releases ended: force-released when a
@@ -311,9 +336,8 @@ pub fn release(
     if let Some(by) = forced_by_majority(forced, majority) {
         return Ok(ReleaseOutcome::ForceReleased { by });
     }
-    // The lease's fence is the highest (a node the write-back missed keeps
-    // its own); the first release of it reports how long it was held.
-    let fence = released.iter().map(|release| release.fence).max();
+    // The first release of the lease reports how long it was held.
+    let fence = lease_fence(released.iter().map(|release| release.fence));
     released.sort_by_key(|release| release.held_ms.is_none());
     Ok(match (released.into_iter().next(), fence) {
         (Some(release), Some(fence)) => ReleaseOutcome::Released(Release { fence, ..release }),
@@ -366,6 +390,7 @@ pub fn force_release(
     })
 }
 
+pub mod decided;
 mod status;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ impl RedisLockStore {
     /// Quorum mode: writes a majority grant's `fence` back to this node, if
     /// it still holds the lease; whether it did.
     pub async fn adopt_fence(&self, call: &AdoptFenceCall<'_>) -> Result<Adoption, StoreError> {
-        self.call(call).await
+        self.call_on(self.client_for(call.name), call).await
     }
 
     /// Quorum mode: undoes a grant that no majority made: releases `token`
@@ -26,7 +26,7 @@ impl RedisLockStore {
         token: &LeaseToken,
         waiter: Option<FairEntry<'_>>,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.release_call(self.client(), name, token, waiter, true)
+        self.release_call(self.client_for(name), name, token, waiter, true)
             .await
     }
 

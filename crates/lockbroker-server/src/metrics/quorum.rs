@@ -25,8 +25,11 @@ pub struct QuorumMetrics {
     node_misconfigured: IntGaugeVec,
     /// Script latency per node.
     node_seconds: HistogramVec,
+    /// 1 per node whose last step timed out: not waited for.
+    node_slow: IntGaugeVec,
     fence_write_backs: IntCounter,
     rollbacks: IntCounter,
+    late_grants: IntCounter,
 }
 
 impl QuorumMetrics {
@@ -59,6 +62,13 @@ impl QuorumMetrics {
                 ),
                 &["node"],
             )?,
+            node_slow: IntGaugeVec::new(
+                Opts::new(
+                    "lockbroker_quorum_node_slow",
+                    "Quorum mode: 1 while the node (its place in redis.nodes, from 0) timed out on its last step; steps are still sent to it but not waited for until it answers in time again.",
+                ),
+                &["node"],
+            )?,
             node_seconds: HistogramVec::new(
                 HistogramOpts::new(
                     "lockbroker_quorum_node_script_duration_seconds",
@@ -75,6 +85,10 @@ impl QuorumMetrics {
                 "lockbroker_quorum_rollbacks_total",
                 "Quorum mode: acquires whose grants on some nodes were undone because no majority grant stood.",
             )?,
+            late_grants: IntCounter::new(
+                "lockbroker_quorum_late_grants_settled_total",
+                "Quorum mode: grants a node made after its acquire was answered, given the lease's fence or undone in the background.",
+            )?,
         };
         registry.register(Box::new(metrics.nodes_up.clone()))?;
         registry.register(Box::new(metrics.nodes_restarting.clone()))?;
@@ -84,12 +98,14 @@ impl QuorumMetrics {
         registry.register(Box::new(metrics.node_seconds.clone()))?;
         registry.register(Box::new(metrics.fence_write_backs.clone()))?;
         registry.register(Box::new(metrics.rollbacks.clone()))?;
+        registry.register(Box::new(metrics.node_slow.clone()))?;
+        registry.register(Box::new(metrics.late_grants.clone()))?;
         Ok(metrics)
     }
 
     /// Sets the node gauges from what the store knows: which nodes answer,
-    /// which are misconfigured, how many are restarting, and how many a
-    /// majority is.
+    /// which are misconfigured or slow, how many are restarting, and how
+    /// many a majority is.
     pub fn set_nodes(&self, nodes: &NodeCounts) {
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         for (at, up) in nodes.up.iter().enumerate() {
@@ -101,6 +117,10 @@ impl QuorumMetrics {
             self.node_misconfigured
                 .with_label_values(&[label.as_str()])
                 .set(i64::from(misconfigured));
+            let slow = nodes.slow.get(at).copied().unwrap_or(false);
+            self.node_slow
+                .with_label_values(&[label.as_str()])
+                .set(i64::from(slow));
         }
         self.nodes_up
             .set(count(nodes.up.iter().filter(|up| **up).count()));
@@ -120,6 +140,7 @@ impl QuorumMetrics {
         match event {
             QuorumEvent::FenceWrittenBack => self.fence_write_backs.inc(),
             QuorumEvent::GrantRolledBack => self.rollbacks.inc(),
+            QuorumEvent::LateGrantSettled => self.late_grants.inc(),
         }
     }
 }

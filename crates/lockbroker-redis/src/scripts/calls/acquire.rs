@@ -30,6 +30,10 @@ pub struct Acquired {
     pub outcome: AcquireOutcome,
     /// Redis lost its data and its clock runs behind the last fence.
     pub floor_raised: bool,
+    /// Quorum mode: the node granted nothing, because the fence it would
+    /// issue runs ahead of the round's proposal (the outcome is then
+    /// `Contended`).
+    pub fence_ahead: Option<u64>,
 }
 
 impl AcquireCall<'_> {
@@ -130,6 +134,13 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
                 "the node restarted without its data and is out of majorities".into(),
             ))
         }
+        -2 => {
+            return Ok(Acquired {
+                outcome: AcquireOutcome::Contended,
+                floor_raised: false,
+                fence_ahead: Some(reply.uint()?),
+            })
+        }
         -3 => AcquireOutcome::LimitConflict {
             limit: u32::try_from(reply.uint()?)
                 .map_err(|_| StoreError::Protocol("limit out of range".into()))?,
@@ -153,6 +164,7 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
             return Ok(Acquired {
                 outcome: AcquireOutcome::Granted(lease),
                 floor_raised,
+                fence_ahead: None,
             });
         }
         _ => {
@@ -186,6 +198,7 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
     Ok(Acquired {
         outcome,
         floor_raised: false,
+        fence_ahead: None,
     })
 }
 
