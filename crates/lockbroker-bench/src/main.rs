@@ -21,7 +21,8 @@
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
 //!   and with many acquires waiting at once (also 100,000 when the open-files
 //!   limit allows; the bench raises its soft limit to the hard one first).
-//! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode.
+//! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode,
+//!   and five nodes with one stalled (SIGSTOP) beside five all up.
 //! - `cluster`: cluster mode over a 3-primary Redis Cluster beside single
 //!   mode, two brokers each.
 //! - `semaphore`: 64 callers on the 8 permits of one semaphore beside 64
