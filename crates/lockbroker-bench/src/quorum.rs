@@ -16,23 +16,8 @@ use crate::Settings;
 pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
     let http = reqwest::Client::new();
     for nodes in [3, 5] {
-        let servers = (0..nodes)
-            .map(|_| procs::redis())
-            .collect::<Result<Vec<Proc>, String>>()?;
-        let urls: Vec<String> = servers
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}/0", s.port))
-            .collect();
-        let nodes_env = urls.join(",");
-        let broker = procs::broker_with(
-            &servers[0],
-            &[
-                ("LOCKBROKER_REDIS_MODE", "quorum"),
-                ("LOCKBROKER_REDIS_NODES", &nodes_env),
-            ],
-        )?;
+        let (_servers, broker) = start_quorum(&http, nodes).await?;
         let url = format!("http://127.0.0.1:{}", broker.port);
-        wait_ready(&http, &url).await?;
         let case = format!("quorum-{nodes}");
         let (quorum, single_target) = (
             Target::Broker { port: broker.port },
@@ -107,21 +92,7 @@ async fn stalled(settings: &Settings, table: &mut Table) -> Result<(), String> {
     let mut brokers = Vec::new();
     let mut nodes = Vec::new();
     for _ in 0..2 {
-        let servers = (0..5)
-            .map(|_| procs::redis())
-            .collect::<Result<Vec<Proc>, String>>()?;
-        let urls: Vec<String> = servers
-            .iter()
-            .map(|s| format!("redis://127.0.0.1:{}/0", s.port))
-            .collect();
-        let broker = procs::broker_with(
-            &servers[0],
-            &[
-                ("LOCKBROKER_REDIS_MODE", "quorum"),
-                ("LOCKBROKER_REDIS_NODES", &urls.join(",")),
-            ],
-        )?;
-        wait_ready(&http, &format!("http://127.0.0.1:{}", broker.port)).await?;
+        let (servers, broker) = start_quorum(&http, 5).await?;
         brokers.push(broker);
         nodes.push(servers);
     }
@@ -191,6 +162,26 @@ async fn measure_stalled(
         Goal::RatioAtLeast(0.8),
     );
     Ok(())
+}
+
+/// `count` Redis nodes and a quorum-mode broker over them, once it is ready.
+async fn start_quorum(http: &reqwest::Client, count: usize) -> Result<(Vec<Proc>, Proc), String> {
+    let servers = (0..count)
+        .map(|_| procs::redis())
+        .collect::<Result<Vec<Proc>, String>>()?;
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://127.0.0.1:{}/0", s.port))
+        .collect();
+    let broker = procs::broker_with(
+        &servers[0],
+        &[
+            ("LOCKBROKER_REDIS_MODE", "quorum"),
+            ("LOCKBROKER_REDIS_NODES", &urls.join(",")),
+        ],
+    )?;
+    wait_ready(http, &format!("http://127.0.0.1:{}", broker.port)).await?;
+    Ok((servers, broker))
 }
 
 /// Sends `SIG<name>` to a node.
