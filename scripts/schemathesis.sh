@@ -60,7 +60,7 @@ LOCKBROKER_REDIS_URL="redis://127.0.0.1:$redis_port/0" \
 LOCKBROKER_AUTH_KEYS="[{id = \"schemathesis\", sha256 = \"$hash\", scopes = [\"lock\", \"admin\", \"metrics\"], prefixes = [\"*\"], rate_limit_per_sec = 0}]" \
 LOCKBROKER_LOCKS_MAX_WAIT_MS=100 \
 LOCKBROKER_LOG_LEVEL=warn \
-  target/debug/lockbroker >"$work/broker.log" 2>&1 &
+  "${LOCKBROKER_BIN:-${CARGO_TARGET_DIR:-target}/debug/lockbroker}" >"$work/broker.log" 2>&1 &
 pids+=($!)
 base="http://127.0.0.1:$broker_port"
 for _ in $(seq 200); do
