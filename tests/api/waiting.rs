@@ -462,3 +462,43 @@ async fn a_plain_waiter_shows_in_the_status_as_waiting() {
         "a granted waiter waits no more"
     );
 }
+
+#[tokio::test]
+async fn a_writer_waiting_behind_shared_leases_is_counted_once() {
+    let redis = RedisServer::start();
+    let app = Arc::new(TestApp::spawn(&redis).await);
+    let shared = json!({"ttl_ms": 30_000, "mode": "shared"});
+    let readers = [
+        app.acquire_with("report", shared.clone()).await,
+        app.acquire_with("report", shared).await,
+    ];
+    // The writer waits in this broker's line and, turned away by shared
+    // leases, also holds a place in the store's queue: one waiter.
+    let writer = {
+        let app = Arc::clone(&app);
+        tokio::spawn(async move {
+            app.acquire_with("report", json!({"ttl_ms": 5_000, "wait_ms": 20_000}))
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.status("report").await.body["waiting"] == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the writer never showed as waiting"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let it settle into the store's queue, then count again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.status("report").await.body["waiting"], 1);
+
+    for reader in &readers {
+        assert_eq!(
+            app.release("report", &reader.token()).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(writer.await.expect("writer task").status, StatusCode::OK);
+    assert_eq!(app.status("report").await.body["waiting"], 0);
+}

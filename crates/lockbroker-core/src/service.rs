@@ -234,6 +234,7 @@ impl<S: LockStore> LockService<S> {
                         if let Some(exit) = &mut queue_exit {
                             exit.armed = queued;
                         }
+                        ticket.holds_store_place(queued);
                         let now = Instant::now();
                         if now >= deadline {
                             return Err(LockError::Busy(Box::new(blockers)));

@@ -77,6 +77,9 @@ impl<T> TakeOnce<T> {
 struct Waiter {
     id: u64,
     notify: Arc<Notify>,
+    /// Holds a place in the store's queue too (it was turned away by shared
+    /// leases), where the store counts it.
+    in_store_queue: bool,
 }
 
 #[derive(Default)]
@@ -141,6 +144,7 @@ impl Waiters {
                 line.queue.push_back(Waiter {
                     id,
                     notify: Arc::clone(&notify),
+                    in_store_queue: false,
                 });
                 None
             }
@@ -202,10 +206,18 @@ impl Waiters {
     /// How many acquires wait for `name` in this broker's own line: those
     /// not in the store's queue, which the store cannot count.
     pub fn in_line(&self, name: &LockName) -> usize {
-        self.lock()
-            .lines
-            .get(name)
-            .map_or(0, |line| line.queue.len())
+        self.lock().lines.get(name).map_or(0, |line| {
+            line.queue.iter().filter(|w| !w.in_store_queue).count()
+        })
+    }
+
+    fn mark_in_store_queue(&self, ticket: &WaitTicket, queued: bool) {
+        let mut state = self.lock();
+        let waiter = (state.lines.get_mut(&ticket.name))
+            .and_then(|line| line.queue.iter_mut().find(|w| w.id == ticket.id));
+        if let Some(waiter) = waiter {
+            waiter.in_store_queue = queued;
+        }
     }
 
     /// How many acquires are waiting on this broker now.
@@ -256,6 +268,14 @@ pub struct WaitTicket {
 }
 
 impl WaitTicket {
+    /// Notes whether this waiter's last busy answer gave it a place in the
+    /// store's queue, so the broker's own count leaves it to the store's.
+    pub fn holds_store_place(&self, queued: bool) {
+        if self.fair_id.is_none() {
+            self.waiters.mark_in_store_queue(self, queued);
+        }
+    }
+
     /// Whether this waiter may try the store now: fair waiters always may (the
     /// store keeps their order); local ones only at the head of the line.
     pub fn may_attempt(&self) -> bool {
