@@ -159,7 +159,7 @@ impl QuorumStore {
         proposal: &Arc<Proposal>,
         needed: usize,
     ) -> (Answers<AcquireOutcome>, Late<AcquireOutcome>) {
-        let (standing, majority) = (&self.inner.standing, self.inner.majority);
+        let standing = &self.inner.standing;
         let unsettled = self.unsettled(&proposal.token);
         self.fan_out(
             |at, node| {
@@ -178,7 +178,7 @@ impl QuorumStore {
                     (node.acquire_as_node(&proposal.params(), &epoch, proposal.fence)).await
                 }
             },
-            |progress| decided::acquire(progress, majority, needed),
+            |progress| decided::acquire(progress, needed),
         )
         .await
     }

@@ -4,41 +4,22 @@
 //! the outcome the tally gives.
 
 use lockbroker_core::{
-    AcquireOutcome, ExtendOutcome, Fence, ForceReleaseOutcome, LockStatus, ReleaseOutcome,
-    StoreError,
+    AcquireOutcome, ExtendOutcome, ForceReleaseOutcome, LockStatus, ReleaseOutcome, StoreError,
 };
 
 use super::super::fan_out::Progress;
 use super::status as tally_status;
 
 /// An acquire is decided once the needed nodes granted, or once too few
-/// nodes are left to make the needed grants and the refusal can be told:
-/// as many nodes answered as a grant needs, and either a majority names
-/// one holder or no holder can reach a majority with the nodes to come (so
-/// a late copy of a lease never turns a "busy" into "contended"). It is
-/// decided too when no more answers can make that many.
-pub fn acquire(progress: &Progress<'_, AcquireOutcome>, majority: usize, needed: usize) -> bool {
+/// nodes are left to answer to make the needed grants. A refusal otherwise
+/// waits for every node not known slow: its grants there are then undone
+/// before the answer (a grant a node makes after a refusal would be undone
+/// in the background, and the next round of the same request could not use
+/// that node meanwhile), and the refusal names a holder when a majority of
+/// all the answering nodes report it.
+pub fn acquire(progress: &Progress<'_, AcquireOutcome>, needed: usize) -> bool {
     let grants = progress.count(|a| matches!(a, AcquireOutcome::Granted(_)));
-    let (answered, awaited) = (progress.answered(), progress.awaited);
-    if grants >= needed {
-        return true;
-    }
-    if grants + awaited >= needed {
-        return false;
-    }
-    if answered + awaited < needed {
-        return true;
-    }
-    let holders: Vec<Fence> = (progress.answers.iter().flatten().flatten())
-        .filter_map(|answer| match answer {
-            AcquireOutcome::Busy { blockers, .. } => Some(blockers.holder.fence),
-            _ => None,
-        })
-        .collect();
-    let reporting = |fence: &Fence| holders.iter().filter(|f| *f == fence).count();
-    answered >= needed
-        && (holders.iter().any(|f| reporting(f) >= majority)
-            || holders.iter().all(|f| reporting(f) + awaited < majority))
+    grants >= needed || progress.answered() + progress.awaited < needed
 }
 
 /// An extend is decided once the needed nodes extended, or, when that can
