@@ -226,19 +226,6 @@ impl RedisLockStore {
         self.inner.connections.pool.next()
     }
 
-    /// The connection every step on `name` goes through: Redis runs a
-    /// connection's commands in the order they were sent, so a step sent
-    /// after another on the same lock runs after it. A quorum relies on it:
-    /// a release sent after an acquire whose answer is still on its way must
-    /// not run before it on a slow node and leave the grant behind.
-    pub(super) fn client_for(&self, name: &LockName) -> &Client {
-        let clients = self.inner.connections.pool.clients();
-        let mut hasher = std::hash::DefaultHasher::new();
-        std::hash::Hash::hash(name.as_str(), &mut hasher);
-        let at = std::hash::Hasher::finish(&hasher) as usize % clients.len().max(1);
-        clients.get(at).unwrap_or_else(|| self.client())
-    }
-
     /// A place for one more command in flight, or `Overloaded` when the
     /// store has as many as it allows: the command is then not sent at all,
     /// so a burst is refused at once instead of queueing without bound.
@@ -251,28 +238,7 @@ impl RedisLockStore {
         })
     }
 
-    /// The highest fence this store has seen on its node (or been told of):
-    /// a quorum's proposals start above every node's.
-    pub fn floor(&self) -> u64 {
-        self.inner.fence_floor.load(Ordering::Relaxed)
-    }
-
-    /// Quorum mode: an acquire on this node, which grants only while the
-    /// node is in `epoch` and not out of majorities after a restart, and
-    /// then raises the node's lease horizon. An exclusive lease is granted
-    /// with exactly `proposal + 1` as its fence, or not at all (the answer
-    /// is then `Contended`, and this store's floor rises to the fence the
-    /// node would have issued, for the next round's proposal).
-    pub async fn acquire_as_node(
-        &self,
-        params: &AcquireParams<'_>,
-        epoch: &str,
-        proposal: u64,
-    ) -> Result<AcquireOutcome, StoreError> {
-        self.acquire_in_epoch(params, Some((epoch, proposal))).await
-    }
-
-    async fn acquire_in_epoch(
+    pub(super) async fn acquire_in_epoch(
         &self,
         params: &AcquireParams<'_>,
         quorum: Option<(&str, u64)>,

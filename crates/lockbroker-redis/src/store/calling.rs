@@ -3,7 +3,7 @@
 
 use fred::clients::Client;
 use fred::types::Value;
-use lockbroker_core::StoreError;
+use lockbroker_core::{LockName, StoreError};
 use tokio::time::Instant;
 
 use super::RedisLockStore;
@@ -15,6 +15,19 @@ use crate::scripts::{is_missing_function, too_old_for_functions, Reply, ScriptCa
 const TRYAGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl RedisLockStore {
+    /// The connection every step on `name` goes through: Redis runs a
+    /// connection's commands in the order they were sent, so a step sent
+    /// after another on the same lock runs after it. A quorum relies on it:
+    /// a release sent after an acquire whose answer is still on its way must
+    /// not run before it on a slow node and leave the grant behind.
+    pub(super) fn client_for(&self, name: &LockName) -> &Client {
+        let clients = self.inner.connections.pool.clients();
+        let mut hasher = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(name.as_str(), &mut hasher);
+        let at = std::hash::Hasher::finish(&hasher) as usize % clients.len().max(1);
+        clients.get(at).unwrap_or_else(|| self.client())
+    }
+
     /// Runs `call`'s script on a connection of the pool.
     pub(super) async fn call<C: ScriptCall>(&self, call: &C) -> Result<C::Output, StoreError> {
         self.call_on(self.client(), call).await

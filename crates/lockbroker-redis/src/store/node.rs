@@ -1,17 +1,43 @@
 //! Quorum mode: the steps a [`crate::quorum::QuorumStore`] takes on one
-//! node besides the lock steps: a fence write-back, undoing a grant no
+//! node besides the common lock steps: an acquire in the node's epoch with
+//! the round's fence proposal, a fence write-back, undoing a grant no
 //! majority made, the node's epoch and its readmission, and which server
 //! the node is.
 
 use fred::interfaces::ClientLike;
 use fred::types::InfoKind;
-use lockbroker_core::{FairEntry, LeaseToken, LockName, ReleaseOutcome, StoreError};
+use std::sync::atomic::Ordering;
+
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, FairEntry, LeaseToken, LockName, ReleaseOutcome, StoreError,
+};
 
 use super::RedisLockStore;
 use crate::connection::{endpoint, store_error};
 use crate::scripts::calls::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 
 impl RedisLockStore {
+    /// The highest fence this store has seen on its node (or been told of):
+    /// a quorum's proposals start above every node's.
+    pub fn floor(&self) -> u64 {
+        self.inner.fence_floor.load(Ordering::Relaxed)
+    }
+
+    /// Quorum mode: an acquire on this node, which grants only while the
+    /// node is in `epoch` and not out of majorities after a restart, and
+    /// then raises the node's lease horizon. An exclusive lease is granted
+    /// with exactly `proposal + 1` as its fence, or not at all (the answer
+    /// is then `Contended`, and this store's floor rises to the fence the
+    /// node would have issued, for the next round's proposal).
+    pub async fn acquire_as_node(
+        &self,
+        params: &AcquireParams<'_>,
+        epoch: &str,
+        proposal: u64,
+    ) -> Result<AcquireOutcome, StoreError> {
+        self.acquire_in_epoch(params, Some((epoch, proposal))).await
+    }
+
     /// Quorum mode: writes a majority grant's `fence` back to this node, if
     /// it still holds the lease; whether it did.
     pub async fn adopt_fence(&self, call: &AdoptFenceCall<'_>) -> Result<Adoption, StoreError> {
