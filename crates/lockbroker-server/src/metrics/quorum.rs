@@ -79,7 +79,7 @@ impl QuorumMetrics {
             )?,
             fence_write_backs: IntCounter::new(
                 "lockbroker_quorum_fence_write_backs_total",
-                "Quorum mode: grants whose fence too few granting nodes issued, written back to the others in a second round trip.",
+                "Quorum mode: shared leases and permits whose fence too few granting nodes issued, written back to the others in a second round trip (an exclusive lease carries one fence on every node, or its round is asked again).",
             )?,
             rollbacks: IntCounter::new(
                 "lockbroker_quorum_rollbacks_total",
