@@ -16,6 +16,7 @@ mod leases;
 mod lifecycle;
 mod listing;
 mod lockctl;
+mod multi_lock;
 mod observability;
 mod openapi;
 mod outage;

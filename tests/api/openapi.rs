@@ -4,10 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lockbroker_api::{
-    AcquireBody, ErrorCode, ErrorDetail, ErrorResponse, ExtendBody, ForceReleaseResponse,
-    HealthResponse, HealthStatus, HolderResponse, LeaseResponse, ListQuery, ListResponse, LockMode,
-    PermitResponse, ReleaseBody, ReleaseResponse, RenewalResponse, SemaphoreAcquireBody,
-    SemaphoreListResponse, SemaphoreStatusResponse, StatusResponse,
+    AcquireAllBody, AcquireAllResponse, AcquireBody, ErrorCode, ErrorDetail, ErrorResponse,
+    ExtendBody, ForceReleaseResponse, HealthResponse, HealthStatus, HolderResponse, LeaseRefBody,
+    LeaseResponse, ListQuery, ListResponse, LockAskBody, LockMode, PermitResponse, ReleaseAllBody,
+    ReleaseAllResponse, ReleaseAllResult, ReleaseBody, ReleaseResponse, RenewalResponse,
+    SemaphoreAcquireBody, SemaphoreListResponse, SemaphoreStatusResponse, StatusResponse,
 };
 use lockbroker_server::http::served_routes;
 use serde::Serialize;
@@ -329,6 +330,85 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         &ReleaseBody::new("t0k3n"),
         &ReleaseBody::new("t0k3n"),
     );
+
+    // Over several locks.
+    let ask = |mode: Option<LockMode>| LockAskBody {
+        name: Some("ledger:a".into()),
+        mode,
+    };
+    check_request(
+        "AcquireAllRequest.locks[]",
+        &schemas["AcquireAllRequest"]["properties"]["locks"]["items"],
+        &ask(Some(LockMode::Shared)),
+        &ask(None),
+    );
+    let all = AcquireAllBody {
+        locks: Some(vec![ask(None)]),
+        ttl_ms: Some(1),
+        wait_ms: Some(0),
+        owner: Some("w".into()),
+        request_id: Some("r".into()),
+        lock_delay_ms: Some(0),
+    };
+    let smallest = AcquireAllBody {
+        locks: Some(vec![ask(None)]),
+        ..AcquireAllBody::default()
+    };
+    check_request(
+        "AcquireAllRequest",
+        &schemas["AcquireAllRequest"],
+        &all,
+        &smallest,
+    );
+    let leases = AcquireAllResponse {
+        leases: vec![lease(None)],
+    };
+    check_response(
+        "AcquireAllResponse",
+        &schemas["AcquireAllResponse"],
+        &leases,
+        &leases,
+    );
+    let lease_ref = LeaseRefBody {
+        name: Some("ledger:a".into()),
+        token: Some("t0k3n".into()),
+    };
+    check_request(
+        "ReleaseAllRequest.leases[]",
+        &schemas["ReleaseAllRequest"]["properties"]["leases"]["items"],
+        &lease_ref,
+        &lease_ref,
+    );
+    let release_all = ReleaseAllBody {
+        leases: Some(vec![lease_ref]),
+    };
+    check_request(
+        "ReleaseAllRequest",
+        &schemas["ReleaseAllRequest"],
+        &release_all,
+        &release_all,
+    );
+    let result = |released: bool| ReleaseAllResult {
+        name: "ledger:a".into(),
+        released,
+        fence: released.then_some(1),
+        error: released.then(|| ErrorDetail::new(ErrorCode::LeaseLost, "lost")),
+    };
+    check_response(
+        "ReleaseAllResponse.results[]",
+        &schemas["ReleaseAllResponse"]["properties"]["results"]["items"],
+        &result(true),
+        &result(false),
+    );
+    let results = ReleaseAllResponse {
+        results: vec![result(true)],
+    };
+    check_response(
+        "ReleaseAllResponse",
+        &schemas["ReleaseAllResponse"],
+        &results,
+        &results,
+    );
 }
 
 #[test]
@@ -382,6 +462,7 @@ fn the_error_body_has_the_fields_of_the_spec() {
         holders: Some(vec![holder()]),
         limit: Some(3),
         force_released_by: Some("ops".into()),
+        lock: Some("ledger:a".into()),
         ..ErrorDetail::new(ErrorCode::LockBusy, "held")
     };
     let keys = |detail: &ErrorDetail| fields(detail).into_keys().collect::<BTreeSet<_>>();

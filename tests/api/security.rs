@@ -181,6 +181,54 @@ async fn a_key_touches_only_its_prefixes_and_scopes() {
 }
 
 #[tokio::test]
+async fn a_lock_key_takes_and_gives_back_several_locks_only_within_its_prefixes() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn_with(secured_settings(&redis)).await;
+    let post = |path: &'static str, key: &'static str, body: Value| {
+        call(&app, reqwest::Method::POST, path, Some(key), Some(body))
+    };
+
+    let both = json!({"locks": [{"name": "a:1"}, {"name": "a:2"}], "ttl_ms": 30_000});
+    let taken = post("/v1/locks/acquire-all", WORKER, both.clone()).await;
+    assert_eq!(taken.status, StatusCode::OK, "{:?}", taken.body);
+    let leases: Vec<Value> = taken.body["leases"]
+        .as_array()
+        .expect("leases")
+        .iter()
+        .map(|lease| json!({"name": lease["name"], "token": lease["token"]}))
+        .collect();
+    let before = redis_state(&redis, &app.prefix);
+
+    // One name outside the key's prefixes refuses the whole request.
+    let outside = json!({"locks": [{"name": "a:3"}, {"name": "b:x"}], "ttl_ms": 30_000});
+    let refused = post("/v1/locks/acquire-all", WORKER, outside).await;
+    assert_error(&refused, StatusCode::FORBIDDEN, "forbidden");
+    let mut foreign = leases.clone();
+    foreign.push(json!({"name": "b:x", "token": leases[0]["token"]}));
+    let refused = post(
+        "/v1/locks/release-all",
+        WORKER,
+        json!({ "leases": foreign }),
+    )
+    .await;
+    assert_error(&refused, StatusCode::FORBIDDEN, "forbidden");
+    // Keys without `lock` scope take and release nothing.
+    for other in [METRICS, JOBS_OPS] {
+        let reply = post("/v1/locks/acquire-all", other, both.clone()).await;
+        assert_error(&reply, StatusCode::FORBIDDEN, "forbidden");
+        let reply = post("/v1/locks/release-all", other, json!({ "leases": leases })).await;
+        assert_error(&reply, StatusCode::FORBIDDEN, "forbidden");
+    }
+    assert_eq!(redis_state(&redis, &app.prefix), before);
+
+    let released = post("/v1/locks/release-all", WORKER, json!({ "leases": leases })).await;
+    assert_eq!(released.status, StatusCode::OK, "{:?}", released.body);
+    for result in released.body["results"].as_array().expect("results") {
+        assert_eq!(result["released"], true, "{result}");
+    }
+}
+
+#[tokio::test]
 async fn a_token_from_one_lock_is_useless_on_another() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;

@@ -6,7 +6,12 @@ use lockbroker_tests::transcript::{self, check_blocks, documents, repo_root};
 use lockbroker_tests::{lockctl_binary, RedisServer, TestApp};
 
 /// The documents whose transcripts run, each in a test of its own below.
-const RUN: &[&str] = &["README.md", "docs/election.md", "docs/semaphores.md"];
+const RUN: &[&str] = &[
+    "README.md",
+    "docs/election.md",
+    "docs/multi-lock.md",
+    "docs/semaphores.md",
+];
 
 /// Runs every transcript of `file` in one shell session against a broker of
 /// its own, and fails with each command whose output differs.
@@ -57,6 +62,11 @@ async fn readme_runs_as_documented() {
 #[tokio::test]
 async fn election_doc_runs_as_documented() {
     runs_as_documented("docs/election.md").await;
+}
+
+#[tokio::test]
+async fn multi_lock_doc_runs_as_documented() {
+    runs_as_documented("docs/multi-lock.md").await;
 }
 
 #[tokio::test]

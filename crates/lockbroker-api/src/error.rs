@@ -53,6 +53,10 @@ pub struct ErrorDetail {
     /// line names the caller); absent for any other lost lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub force_released_by: Option<String>,
+    /// For a step over several locks (`acquire-all`, `release-all`): the
+    /// lock the error is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
 }
 
 impl ErrorDetail {
@@ -69,6 +73,7 @@ impl ErrorDetail {
             holders: None,
             limit: None,
             force_released_by: None,
+            lock: None,
         }
     }
 }

@@ -26,12 +26,14 @@ pub mod sse;
 
 pub use error::{ErrorCode, ErrorDetail, ErrorResponse};
 pub use request::{
-    AcquireBody, ExtendBody, ListQuery, LockMode, ReleaseBody, SemaphoreAcquireBody,
+    AcquireAllBody, AcquireBody, ExtendBody, LeaseRefBody, ListQuery, LockAskBody, LockMode,
+    ReleaseAllBody, ReleaseBody, SemaphoreAcquireBody,
 };
 pub use response::{
-    FenceCheckResponse, ForceReleaseResponse, HealthResponse, HealthStatus, HolderResponse,
-    LeaseResponse, ListResponse, PermitResponse, ReleaseResponse, RenewalResponse,
-    SemaphoreListResponse, SemaphoreStatusResponse, StatusResponse,
+    AcquireAllResponse, FenceCheckResponse, ForceReleaseResponse, HealthResponse, HealthStatus,
+    HolderResponse, LeaseResponse, ListResponse, PermitResponse, ReleaseAllResponse,
+    ReleaseAllResult, ReleaseResponse, RenewalResponse, SemaphoreListResponse,
+    SemaphoreStatusResponse, StatusResponse,
 };
 
 #[cfg(test)]

@@ -160,3 +160,75 @@ impl fmt::Debug for ReleaseBody {
 pub(crate) fn redacted(token: Option<&str>) -> Option<&'static str> {
     token.map(|_| "<redacted>")
 }
+
+/// One lock of `POST /v1/locks/acquire-all` (`LockAsk` in the spec).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockAskBody {
+    /// The lock's name; required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `exclusive` (when absent) or `shared`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LockMode>,
+}
+
+/// Body of `POST /v1/locks/acquire-all` (`AcquireAllRequest` in the spec):
+/// a lease on every lock named, or none. The other fields apply to every
+/// lease as in a single acquire.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireAllBody {
+    /// The locks, 1 to 32 distinct names; required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locks: Option<Vec<LockAskBody>>,
+    /// How long each lease is valid, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait until every lock can be taken, in milliseconds; 0
+    /// answers at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+    /// A label of who holds the leases, shown to other callers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// An idempotency key: a retry with the same one gets back the leases
+    /// still held from the first try.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// How long each lock stays unavailable if its lease expires unreleased.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+}
+
+/// One lease of `POST /v1/locks/release-all` (`LeaseRef` in the spec).
+/// Its `Debug` never shows the token.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRefBody {
+    /// The lock's name; required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The lease's token; required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+/// Body of `POST /v1/locks/release-all` (`ReleaseAllRequest` in the spec).
+/// Its `Debug` never shows a token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseAllBody {
+    /// The leases to release, 1 to 32; required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leases: Option<Vec<LeaseRefBody>>,
+}
+
+impl fmt::Debug for LeaseRefBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseRefBody")
+            .field("name", &self.name)
+            .field("token", &redacted(self.token.as_deref()))
+            .finish()
+    }
+}

@@ -252,3 +252,34 @@ impl fmt::Debug for PermitResponse {
             .finish()
     }
 }
+
+/// The answer of `POST /v1/locks/acquire-all` (`AcquireAllResponse` in the
+/// spec): one lease per lock, in the order asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AcquireAllResponse {
+    /// The leases, each with its own token and fence.
+    pub leases: Vec<LeaseResponse>,
+}
+
+/// The answer of `POST /v1/locks/release-all` (`ReleaseAllResponse` in the
+/// spec): what became of each lease, in the order asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseAllResponse {
+    /// One result per lease.
+    pub results: Vec<ReleaseAllResult>,
+}
+
+/// What became of one lease of a release-all (`ReleaseAllResult` in the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReleaseAllResult {
+    /// The lock's name.
+    pub name: String,
+    /// Whether the lease was released (or already had been, by this holder).
+    pub released: bool,
+    /// The released lease's fence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    /// Why it was not released: the error a single release would answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::ErrorDetail>,
+}

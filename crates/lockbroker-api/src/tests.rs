@@ -112,6 +112,21 @@ fn debug_output_never_shows_a_token() {
         format!("{permit:?}"),
         format!("{:?}", ExtendBody::new("s3cr3t", None)),
         format!("{:?}", ReleaseBody::new("s3cr3t")),
+        format!(
+            "{:?}",
+            crate::ReleaseAllBody {
+                leases: Some(vec![crate::LeaseRefBody {
+                    name: Some("job".into()),
+                    token: Some("s3cr3t".into()),
+                }]),
+            }
+        ),
+        format!(
+            "{:?}",
+            crate::AcquireAllResponse {
+                leases: vec![lease.clone()]
+            }
+        ),
     ] {
         assert!(!shown.contains("s3cr3t"), "{shown}");
         assert!(shown.contains("<redacted>"), "{shown}");

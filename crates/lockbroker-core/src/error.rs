@@ -113,6 +113,16 @@ pub enum LockError {
     /// The broker is shutting down and stopped waiting on the caller's behalf.
     #[error("the broker is shutting down")]
     ShuttingDown,
+    /// The store granted the lease but its answer came so late that too
+    /// little of the lease's validity was left to hand it out; the grant was
+    /// given back, so nothing is held.
+    #[error("the grant took {elapsed_ms} ms to arrive, leaving less than {min_validity_ms} ms of validity")]
+    GrantTooLate {
+        /// How long the store took to answer.
+        elapsed_ms: u64,
+        /// The validity a grant must still have on arrival.
+        min_validity_ms: u64,
+    },
     /// The lock store could not be used; nothing was granted.
     #[error(transparent)]
     Store(#[from] StoreError),

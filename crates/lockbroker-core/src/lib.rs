@@ -45,7 +45,7 @@ pub use lease::{
 pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix, Space};
 pub use policy::{AcquireRequest, LockPolicy};
-pub use service::{Grant, LockService};
+pub use service::{AcquireAllError, Grant, LockAsk, LockService, MAX_LOCKS_PER_ACQUIRE};
 pub use store::{contended_back_off, ForceReleaseOutcome};
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,

@@ -7,6 +7,10 @@ use crate::validation::ValidationError;
 /// The longest lock name accepted, in characters (all of them ASCII).
 pub const MAX_NAME_LEN: usize = 200;
 
+/// Names no lock may have: the routes over several locks take their place
+/// under `/v1/locks/`.
+pub const RESERVED_LOCK_NAMES: [&str; 2] = ["acquire-all", "release-all"];
+
 /// Which namespace a name belongs to: locks (exclusive and shared leases)
 /// and semaphores (permits) are apart, so a lock and a semaphore may share
 /// a name without sharing any state.
@@ -67,6 +71,13 @@ impl LockName {
             return Err(ValidationError::new(
                 "name",
                 format!("may contain only A-Z a-z 0-9 . _ - : (found {bad:?})"),
+            ));
+        }
+        // `/v1/locks/acquire-all` and `/v1/locks/release-all` are routes.
+        if space == Space::Lock && RESERVED_LOCK_NAMES.contains(&raw) {
+            return Err(ValidationError::new(
+                "name",
+                format!("{raw:?} names a route over several locks, not a lock"),
             ));
         }
         Ok(Self {

@@ -23,10 +23,12 @@ use crate::store::{
 use crate::validation::ValidationError;
 use crate::wait::{WaitMode, Waiters};
 
+mod all;
 mod grant;
 mod steps;
 mod watch;
 
+pub use all::{AcquireAllError, LockAsk, MAX_LOCKS_PER_ACQUIRE};
 pub use grant::Grant;
 use grant::{check_token_space, spawn_detached, QueueExit};
 
@@ -317,9 +319,10 @@ impl<S: LockStore> LockService<S> {
                 grant.lease.validity_ms = grant.lease.validity_ms.saturating_sub(elapsed);
                 if grant.lease.validity_ms < min_validity {
                     // Dropping the grant releases it.
-                    return Err(LockError::Store(StoreError::Unavailable(format!(
-                        "the grant took {elapsed} ms to arrive, leaving less than {min_validity} ms of validity"
-                    ))));
+                    return Err(LockError::GrantTooLate {
+                        elapsed_ms: elapsed,
+                        min_validity_ms: min_validity,
+                    });
                 }
                 let lease = &grant.lease;
                 // A retry that got back a lease taken before told its grant

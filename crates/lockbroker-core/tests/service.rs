@@ -15,6 +15,9 @@ use lockbroker_core::{
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::{sleep, Instant};
 
+#[path = "service/all.rs"]
+mod all;
+
 fn name(text: &str) -> LockName {
     LockName::parse(text).expect("valid name")
 }
@@ -258,7 +261,13 @@ async fn a_grant_arriving_with_too_little_validity_is_given_back() {
     let lock = name("late");
     let outcome = slow.acquire(&lock, ask(100, 0)).await;
     assert!(
-        matches!(outcome, Err(LockError::Store(StoreError::Unavailable(_)))),
+        matches!(
+            outcome,
+            Err(LockError::GrantTooLate {
+                elapsed_ms: 80,
+                min_validity_ms: 50
+            })
+        ),
         "20 ms left of a 100 ms lease is under the 50 ms minimum"
     );
     settle().await;

@@ -9,6 +9,7 @@ pub mod extract;
 pub mod health;
 pub mod limits;
 pub mod locks;
+pub mod multi;
 pub mod observe;
 pub mod origin;
 pub mod scrape;
@@ -43,6 +44,16 @@ pub struct AppState {
 /// `openapi.yaml` documents exactly these; a test holds the two together.
 pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
     vec![
+        (
+            Method::POST,
+            "/v1/locks/acquire-all",
+            post(multi::acquire_all),
+        ),
+        (
+            Method::POST,
+            "/v1/locks/release-all",
+            post(multi::release_all),
+        ),
         (
             Method::POST,
             "/v1/locks/{name}/acquire",

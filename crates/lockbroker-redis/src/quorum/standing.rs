@@ -154,7 +154,21 @@ impl Standing {
         }
     }
 
+    /// One look at every node: what each answers, new epochs for nodes
+    /// that lost theirs, readmission of nodes that came back empty, and
+    /// what changed, recorded and logged.
     async fn refresh(&self, nodes: &[RedisLockStore]) {
+        let mut look = self.look(nodes).await;
+        self.stamp_new_epochs(nodes, &mut look.epochs).await;
+        self.readmit(nodes, &mut look.epochs).await;
+        self.record(look);
+    }
+
+    /// Reads every node's epoch, and asks the nodes due for it which server
+    /// they are. A node not known to be an independent primary takes no
+    /// part in the decisions that follow: a second place of one server
+    /// would count its epoch and horizon twice.
+    async fn look(&self, nodes: &[RedisLockStore]) -> Look {
         let read = EpochCall {
             fresh_id: "",
             quarantine_ms: 0,
@@ -187,29 +201,40 @@ impl Standing {
             .collect();
         let endpoints: Vec<String> = nodes.iter().map(RedisLockStore::endpoint).collect();
         let misconfigured = misconfigurations(&identities, &endpoints);
-        // A node not known to be an independent primary takes no part in
-        // the decisions below: a second place of one server would count its
-        // epoch and horizon twice.
         for (at, epoch) in epochs.iter_mut().enumerate() {
             if identities[at].is_none() || misconfigured[at].is_some() {
                 *epoch = None;
             }
         }
-        // How long a lease now on some node may still last: a node that lost
-        // its data stays out of majorities that long.
+        Look {
+            epochs,
+            identified: asked.iter().map(Option::is_some).collect(),
+            identities,
+            up,
+            endpoints,
+            misconfigured,
+        }
+    }
+
+    /// Gives a new epoch to every node that has none (it restarted without
+    /// its data), keeping it out of majorities for as long as a lease now on
+    /// some node may last, drift included. The nodes' horizons speak for
+    /// every lease only when a majority answered: every valid lease lives on
+    /// a majority, so on one of these.
+    async fn stamp_new_epochs(&self, nodes: &[RedisLockStore], epochs: &mut [Option<Epoch>]) {
+        let answered = epochs.iter().flatten().count();
+        if answered < self.majority {
+            return;
+        }
         let horizon_ms = epochs
             .iter()
             .flatten()
             .map(|e| e.horizon_ms.saturating_sub(e.now_ms))
             .max()
             .unwrap_or(0);
-        let quarantine_ms =
-            horizon_ms + (horizon_ms as f64 * self.drift.factor).ceil() as u64 + self.drift.ms;
-        // The horizon speaks for every lease only when a majority answered:
-        // every valid lease lives on a majority, so on one of these.
-        let answered = epochs.iter().flatten().count();
+        let quarantine_ms = horizon_ms + self.drift.allowance_ms(horizon_ms);
         for (at, epoch) in epochs.iter_mut().enumerate() {
-            if answered >= self.majority && epoch.as_ref().is_some_and(|e| e.id.is_none()) {
+            if epoch.as_ref().is_some_and(|e| e.id.is_none()) {
                 let fresh_id = random_hex::<8>();
                 let make = EpochCall {
                     fresh_id: &fresh_id,
@@ -218,53 +243,63 @@ impl Standing {
                 *epoch = nodes[at].epoch(&make).await.ok();
             }
         }
-        // Readmission: a node that came back empty takes, as its fence floor,
-        // the highest fence the nodes that kept their data report. Every
-        // fence that stood was issued or taken by a majority, and a majority
-        // of nodes that kept their data includes one of those. When more than
-        // a minority lost their data, what the others know is all there is
-        // (the fences then rest on the time and broker floors as well).
+    }
+
+    /// Readmission: a node that came back empty takes, as its fence floor,
+    /// the highest fence the nodes that kept their data report. Every fence
+    /// that stood was issued or taken by a majority, and a majority of nodes
+    /// that kept their data includes one of those. When more than a
+    /// minority lost their data, what the others know is all there is (the
+    /// fences then rest on the time and broker floors as well).
+    async fn readmit(&self, nodes: &[RedisLockStore], epochs: &mut [Option<Epoch>]) {
+        let answered = epochs.iter().flatten().count();
         let pending = epochs.iter().flatten().filter(|e| e.pending_marks).count();
         let kept = answered - pending;
-        if answered >= self.majority
-            && (kept >= self.majority || pending > nodes.len() - self.majority)
+        if answered < self.majority
+            || (kept < self.majority && pending <= nodes.len() - self.majority)
         {
-            let floor = epochs.iter().flatten().map(|e| e.max_fence).max();
-            for (at, epoch) in epochs.iter_mut().enumerate() {
-                let Some(pending) = epoch.as_mut().filter(|e| e.pending_marks) else {
-                    continue;
-                };
-                let Some(id) = pending.id.clone() else {
-                    continue;
-                };
-                let readmit = ReadmitCall {
-                    epoch: &id,
-                    floor: floor.unwrap_or(0),
-                };
-                if matches!(nodes[at].readmit(&readmit).await, Ok(true)) {
-                    pending.pending_marks = false;
-                }
+            return;
+        }
+        let floor = epochs.iter().flatten().map(|e| e.max_fence).max();
+        for (at, epoch) in epochs.iter_mut().enumerate() {
+            let Some(pending) = epoch.as_mut().filter(|e| e.pending_marks) else {
+                continue;
+            };
+            let Some(id) = pending.id.clone() else {
+                continue;
+            };
+            let readmit = ReadmitCall {
+                epoch: &id,
+                floor: floor.unwrap_or(0),
+            };
+            if matches!(nodes[at].readmit(&readmit).await, Ok(true)) {
+                pending.pending_marks = false;
             }
         }
+    }
+
+    /// Keeps what the look found of each node, logging each change once.
+    fn record(&self, look: Look) {
         let now = Instant::now();
         let mut known = self.lock();
-        for (at, (node, epoch)) in known.iter_mut().zip(epochs).enumerate() {
+        for (at, (node, epoch)) in known.iter_mut().zip(look.epochs).enumerate() {
+            let up = look.up[at];
             let change = Change {
                 at,
-                endpoint: &endpoints[at],
-                up: up[at],
-                misconfigured: misconfigured[at].as_deref(),
+                endpoint: &look.endpoints[at],
+                up,
+                misconfigured: look.misconfigured[at].as_deref(),
                 new_epoch: epoch.as_ref().and_then(|e| e.id.as_deref()),
             };
             change.log(node);
-            self.misconfigured[at].store(misconfigured[at].is_some(), Ordering::Relaxed);
+            self.misconfigured[at].store(look.misconfigured[at].is_some(), Ordering::Relaxed);
             node.seen = true;
-            node.up = up[at];
-            if asked[at].is_some() {
-                node.identified_at = identities[at].as_ref().map(|_| now);
+            node.up = up;
+            if look.identified[at] {
+                node.identified_at = look.identities[at].as_ref().map(|_| now);
             }
-            node.identity = identities[at].clone().filter(|_| up[at]);
-            node.misconfigured = misconfigured[at].clone();
+            node.identity = look.identities[at].clone().filter(|_| up);
+            node.misconfigured = look.misconfigured[at].clone();
             if let Some(epoch) = epoch {
                 if node.epoch.is_some() && node.epoch != epoch.id {
                     // A new epoch is a new server at the node: ask who it is.
@@ -277,12 +312,28 @@ impl Standing {
                 }
                 node.epoch = epoch.id;
                 node.pending_marks = epoch.pending_marks;
-            } else if up[at] {
+            } else if up {
                 // Answering, yet not to be used: no epoch to grant in.
                 node.epoch = None;
             }
         }
     }
+}
+
+/// What one look at every node found, by node.
+struct Look {
+    /// The epoch each node answered, `None` for a node that did not or that
+    /// is not known to be an independent primary.
+    epochs: Vec<Option<Epoch>>,
+    /// Which nodes were asked which server they are in this look.
+    identified: Vec<bool>,
+    /// Which server each node is, asked now or known from before.
+    identities: Vec<Option<NodeIdentity>>,
+    /// Which nodes answered this look.
+    up: Vec<bool>,
+    endpoints: Vec<String>,
+    /// Why each node is no independent primary, if it is not.
+    misconfigured: Vec<Option<String>>,
 }
 
 /// What one look found of one node, to log against what was known before.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::nodes;
 
 use lockbroker_core::{
-    AcquireOutcome, Blockers, ExtendOutcome, Fence, ForceReleaseOutcome, Lease, LeaseKind,
+    AcquireOutcome, Blockers, ExtendOutcome, Fence, ForceReleaseOutcome, Holder, Lease, LeaseKind,
     LeaseToken, Principal, Release, ReleaseOutcome, StoreError, Ttl,
 };
 
@@ -41,7 +41,12 @@ impl Drift {
 
     /// How much of a lease of `ttl` the clocks' drift may take, ms.
     pub fn allowance(&self, ttl: Ttl) -> u64 {
-        (ttl.as_millis() as f64 * self.factor).ceil() as u64 + self.ms
+        self.allowance_ms(ttl.as_millis())
+    }
+
+    /// How much of a span of `ms` the clocks' drift may take, ms.
+    pub fn allowance_ms(&self, ms: u64) -> u64 {
+        (ms as f64 * self.factor).ceil() as u64 + self.ms
     }
 }
 
@@ -176,17 +181,35 @@ impl Votes {
         if let Some(limit) = self.conflicts.iter().copied().max() {
             return Ok(AcquireOutcome::LimitConflict { limit });
         }
+        // A lease stands in the way when as many nodes report it as its
+        // grant needed (a majority; more for a permit). A grant in flight or
+        // being rolled back holds fewer, and is neither named nor listed:
+        // nobody holds its fence. Silent nodes are not counted for a permit:
+        // a permit being rolled back from a majority but fewer nodes than it
+        // needs would be shown in the way though no grant returned it.
         let reporting = |fence: Fence| {
             (self.busy.iter())
-                .filter(|(blockers, _)| blockers.holder.fence == fence)
+                .filter(|(blockers, _)| {
+                    blockers.holder.fence == fence
+                        || blockers.holders.iter().any(|h| h.fence == fence)
+                })
                 .count()
         };
+        let stands = |holder: &Holder| {
+            let needed = match holder.mode {
+                LeaseKind::Permit => self.needed,
+                _ => self.majority,
+            };
+            reporting(holder.fence) >= needed
+        };
         let in_the_way = (self.busy.iter())
-            .filter(|(blockers, _)| reporting(blockers.holder.fence) >= self.majority)
+            .filter(|(blockers, _)| stands(&blockers.holder))
             .max_by_key(|(blockers, _)| (blockers.holder.expires_in_ms > 0, blockers.holder.fence));
         if let Some((blockers, _)) = in_the_way {
+            let mut blockers = blockers.clone();
+            blockers.holders.retain(|holder| stands(holder));
             return Ok(AcquireOutcome::Busy {
-                blockers: blockers.clone(),
+                blockers,
                 queue_position: self.busy.iter().filter_map(|(_, p)| *p).min(),
             });
         }

@@ -1,8 +1,11 @@
 //! Running one script call: by `FCALL` on a connection of the pool, sent
 //! again while a Redis Cluster moves the lock's slot, timed for the metrics.
 
+use std::time::Duration;
+
 use fred::clients::Client;
-use fred::types::Value;
+use fred::interfaces::ClientLike;
+use fred::types::{ClientState, Value};
 use lockbroker_core::{LockName, StoreError};
 use tokio::time::Instant;
 
@@ -12,7 +15,11 @@ use crate::scripts::{is_missing_function, too_old_for_functions, Reply, ScriptCa
 
 /// How long a script that met a slot on the move waits before it is sent
 /// again.
-const TRYAGAIN_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+const TRYAGAIN_PAUSE: Duration = Duration::from_millis(10);
+
+/// How often a step that waits for its connection looks at it again, in case
+/// the announcement of the connection came before the step listened.
+const CONNECTED_POLL: Duration = Duration::from_millis(10);
 
 impl RedisLockStore {
     /// The connection every step on `name` goes through: Redis runs a
@@ -43,6 +50,9 @@ impl RedisLockStore {
         let inner = &self.inner;
         let _admitted = self.admit()?;
         let started = Instant::now();
+        if client.state() != ClientState::Connected {
+            Box::pin(connected(client, inner.settings.command_timeout)).await?;
+        }
         let mut result: Result<Value, _>;
         let mut reloaded = false;
         loop {
@@ -84,4 +94,31 @@ impl RedisLockStore {
         })?;
         call.decode(&mut Reply::from_value(value))
     }
+}
+
+/// Waits, within `limit`, until `client` is connected, so that a step is
+/// only ever handed to fred while it is.
+///
+/// fred holds a command it is given while it reconnects and sends it once
+/// connected, so a step that then fails may still have run: its outcome is
+/// unknown. A step never handed over cannot have run, so when no connection
+/// comes in time the step says it was not sent (`Unavailable`), and a write
+/// to a Redis that refuses connections is answered "nothing was changed"
+/// instead of "outcome unknown". A connection that drops after this check is
+/// still seen as connected until fred starts to reconnect; a step handed
+/// over then keeps the unknown outcome it may have.
+async fn connected(client: &Client, limit: Duration) -> Result<(), StoreError> {
+    let deadline = Instant::now() + limit;
+    while client.state() != ClientState::Connected {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(StoreError::Unavailable(format!(
+                "no connection to Redis within {} ms; the step was not sent",
+                limit.as_millis()
+            )));
+        }
+        let wait = CONNECTED_POLL.min(deadline - now);
+        let _ = tokio::time::timeout(wait, client.wait_for_connect()).await;
+    }
+    Ok(())
 }

@@ -40,7 +40,7 @@ pub const CLIENT_VARIABLES: &[&str] = &[
     "LOCKBROKER_DEPLOY_VENV",
     "LOCKBROKER_TEST_PG_DSN",
     "LOCKBROKER_TEST_PG_URL",
-    // The Rust test harness: which mode its brokers run in.
+    // The test harnesses (Rust and every client's): which mode their brokers run in.
     "LOCKBROKER_TEST_MODE",
 ];
 

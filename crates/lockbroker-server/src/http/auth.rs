@@ -24,7 +24,7 @@ pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
         (&Method::GET | &Method::HEAD, "/v1/locks" | "/v1/semaphores")
         | (&Method::DELETE, "/v1/locks/{name}" | "/v1/semaphores/{name}") => Some(Scope::Admin),
         (_, "/metrics") => Some(Scope::Metrics),
-        (_, "/v1/events") => Some(Scope::Lock),
+        (_, "/v1/events" | "/v1/locks/acquire-all" | "/v1/locks/release-all") => Some(Scope::Lock),
         (_, path)
             if path.starts_with("/v1/locks/{name}")
                 || path.starts_with("/v1/semaphores/{name}") =>
@@ -146,6 +146,8 @@ mod tests {
     #[test]
     fn every_route_has_the_scope_it_should() {
         let table = [
+            (Method::POST, "/v1/locks/acquire-all", Some(Scope::Lock)),
+            (Method::POST, "/v1/locks/release-all", Some(Scope::Lock)),
             (Method::POST, "/v1/locks/{name}/acquire", Some(Scope::Lock)),
             (Method::POST, "/v1/locks/{name}/extend", Some(Scope::Lock)),
             (Method::POST, "/v1/locks/{name}/release", Some(Scope::Lock)),

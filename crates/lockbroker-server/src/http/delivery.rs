@@ -18,10 +18,10 @@ use lockbroker_core::{Grant, Lease, LockStore};
 
 use super::error::ApiError;
 
-/// A JSON body carrying an unconfirmed grant; confirmed when hyper takes the bytes.
+/// A JSON body carrying unconfirmed grants; confirmed when hyper takes the bytes.
 struct ConfirmOnSend<S: LockStore> {
     bytes: Option<Bytes>,
-    grant: Option<Grant<S>>,
+    grants: Vec<Grant<S>>,
 }
 
 impl<S: LockStore> http_body::Body for ConfirmOnSend<S> {
@@ -33,7 +33,7 @@ impl<S: LockStore> http_body::Body for ConfirmOnSend<S> {
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
-        if let Some(grant) = this.grant.take() {
+        for grant in this.grants.drain(..) {
             grant.delivered();
         }
         Poll::Ready(this.bytes.take().map(|bytes| Ok(Frame::data(bytes))))
@@ -55,10 +55,21 @@ pub fn grant_answer<S: LockStore>(
     grant: Grant<S>,
     json: impl FnOnce(&Lease) -> serde_json::Result<Vec<u8>>,
 ) -> Result<Response, ApiError> {
-    match json(grant.lease()) {
-        Ok(json) => Ok(json_confirming(json, grant)),
+    grants_answer(vec![grant], |leases| json(leases[0]))
+}
+
+/// The `200` answer of several `grants` at once, written by `json`, whose
+/// sending confirms them all; all are released when it is never sent or
+/// when `json` fails (then the answer is `500`).
+pub fn grants_answer<S: LockStore>(
+    grants: Vec<Grant<S>>,
+    json: impl FnOnce(&[&Lease]) -> serde_json::Result<Vec<u8>>,
+) -> Result<Response, ApiError> {
+    let leases: Vec<&Lease> = grants.iter().map(Grant::lease).collect();
+    match json(&leases) {
+        Ok(json) => Ok(json_confirming(json, grants)),
         Err(error) => {
-            drop(grant);
+            drop(grants);
             Err(ApiError::Internal {
                 event: "a granted lease could not be written; it was released",
                 cause: error.to_string(),
@@ -67,11 +78,11 @@ pub fn grant_answer<S: LockStore>(
     }
 }
 
-/// A `200` JSON response whose sending confirms `grant`.
-fn json_confirming<S: LockStore>(json: Vec<u8>, grant: Grant<S>) -> Response {
+/// A `200` JSON response whose sending confirms `grants`.
+fn json_confirming<S: LockStore>(json: Vec<u8>, grants: Vec<Grant<S>>) -> Response {
     let body = ConfirmOnSend {
         bytes: Some(Bytes::from(json)),
-        grant: Some(grant),
+        grants,
     };
     let mut response = Response::new(Body::new(body));
     response.headers_mut().insert(

@@ -43,6 +43,9 @@ pub enum Step {
 pub enum ApiError {
     /// The lock service refused or failed the step, for the named lock.
     Lock(Step, LockName, LockError),
+    /// A step over several locks that took nothing because of one of them:
+    /// that lock's own error, naming the lock and saying nothing was taken.
+    AllOrNothing(LockName, Box<ApiError>),
     /// A field failed a rule before any lock was touched.
     Invalid(ValidationError),
     /// The body is not the JSON this route takes.
@@ -130,6 +133,7 @@ impl ApiError {
                 Code::InvalidRequest,
                 "Authorization: send one Authorization header, not several",
             ),
+            Self::AllOrNothing(name, inner) => inner.answer().of_lock(name),
             Self::Lock(_, name, LockError::Busy(blockers)) => {
                 Answer::new(Code::LockBusy, busy_message(name, blockers)).blockers(blockers)
             }
@@ -198,6 +202,15 @@ impl ApiError {
                 Code::ShuttingDown,
                 "this broker is shutting down; retry on another instance",
             ),
+            Self::Lock(_, name, error @ LockError::GrantTooLate { .. }) => Answer::new(
+                Code::BackendUnavailable,
+                format!(
+                    "the lock store granted {name:?} but answered so late that too little of \
+                     the lease's validity was left ({error}); the grant was given back, so \
+                     nothing is held: retry, or ask for a longer ttl_ms"
+                ),
+            )
+            .logged("late grant given back", Some(name), None),
             Self::Lock(step, name, LockError::Store(error)) => {
                 store_failed(*step, error).logged("lock step failed", Some(name), Some(error))
             }
@@ -269,6 +282,16 @@ impl ApiError {
 impl From<ValidationError> for ApiError {
     fn from(error: ValidationError) -> Self {
         Self::Invalid(error)
+    }
+}
+
+impl ApiError {
+    /// The error body this error answers, its cause logged: for a result
+    /// inside a `200` answer over several locks.
+    pub fn into_detail(self) -> lockbroker_api::ErrorDetail {
+        let answer = self.answer();
+        answer.log();
+        answer.into_detail()
     }
 }
 

@@ -135,7 +135,7 @@ pub async fn check_fence(
 }
 
 /// What the service is asked for: the body, under the caller's principal.
-fn acquire_request(body: AcquireBody, caller: &Caller) -> AcquireRequest {
+pub(super) fn acquire_request(body: AcquireBody, caller: &Caller) -> AcquireRequest {
     AcquireRequest {
         ttl_ms: body.ttl_ms,
         wait_ms: body.wait_ms,
@@ -144,11 +144,16 @@ fn acquire_request(body: AcquireBody, caller: &Caller) -> AcquireRequest {
         principal: caller.principal(),
         lock_delay_ms: body.lock_delay_ms,
         fair: body.fair.unwrap_or(false),
-        kind: match body.mode.unwrap_or_default() {
-            LockMode::Exclusive => LeaseKind::Exclusive,
-            LockMode::Shared => LeaseKind::Shared,
-        },
+        kind: lease_kind(body.mode),
         limit: None,
+    }
+}
+
+/// The kind of lease a lock's `mode` asks for: exclusive unless shared.
+pub(super) fn lease_kind(mode: Option<LockMode>) -> LeaseKind {
+    match mode.unwrap_or_default() {
+        LockMode::Exclusive => LeaseKind::Exclusive,
+        LockMode::Shared => LeaseKind::Shared,
     }
 }
 

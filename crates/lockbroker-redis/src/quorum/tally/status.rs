@@ -3,6 +3,7 @@
 use lockbroker_core::{Fence, Holder, LeaseKind, LockStatus, StoreError};
 
 use super::nodes;
+use crate::quorum::permits::permit_quorum;
 
 /// A lock's state as a majority sees it: held when one lease holds a
 /// majority; free to take once a majority is free; otherwise the highest
@@ -53,7 +54,8 @@ pub fn status(
         return Ok(status);
     }
     if statuses.iter().any(|s| s.occupied > 0) {
-        let mut status = holder_set_status(&statuses, majority, fence, available_in_ms);
+        let silent = answers.len() - statuses.len();
+        let mut status = holder_set_status(&statuses, silent, majority, fence, available_in_ms)?;
         status.waiting = waiting;
         return Ok(status);
     }
@@ -77,15 +79,21 @@ pub fn status(
     Ok(status)
 }
 
-/// The leases of a holder set as a majority sees them: a holder counts
-/// when its fence (written back to every node that granted it) is on a
-/// majority of the answers; a grant in flight or rolled back is not.
+/// The leases of a holder set as the nodes see them: a holder counts when
+/// its fence (written back to every node that granted it) is on as many
+/// nodes as its grant needed: a majority for a shared lease, more for a
+/// permit of a semaphore whose limit is above one. A grant in flight or
+/// rolled back holds fewer and is not counted. Where the silent nodes could
+/// make up the rest of a holder's nodes, neither "held" nor "not held" is
+/// known (a permit being rolled back from a majority, or one whose grant
+/// took in a node now silent, read the same): no answer, not a guess.
 fn holder_set_status(
     statuses: &[&LockStatus],
+    silent: usize,
     majority: usize,
     fence: Option<Fence>,
     available_in_ms: u64,
-) -> LockStatus {
+) -> Result<LockStatus, StoreError> {
     let mut seen: Vec<(&Holder, usize)> = Vec::new();
     for holder in statuses.iter().flat_map(|s| &s.holders) {
         match seen.iter_mut().find(|(h, _)| h.fence == holder.fence) {
@@ -99,8 +107,25 @@ fn holder_set_status(
             None => seen.push((holder, 1)),
         }
     }
+    let limit = statuses.iter().filter_map(|s| s.limit).max();
+    let nodes = statuses.len() + silent;
+    let needed = |holder: &Holder| match (holder.mode, limit) {
+        (LeaseKind::Permit, Some(limit)) => permit_quorum(limit, nodes),
+        _ => majority,
+    };
+    if let Some((holder, _)) = (seen.iter())
+        .find(|(holder, count)| *count < needed(holder) && count + silent >= needed(holder))
+    {
+        let what = match holder.mode {
+            LeaseKind::Permit => "a permit",
+            _ => "a shared lease",
+        };
+        return Err(StoreError::Unavailable(format!(
+            "{what} holds some of the nodes that answered and {silent} did not answer"
+        )));
+    }
     let mut holders: Vec<Holder> = (seen.into_iter())
-        .filter(|(_, count)| *count >= majority)
+        .filter(|(holder, count)| *count >= needed(holder))
         .map(|(holder, _)| holder.clone())
         .collect();
     holders.sort_by_key(|h| (h.available_in_ms, h.fence));
@@ -110,12 +135,12 @@ fn holder_set_status(
     status.mode = (valid > 0).then(|| holders[0].mode);
     status.holder_count = valid;
     status.occupied = holders.len() as u64;
-    status.limit = statuses.iter().filter_map(|s| s.limit).max();
+    status.limit = limit;
     status.expires_in_ms = holders.iter().map(|h| h.expires_in_ms).max().unwrap_or(0);
     status.first_free_in_ms = holders.first().map_or(0, |h| h.available_in_ms);
     status.available_in_ms = available_in_ms;
     status.holders = holders;
-    status
+    Ok(status)
 }
 
 /// Whether a node's status says an exclusive lease holds the lock (shared

@@ -6,6 +6,7 @@ use lockbroker_core::{Holder, LockName, LockStatus, Release};
 use super::*;
 
 mod decided;
+mod reads;
 
 fn lease(fence: u64, ttl_ms: u64) -> Lease {
     Lease {
@@ -34,6 +35,16 @@ fn busy(fence: u64, expires_in_ms: u64) -> Result<AcquireOutcome, StoreError> {
 
 fn down() -> StoreError {
     StoreError::Unavailable("down".into())
+}
+
+fn permit_holder(fence: u64, expires_in_ms: u64, mode: LeaseKind) -> Holder {
+    Holder {
+        mode,
+        owner: None,
+        fence: Fence::new(fence),
+        expires_in_ms,
+        available_in_ms: expires_in_ms,
+    }
 }
 
 #[test]
@@ -157,6 +168,67 @@ fn a_permit_counts_the_grants_it_needs_and_names_the_count_truthfully() {
 }
 
 #[test]
+fn a_busy_permit_answer_lists_only_permits_on_as_many_nodes_as_their_grant_needs() {
+    let token = LeaseToken::generate_for(LeaseKind::Permit);
+    let permit = |fence| permit_holder(fence, 500, LeaseKind::Permit);
+    let full = |fences: &[u64]| {
+        let holders: Vec<Holder> = fences.iter().map(|&f| permit(f)).collect();
+        Ok(AcquireOutcome::Busy {
+            blockers: Blockers {
+                holder: holders[0].clone(),
+                holders,
+                limit: Some(2),
+            },
+            queue_position: None,
+        })
+    };
+    // Limit 2 on 3 nodes: a permit needs all 3. Permits 10 and 12 hold
+    // every node; 11 is a grant on one node being rolled back.
+    let answers = vec![full(&[10, 12]), full(&[10, 12]), full(&[10, 11, 12])];
+    match acquire(answers, 2, 3, &token).busy_answer() {
+        Ok(AcquireOutcome::Busy { blockers, .. }) => {
+            let listed: Vec<u64> = blockers.holders.iter().map(|h| h.fence.get()).collect();
+            assert_eq!(listed, vec![10, 12], "the rolled-back 11 is not listed");
+            assert_eq!(blockers.holder.fence.get(), 10);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A permit on two of three nodes holds fewer than its grant needed:
+    // named by nobody, so the answer is contended, not busy.
+    let answers = vec![full(&[11]), full(&[11]), Ok(AcquireOutcome::Contended)];
+    assert!(matches!(
+        acquire(answers, 2, 3, &token).busy_answer(),
+        Ok(AcquireOutcome::Contended)
+    ));
+    // Limit 2 on 5 nodes needs 4: three reports and a silent node may be
+    // the whole grant, or a permit being rolled back from three: not named,
+    // so the answer is contended.
+    let answers = vec![
+        full(&[11]),
+        full(&[11]),
+        full(&[11]),
+        Ok(AcquireOutcome::Contended),
+        Err(down()),
+    ];
+    assert!(matches!(
+        acquire(answers, 3, 4, &token).busy_answer(),
+        Ok(AcquireOutcome::Contended)
+    ));
+    // On four of them it is named, the fifth silent.
+    let answers = vec![
+        full(&[11]),
+        full(&[11]),
+        full(&[11]),
+        full(&[11]),
+        Err(down()),
+    ];
+    match acquire(answers, 4, 4, &token).busy_answer() {
+        Ok(AcquireOutcome::Busy { blockers, .. }) => assert_eq!(blockers.holder.fence.get(), 11),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn the_validity_subtracts_elapsed_time_and_drift_and_never_goes_negative() {
     let drift = Drift::default();
     let ttl = Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl");
@@ -269,57 +341,6 @@ fn a_majority_saying_force_released_tells_the_holder_by_whom() {
 }
 
 #[test]
-fn status_is_held_when_a_majority_holds_and_free_when_a_majority_is() {
-    let status = |held: bool, available_in_ms: u64, fence: u64| {
-        Ok(LockStatus {
-            held,
-            owner: held.then(|| "w".to_owned()),
-            expires_in_ms: if held { available_in_ms } else { 0 },
-            available_in_ms,
-            ..LockStatus::free(Some(Fence::new(fence)))
-        })
-    };
-    let answers = vec![
-        status(true, 900, 7),
-        status(true, 950, 7),
-        status(false, 0, 3),
-    ];
-    let read = super::status(&answers, 2).expect("a majority answered");
-    assert!(read.held);
-    assert_eq!(
-        (read.fence.map(Fence::get), read.available_in_ms),
-        (Some(7), 900)
-    );
-    let answers = vec![
-        status(true, 900, 7),
-        status(false, 0, 7),
-        status(false, 0, 3),
-    ];
-    let read = super::status(&answers, 2).expect("a majority answered");
-    assert!(!read.held);
-    assert_eq!(read.available_in_ms, 0, "a majority is free now");
-
-    // Five nodes, the lease on two that answered, two silent: the silent ones
-    // may make a majority with them, so neither "held" nor "free" is known.
-    let answers = vec![
-        status(true, 900, 7),
-        status(true, 900, 7),
-        status(false, 0, 3),
-        Err(down()),
-        Err(down()),
-    ];
-    assert!(super::status(&answers, 3).is_err());
-    let answers = vec![
-        status(true, 900, 7),
-        status(false, 0, 3),
-        status(false, 0, 3),
-        status(false, 0, 3),
-        Err(down()),
-    ];
-    assert!(!super::status(&answers, 3).expect("decided").held);
-}
-
-#[test]
 fn a_permit_extend_needs_as_many_nodes_as_its_grant() {
     let renewal = || {
         Ok(ExtendOutcome::Extended(Renewal {
@@ -339,104 +360,4 @@ fn a_permit_extend_needs_as_many_nodes_as_its_grant() {
         extend(all, 2, 3, 900),
         Ok(ExtendOutcome::Extended(_))
     ));
-}
-
-#[test]
-fn a_holder_counts_in_a_status_when_a_majority_carries_its_fence() {
-    let holder = |fence: u64, expires_in_ms: u64| Holder {
-        mode: LeaseKind::Permit,
-        owner: None,
-        fence: Fence::new(fence),
-        expires_in_ms,
-        available_in_ms: expires_in_ms,
-    };
-    let node = |holders: Vec<Holder>| {
-        let mut status = LockStatus::free(Some(Fence::new(9)));
-        status.held = !holders.is_empty();
-        status.mode = status.held.then_some(LeaseKind::Permit);
-        status.occupied = holders.len() as u64;
-        status.holder_count = holders.len() as u64;
-        status.limit = Some(3);
-        status.holders = holders;
-        Ok(status)
-    };
-    // Fence 7 stands on two nodes; fence 8 (a grant rolled back) on one.
-    let answers = vec![
-        node(vec![holder(7, 900), holder(8, 950)]),
-        node(vec![holder(7, 880)]),
-        node(Vec::new()),
-    ];
-    let status = status(&answers, 2).expect("a majority answered");
-    assert_eq!((status.holder_count, status.limit), (1, Some(3)));
-    assert_eq!(
-        status.holders,
-        vec![holder(7, 880)],
-        "the soonest expiry counts"
-    );
-    assert_eq!(status.mode, Some(LeaseKind::Permit));
-}
-
-#[test]
-fn a_fence_is_current_only_when_a_majority_reports_a_valid_lease_with_it() {
-    let check = |answers: &[Result<LockStatus, StoreError>], fence: u64| {
-        let read = super::status(answers, 2).expect("a majority answered");
-        lockbroker_core::FenceCheck::of(&read, Fence::new(fence)).current
-    };
-    let exclusive = |fence: u64| {
-        Ok(LockStatus {
-            held: true,
-            expires_in_ms: 900,
-            mode: Some(LeaseKind::Exclusive),
-            holder_count: 1,
-            holders: vec![permit_holder(fence, 900, LeaseKind::Exclusive)],
-            ..LockStatus::free(Some(Fence::new(fence)))
-        })
-    };
-    let on_two = vec![
-        exclusive(7),
-        exclusive(7),
-        Ok(LockStatus::free(Some(Fence::new(3)))),
-    ];
-    assert!(check(&on_two, 7));
-    assert!(!check(&on_two, 6), "another fence");
-    // A grant in flight, or being rolled back, holds one node of three.
-    let free = || Ok(LockStatus::free(Some(Fence::new(7))));
-    assert!(!check(&[exclusive(8), free(), free()], 8));
-    // With a node silent it may yet hold a majority: no answer, not a guess.
-    let silent = [exclusive(8), free(), Err(down())];
-    assert!(super::status(&silent, 2).is_err());
-
-    let permits = |holders: Vec<Holder>| {
-        let valid = holders.iter().filter(|h| h.expires_in_ms > 0).count() as u64;
-        Ok(LockStatus {
-            held: valid > 0,
-            mode: (valid > 0).then_some(LeaseKind::Permit),
-            holder_count: valid,
-            occupied: holders.len() as u64,
-            holders,
-            ..LockStatus::free(Some(Fence::new(9)))
-        })
-    };
-    let p = |fence, expires_in_ms| permit_holder(fence, expires_in_ms, LeaseKind::Permit);
-    let answers = vec![
-        permits(vec![p(5, 900), p(9, 900)]),
-        permits(vec![p(5, 800)]),
-        // Its lease expired here first: a node that says so is not counted.
-        permits(vec![p(9, 0)]),
-    ];
-    assert!(check(&answers, 5), "valid on two of three");
-    assert!(
-        !check(&answers, 9),
-        "valid on one, in its lock-delay on another"
-    );
-}
-
-fn permit_holder(fence: u64, expires_in_ms: u64, mode: LeaseKind) -> Holder {
-    Holder {
-        mode,
-        owner: None,
-        fence: Fence::new(fence),
-        expires_in_ms,
-        available_in_ms: expires_in_ms,
-    }
 }

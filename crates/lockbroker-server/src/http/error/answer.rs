@@ -53,6 +53,21 @@ impl<'a> Answer<'a> {
         }
     }
 
+    /// Names the lock of a step over several locks that the error is about,
+    /// and says that the step took none of them.
+    pub(super) fn of_lock(mut self, name: &LockName) -> Self {
+        self.detail.lock = Some(name.as_str().to_owned());
+        self.detail
+            .message
+            .push_str("; none of the locks asked for was taken");
+        self
+    }
+
+    /// The body alone.
+    pub(super) fn into_detail(self) -> ErrorDetail {
+        self.detail
+    }
+
     /// Names the request field that broke a rule.
     pub(super) fn field(mut self, field: &str) -> Self {
         self.detail.field = Some(field.to_owned());
