@@ -14,7 +14,8 @@
 //
 // Lock renews the lease in the background every TTL/3 and stops at MaxHold.
 // Acquire, Extend, Release and Status are the single calls of the HTTP API;
-// CheckFence asks whether a fence is still current.
+// CheckFence asks whether a fence is still current. AcquireAll takes a lease
+// on every lock named or on none, and ReleaseAll gives several back at once.
 // LockOptions.Shared asks for a shared lease; Semaphore and AcquirePermit take
 // one of a semaphore's permits. Watch and WatchPrefix read a lock's event
 // stream, resuming after a drop; Leader campaigns for leadership of a lock.

@@ -70,6 +70,9 @@ type LockBusy struct {
 	Holders []Holder
 	// Limit is a semaphore's limit; 0 for a lock.
 	Limit int
+	// Lock is the busy lock of an AcquireAll; "" for a single acquire, which
+	// names its one lock itself.
+	Lock string
 }
 
 // Unwrap gives the common BrokerError.
@@ -158,6 +161,7 @@ type errorBody struct {
 	Limit         int            `json:"limit"`
 	Holders       []holderAnswer `json:"holders"`
 	ForcedBy      string         `json:"force_released_by"`
+	Lock          string         `json:"lock"`
 }
 
 // kinds is the one table from error code to error type.
@@ -218,7 +222,8 @@ func errorFromAnswer(status int, body *errorBody, retryAfter string) error {
 	case "busy":
 		busy := &LockBusy{BrokerError: base, Fence: body.Fence,
 			ExpiresIn:   millis(body.ExpiresInMs),
-			AvailableIn: millis(body.AvailableInMs), Holders: holdersOf(body.Holders), Limit: body.Limit}
+			AvailableIn: millis(body.AvailableInMs), Holders: holdersOf(body.Holders), Limit: body.Limit,
+			Lock: body.Lock}
 		if body.Owner != nil {
 			busy.Owner = *body.Owner
 		}

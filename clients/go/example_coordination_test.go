@@ -1,7 +1,7 @@
 package lockbroker_test
 
-// Examples of shared leases, semaphores, watching and leader election; they run
-// as tests against the broker TestMain starts.
+// Examples of shared leases, semaphores, several locks at once, watching and
+// leader election; they run as tests against the broker TestMain starts.
 
 import (
 	"context"
@@ -42,6 +42,37 @@ func ExampleClient_Semaphore() {
 	// Output:
 	// reading as shared
 	// exporting with permit permit of 3
+}
+
+// Hold two accounts for a transfer, both renewed; the transfer stops as soon
+// as either lease is lost.
+func ExampleClient_LockAll() {
+	client, _ := lockbroker.NewClientFromEnv(lockbroker.ClientOptions{})
+	ctx := context.Background()
+	accounts := []lockbroker.LockAsk{{Name: "example-account:17"}, {Name: "example-account:42"}}
+	leases, err := client.LockAll(ctx, accounts, lockbroker.LockOptions{TTL: 30 * time.Second, Wait: 10 * time.Second})
+	var busy *lockbroker.LockBusy
+	if errors.As(err, &busy) {
+		fmt.Println(busy.Lock, "is held by", busy.Owner, "and nothing was taken")
+		return
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	transfer := func(ctx context.Context, debit, credit *lockbroker.Lease) error {
+		if err := ctx.Err(); err != nil {
+			return err // a lease of the set is gone: stop
+		}
+		fmt.Println("transferring with fences:", debit.Fence > 0 && credit.Fence > 0)
+		return nil
+	}
+	if err := transfer(leases.Context(), leases.Leases[0], leases.Leases[1]); err != nil {
+		log.Print(err, ": ", leases.Err()) // Err names the lock that was lost
+	}
+	// One release-all gives both back; it reports a loss while held.
+	if err := leases.Release(ctx); err != nil {
+		log.Print(err)
+	}
+	// Output: transferring with fences: true
 }
 
 // Follow a lock's changes; the watch resumes by itself after a dropped stream.

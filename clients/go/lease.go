@@ -50,6 +50,7 @@ type Lease struct {
 	releaseMu  sync.Mutex
 	releaseErr error
 	releasing  bool
+	onLost     func(*LeaseLost) // told of the loss once it is lost (a LeaseSet's); under mu
 }
 
 func newLease(ctx context.Context, c *Client, r *acquireRequest, answer *leaseAnswer, sent time.Time) *Lease {
@@ -179,20 +180,38 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 func (l *Lease) release(ctx context.Context) error {
-	l.mu.Lock()
-	lost, _ := l.err.(*LeaseLost)
-	l.mu.Unlock()
-	if lost != nil && lost.Reason == "lease_lost" {
-		return lost // the broker already said it is gone: nothing to release
+	lost, gone := l.lostBeforeRelease()
+	if gone {
+		return lost
 	}
 	answer, err := l.client.release(ctx, l.routes, l.Name, l.token)
+	var acked *bool
+	if answer != nil {
+		acked = answer.Acknowledged
+	}
+	return l.settleRelease(acked, err, lost)
+}
+
+// lostBeforeRelease is the lease's loss, if it is lost, and whether the
+// broker already said it is gone, so that a release has nothing to ask.
+func (l *Lease) lostBeforeRelease() (lost *LeaseLost, gone bool) {
+	l.mu.Lock()
+	lost, _ = l.err.(*LeaseLost)
+	l.mu.Unlock()
+	return lost, lost != nil && lost.Reason == "lease_lost"
+}
+
+// settleRelease ends the lease as the broker's answer to its release says
+// (err nil: released), and returns the release's result; lost is its loss
+// known before the release.
+func (l *Lease) settleRelease(acked *bool, err error, lost *LeaseLost) error {
 	var brokerLost *LeaseLost
 	switch {
 	case err == nil:
 		// The broker still had the lease: even a lease this client had given
 		// up on by its (conservative) clock was never held by anyone else.
 		l.mu.Lock()
-		l.acked = answer.Acknowledged
+		l.acked = acked
 		l.mu.Unlock()
 		l.finish(ErrReleased)
 		return nil
@@ -262,15 +281,32 @@ func (l *Lease) markLost(lost *LeaseLost) { l.finish(lost) }
 
 func (l *Lease) finish(err error) {
 	l.mu.Lock()
-	if l.err == nil {
+	first := l.err == nil
+	if first {
 		l.err = err
 		close(l.ended)
 		if l.timer != nil {
 			l.timer.Stop()
 		}
 	}
+	onLost := l.onLost
 	l.mu.Unlock()
 	l.cancel()
+	if lost, ok := err.(*LeaseLost); first && ok && onLost != nil {
+		onLost(lost)
+	}
+}
+
+// whenLost has tell called with the lease's loss once it is lost, at once if
+// it already is.
+func (l *Lease) whenLost(tell func(*LeaseLost)) {
+	l.mu.Lock()
+	l.onLost = tell
+	lost, _ := l.err.(*LeaseLost)
+	l.mu.Unlock()
+	if lost != nil {
+		tell(lost)
+	}
 }
 
 // resync follows a grant that waited: an extend sent now bounds the local

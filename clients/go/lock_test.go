@@ -3,8 +3,11 @@ package lockbroker_test
 // Lock: the managed lease, its renewer and its Context, against a real broker.
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -292,11 +295,13 @@ func TestAWaitedAcquireIsBoundedFromAfterTheGrant(t *testing.T) {
 	}
 }
 
-// recorder is an http.RoundTripper that notes when each request started.
+// recorder is an http.RoundTripper that notes when each request started, and
+// hands each JSON answer to rewrite, when set, before the client reads it.
 type recorder struct {
-	mu    sync.Mutex
-	paths []string
-	times []time.Time
+	mu      sync.Mutex
+	paths   []string
+	times   []time.Time
+	rewrite func(path string, body map[string]any)
 }
 
 func (r *recorder) RoundTrip(request *http.Request) (*http.Response, error) {
@@ -304,7 +309,24 @@ func (r *recorder) RoundTrip(request *http.Request) (*http.Response, error) {
 	r.paths = append(r.paths, request.URL.Path)
 	r.times = append(r.times, time.Now())
 	r.mu.Unlock()
-	return http.DefaultTransport.RoundTrip(request)
+	response, err := http.DefaultTransport.RoundTrip(request)
+	if err != nil || r.rewrite == nil {
+		return response, err
+	}
+	defer response.Body.Close()
+	var body map[string]any
+	if err := json.NewDecoder(response.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	r.rewrite(request.URL.Path, body)
+	text, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	response.Body = io.NopCloser(bytes.NewReader(text))
+	response.ContentLength = int64(len(text))
+	response.Header.Del("Content-Length")
+	return response, nil
 }
 
 func (r *recorder) extendsAfter(at time.Time) (count, after int) {

@@ -42,16 +42,22 @@ var stepArgs = map[string][]string{
 	"watch":                 {"lock"},
 	"next_event":            {"watch"},
 	"sleep":                 {"ms"},
+	"campaign":              {"lock", "ttl_ms", "max_hold_ms", "owner"},
+	"leader_state":          {"candidate"},
+	"resign":                {"candidate"},
 }
 
 // Keys every step may have, besides its operation's arguments.
 var commonKeys = []string{"do", "as", "expect", "within_ms", "async", "note"}
 
-// Reads, which within_ms may repeat; and the grants async may start.
+// Reads, which within_ms may repeat; and the grants (and campaigns) async may start.
 var (
-	readSteps  = []string{"status", "semaphore_status", "check_fence", "check_semaphore_fence", "lease_check_fence", "lease_state"}
-	asyncSteps = []string{"acquire", "acquire_permit", "lock"}
+	readSteps  = []string{"status", "semaphore_status", "check_fence", "check_semaphore_fence", "lease_check_fence", "lease_state", "leader_state"}
+	asyncSteps = []string{"acquire", "acquire_permit", "lock", "campaign"}
 )
+
+// awaitLimit is how long a campaign or an awaited async step may take.
+const awaitLimit = 30 * time.Second
 
 type scenarioFile struct {
 	About string           `json:"about"`
@@ -105,6 +111,10 @@ type replay struct {
 	leases  map[string]*lockbroker.Lease
 	watches map[string]*lockbroker.Watcher
 	pending map[string]chan outcome
+	// candidates are the campaigns' leader helpers; closing ends the waits
+	// for their election once the scenario is over.
+	candidates map[string]*lockbroker.Leader
+	closing    chan struct{}
 }
 
 func newReplay(t *testing.T) *replay {
@@ -114,7 +124,8 @@ func newReplay(t *testing.T) *replay {
 	}
 	r := &replay{t: t, client: newClient(t), prefix: "scn-" + hex.EncodeToString(random[:]) + "-",
 		results: map[string]map[string]any{}, leases: map[string]*lockbroker.Lease{},
-		watches: map[string]*lockbroker.Watcher{}, pending: map[string]chan outcome{}}
+		watches: map[string]*lockbroker.Watcher{}, pending: map[string]chan outcome{},
+		candidates: map[string]*lockbroker.Leader{}, closing: make(chan struct{})}
 	t.Cleanup(r.cleanup)
 	return r
 }
@@ -123,6 +134,10 @@ func newReplay(t *testing.T) *replay {
 func (r *replay) cleanup() {
 	for _, w := range r.watches {
 		w.Close()
+	}
+	close(r.closing)
+	for _, leader := range r.candidates {
+		_ = leader.Stop(bg)
 	}
 	for name, pending := range r.pending {
 		select {
@@ -204,11 +219,88 @@ func (r *replay) keep(as string, done outcome) {
 	}
 }
 
-// start runs a grant in the background; await collects it.
+// start runs a grant, or waits for a candidate's election, in the
+// background; await collects it. A candidate exists from its step on.
 func (r *replay) start(label, op, as string, step map[string]any) {
 	finished := make(chan outcome, 1)
 	r.pending[as] = finished
+	if op == "campaign" {
+		leader := r.campaign(label, step)
+		go func() { finished <- r.elected(leader) }()
+		return
+	}
 	go func() { finished <- r.do(label, op, step) }()
+}
+
+// campaign makes a candidate, keeps it under the step's as, and starts it.
+func (r *replay) campaign(label string, step map[string]any) *lockbroker.Leader {
+	as, _ := step["as"].(string)
+	if as == "" {
+		r.t.Fatalf("%s: a candidate needs as", label)
+	}
+	lock, _ := r.resolve(label, step["lock"]).(string)
+	owner, _ := r.resolve(label, step["owner"]).(string)
+	if lock == "" {
+		r.t.Fatalf("%s: lock must name a lock", label)
+	}
+	ms := func(key string) time.Duration {
+		if step[key] == nil {
+			return 0
+		}
+		return time.Duration(r.int(label, r.resolve(label, step[key]))) * time.Millisecond
+	}
+	leader, err := r.client.Leader(r.prefix+lock, lockbroker.LeaderOptions{TTL: ms("ttl_ms"),
+		MaxHold: ms("max_hold_ms"), Owner: owner})
+	if err != nil {
+		r.t.Fatalf("%s: %v", label, err)
+	}
+	r.candidates[as] = leader
+	if err := leader.Start(bg); err != nil {
+		r.t.Fatalf("%s: %v", label, err)
+	}
+	return leader
+}
+
+// elected waits until the candidate leads; a campaign that gave up is its
+// error.
+func (r *replay) elected(leader *lockbroker.Leader) outcome {
+	limit := time.After(awaitLimit)
+	for {
+		select {
+		case <-leader.Elected():
+			return outcome{result: map[string]any{"term": orNull(leader.Term())}}
+		case <-r.closing:
+			return outcome{err: errors.New("the scenario ended first")}
+		case <-limit:
+			return outcome{err: fmt.Errorf("not elected within %v", awaitLimit)}
+		case <-time.After(50 * time.Millisecond):
+			if err := leader.Err(); err != nil {
+				return outcome{err: err}
+			}
+		}
+	}
+}
+
+func (r *replay) candidate(label, name string) *lockbroker.Leader {
+	leader, ok := r.candidates[name]
+	if !ok {
+		r.t.Fatalf("%s: no candidate %q", label, name)
+	}
+	return leader
+}
+
+// leaderState is the candidate's own account: its term while it leads,
+// whether its term was lost, and who leads as the lock's events show it.
+func leaderState(leader *lockbroker.Leader) map[string]any {
+	lost := false
+	select {
+	case <-leader.Lost():
+		lost = true
+	default:
+	}
+	owner, term := leader.Current()
+	return map[string]any{"is_leader": leader.IsLeader(), "term": orNull(leader.Term()), "lost": lost,
+		"lost_reason": orNull(leader.LostReason()), "leader": orNull(owner), "leader_term": orNull(term)}
 }
 
 // do runs one operation through the client's public API.
@@ -257,8 +349,8 @@ func (r *replay) do(label, op string, step map[string]any) outcome {
 			}
 			r.results[str("step")] = done.result
 			return done
-		case <-time.After(30 * time.Second):
-			r.t.Fatalf("%s: the async step did not finish within 30 s", label)
+		case <-time.After(awaitLimit):
+			r.t.Fatalf("%s: the async step did not finish within %v", label, awaitLimit)
 		}
 	case "extend":
 		return outcome{result: map[string]any{}, err: r.lease(label, str("lease")).Extend(bg, ms("ttl_ms"))}
@@ -318,6 +410,12 @@ func (r *replay) do(label, op string, step map[string]any) outcome {
 	case "sleep":
 		time.Sleep(ms("ms"))
 		return outcome{result: map[string]any{}}
+	case "campaign":
+		return r.elected(r.campaign(label, step))
+	case "leader_state":
+		return outcome{result: leaderState(r.candidate(label, str("candidate")))}
+	case "resign":
+		return outcome{result: map[string]any{}, err: r.candidate(label, str("candidate")).Resign(bg)}
 	}
 	r.t.Fatalf("%s: this client cannot express the operation", label)
 	return outcome{}

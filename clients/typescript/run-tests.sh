@@ -7,6 +7,9 @@
 #
 # Builds the broker (cargo build -p lockbroker-server) unless LOCKBROKER_BIN
 # names one. The tests start their own redis-server and broker on free ports.
+#
+# Arguments name test files (relative to clients/typescript) to run instead of
+# all of them: run-tests.sh test/scenarios.test.ts
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,5 +34,19 @@ if [[ ! -d node_modules ]] || ! cmp -s package-lock.json node_modules/.package-l
     npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
     cp package-lock.json node_modules/.package-lock.json.installed
 fi
-echo "==> npm test (tsc, node --test)"
-exec npm test --silent
+if [[ $# -eq 0 ]]; then
+    echo "==> npm test (tsc, node --test)"
+    exec npm test --silent
+fi
+# The same build as npm test, then only the named files, compiled.
+compiled=()
+for file in "$@"; do
+    [[ "$file" == test/*.test.ts && -f "$file" ]] || {
+        echo "run-tests.sh: $file is not a test file (test/NAME.test.ts)" >&2
+        exit 2
+    }
+    compiled+=("build/${file%.ts}.js")
+done
+echo "==> tsc, node --test ${compiled[*]}"
+npm run --silent clean && npm run --silent build && npm run --silent build:test
+exec node --test "${compiled[@]}"

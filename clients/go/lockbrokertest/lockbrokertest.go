@@ -11,6 +11,11 @@
 // It needs redis-server on the PATH and the broker binary: LOCKBROKER_BIN, or
 // target/debug/lockbroker in a directory above the working one (build it with
 // `cargo build -p lockbroker-server`).
+//
+// With LOCKBROKER_TEST_MODE=quorum in the environment, StartBroker runs the
+// broker in quorum mode over its Redis and two more started for that Redis
+// (see Redis.QuorumNodes), so the same tests check a client against quorum
+// mode's answers.
 package lockbrokertest
 
 import (
@@ -25,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -129,6 +135,12 @@ type Redis struct {
 	Port int
 	dir  string
 	proc *process
+
+	// peers are the other two nodes of quorum mode's brokers, started on the
+	// first QuorumNodes.
+	peersOnce sync.Once
+	peers     []*Redis
+	peersErr  error
 }
 
 // URL is the redis:// URL of database 0.
@@ -252,6 +264,23 @@ func readAnswer(reader *bufio.Reader, command string) (string, error) {
 	}
 }
 
+// QuorumNodes lists the URLs of this server and two more, started on the
+// first call and stopped with it: quorum mode's redis.nodes.
+func (r *Redis) QuorumNodes() ([]string, error) {
+	r.peersOnce.Do(func() {
+		for len(r.peers) < 2 && r.peersErr == nil {
+			var peer *Redis
+			if peer, r.peersErr = startRedis(); r.peersErr == nil {
+				r.peers = append(r.peers, peer)
+			}
+		}
+	})
+	if r.peersErr != nil {
+		return nil, r.peersErr
+	}
+	return []string{r.URL(), r.peers[0].URL(), r.peers[1].URL()}, nil
+}
+
 // Pause stops the server with SIGSTOP: its port stays open, nothing answers,
 // and a paused replica acknowledges no writes.
 func (r *Redis) Pause() { _ = r.proc.cmd.Process.Signal(syscall.SIGSTOP) }
@@ -259,11 +288,14 @@ func (r *Redis) Pause() { _ = r.proc.cmd.Process.Signal(syscall.SIGSTOP) }
 // Resume continues a paused server.
 func (r *Redis) Resume() { _ = r.proc.cmd.Process.Signal(syscall.SIGCONT) }
 
-// Stop ends the server (resuming it first if paused); calling it again does
-// nothing.
+// Stop ends the server (resuming it first if paused), and its quorum peers;
+// calling it again does nothing.
 func (r *Redis) Stop() {
 	r.proc.stop(5 * time.Second)
 	os.RemoveAll(r.dir)
+	for _, peer := range r.peers {
+		peer.Stop()
+	}
 }
 
 // Broker is a lockbroker process.
@@ -283,9 +315,15 @@ var probe = &http.Client{Timeout: time.Second, Transport: &http.Transport{
 
 // StartBroker starts the broker on a free port, pointed at redis, with extra
 // LOCKBROKER_* settings in env, and waits until /readyz answers 200. It
-// serves HTTPS when env sets LOCKBROKER_HTTP_TLS_CERT_PATH.
+// serves HTTPS when env sets LOCKBROKER_HTTP_TLS_CERT_PATH. With
+// LOCKBROKER_TEST_MODE=quorum it runs in quorum mode over redis.QuorumNodes,
+// unless env sets LOCKBROKER_REDIS_MODE.
 func StartBroker(redis *Redis, env map[string]string) (*Broker, error) {
 	binary, err := BrokerBinary()
+	if err != nil {
+		return nil, err
+	}
+	modeEnv, err := testModeEnv(redis, env)
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +348,7 @@ func StartBroker(redis *Redis, env map[string]string) (*Broker, error) {
 			"LOCKBROKER_REDIS_URL=" + redis.URL(),
 			"LOCKBROKER_LOG_LEVEL=info",
 		}
+		cmd.Env = append(cmd.Env, modeEnv...)
 		for key, value := range env {
 			cmd.Env = append(cmd.Env, key+"="+value)
 		}
@@ -326,6 +365,28 @@ func StartBroker(redis *Redis, env map[string]string) (*Broker, error) {
 	}
 	logText, _ := os.ReadFile(logFile.Name())
 	return nil, fmt.Errorf("lockbroker did not start; its log:\n%s", logText)
+}
+
+// testModeEnv is what LOCKBROKER_TEST_MODE adds to a broker's environment:
+// for quorum, the mode and its nodes, each node's timeout the command timeout
+// (as the Rust test harness sets them).
+func testModeEnv(redis *Redis, env map[string]string) ([]string, error) {
+	if os.Getenv("LOCKBROKER_TEST_MODE") != "quorum" || env["LOCKBROKER_REDIS_MODE"] != "" {
+		return nil, nil
+	}
+	nodes, err := redis.QuorumNodes()
+	if err != nil {
+		return nil, err
+	}
+	timeout := env["LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS"]
+	if timeout == "" {
+		timeout = "1000" // the broker's default
+	}
+	return []string{
+		"LOCKBROKER_REDIS_MODE=quorum",
+		"LOCKBROKER_REDIS_NODES=" + strings.Join(nodes, ","),
+		"LOCKBROKER_REDIS_NODE_TIMEOUT_MS=" + timeout,
+	}, nil
 }
 
 func (b *Broker) ready() bool {

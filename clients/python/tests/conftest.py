@@ -3,6 +3,10 @@ started by the tests on a free loopback port and stopped afterwards.
 
 The broker binary is ``$LOCKBROKER_BIN`` or ``<repo>/target/debug/lockbroker``
 (``cargo build -p lockbroker-server``).
+
+With ``LOCKBROKER_TEST_MODE=quorum`` every broker started here runs in quorum
+mode, over its Redis and two more that the harness starts for that Redis: so
+the same tests check a client against quorum mode's answers.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import ssl
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -26,6 +31,8 @@ import pytest
 from lockbroker import Client
 
 REPO = Path(__file__).resolve().parents[3]
+#: ``quorum``: brokers run in quorum mode (see the module's docstring).
+TEST_MODE = os.environ.get("LOCKBROKER_TEST_MODE", "")
 
 
 def free_port() -> int:
@@ -74,7 +81,8 @@ class Paused:
 
 class RedisServer(Paused):
     """A ``redis-server`` that keeps nothing on disk, plus a tiny RESP client; a
-    replica of ``replica_of`` when given."""
+    replica of ``replica_of`` when given. In quorum mode it has two peers, the
+    other nodes of its brokers' quorum, which stop and start with it."""
 
     def __init__(self, workdir: Path, replica_of: Optional["RedisServer"] = None) -> None:
         if shutil.which("redis-server") is None:
@@ -83,6 +91,8 @@ class RedisServer(Paused):
         self.dir = workdir / f"redis-{self.port}"
         self.dir.mkdir(parents=True)
         self.replica_of = replica_of
+        self.workdir = workdir
+        self.peers: List[RedisServer] = []
         self.process: Optional[subprocess.Popen] = None
         self.paused = False
         self.start()
@@ -91,7 +101,16 @@ class RedisServer(Paused):
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def quorum_nodes(self) -> List[str]:
+        """This server and its two peers (started on the first call), as quorum
+        mode's ``redis.nodes``."""
+        if not self.peers:
+            self.peers = [RedisServer(self.workdir), RedisServer(self.workdir)]
+        return [self.url] + [peer.url for peer in self.peers]
+
     def start(self) -> None:
+        for peer in self.peers:
+            peer.start()
         replica: List[str] = []
         if self.replica_of is not None:
             # The primary would otherwise wait 5 s for more replicas before a sync.
@@ -111,6 +130,8 @@ class RedisServer(Paused):
             self.resume()
         stop_process(self.process, 5)
         self.process = None
+        for peer in self.peers:
+            peer.stop()
 
     def _synced(self) -> bool:
         """Whether this replica's link is up and the primary counts it: for up to a
@@ -206,6 +227,7 @@ class Broker(Paused):
                 "LOCKBROKER_LISTEN": f"127.0.0.1:{self.port}",
                 "LOCKBROKER_REDIS_URL": self.redis.url,
                 "LOCKBROKER_LOG_LEVEL": "info",
+                **self._mode_env(),
                 **self.extra_env,
             }
             with open(self.log_path, "ab") as log:
@@ -219,6 +241,19 @@ class Broker(Paused):
             except TimeoutError:
                 self.stop()
         pytest.fail(f"lockbroker did not start; its log:\n{self.log_path.read_text()[-3000:]}")
+
+    def _mode_env(self) -> Dict[str, str]:
+        """Quorum mode's settings over this broker's Redis and its peers, as the
+        Rust harness sets them (each node's timeout the command timeout, 1000 ms
+        unless the test sets one), unless the test chose a mode of its own."""
+        if TEST_MODE != "quorum" or "LOCKBROKER_REDIS_MODE" in self.extra_env:
+            return {}
+        return {
+            "LOCKBROKER_REDIS_MODE": "quorum",
+            "LOCKBROKER_REDIS_NODES": ",".join(self.redis.quorum_nodes()),
+            "LOCKBROKER_REDIS_NODE_TIMEOUT_MS":
+                self.extra_env.get("LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS", "1000"),
+        }
 
     def _ready(self) -> bool:
         if self.process is None or self.process.poll() is not None:
@@ -341,3 +376,13 @@ def name(request) -> str:
 def lease_key(lock: str) -> str:
     """Where the broker keeps a lock's lease (default key prefix)."""
     return f"lockbroker:{{{lock}}}:lease"
+
+
+def force_release(broker: Broker, lock: str) -> None:
+    """Ends whatever lease holds ``lock``, as an operator would
+    (``DELETE /v1/locks/{name}``; the test broker has no API keys)."""
+    request = urllib.request.Request(
+        f"{broker.url}/v1/locks/{urllib.parse.quote(lock, safe='')}", method="DELETE"
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200, response.status

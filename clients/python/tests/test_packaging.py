@@ -1,5 +1,6 @@
 """Building the package leaves the checkout as it was: no ``build/`` and no
-``*.egg-info`` next to the sources after ``pip install ./clients/python``."""
+``*.egg-info`` next to the sources after ``pip install ./clients/python``; and
+every name the package lists imports."""
 
 from __future__ import annotations
 
@@ -33,3 +34,12 @@ def test_building_the_wheel_writes_nothing_into_the_checkout(tmp_path):
     assert [wheel.name for wheel in tmp_path.glob("lockbroker-*.whl")], "no wheel was built"
     left_behind = sorted(str(path) for path in _tree() - before)
     assert not left_behind, f"building left files in the checkout: {left_behind}"
+
+
+def test_every_public_name_and_every_shared_part_imports():
+    import lockbroker
+    from lockbroker import _common
+
+    for module in (lockbroker, _common):
+        missing = [name for name in module.__all__ if not hasattr(module, name)]
+        assert not missing, (module.__name__, missing)

@@ -25,6 +25,7 @@ from lockbroker import (
     FenceCheck,
     InvalidRequest,
     Lagged,
+    Leader,
     Lease,
     LeaseLost,
     LimitConflict,
@@ -58,13 +59,18 @@ STEP_ARGS: Dict[str, Tuple[str, ...]] = {
     "watch": ("lock",),
     "next_event": ("watch",),
     "sleep": ("ms",),
+    "campaign": ("lock", "ttl_ms", "max_hold_ms", "owner"),
+    "leader_state": ("candidate",),
+    "resign": ("candidate",),
 }
 #: Keys every step may have, besides its operation's arguments.
 COMMON_KEYS = ("do", "as", "expect", "within_ms", "async", "note")
-#: Reads, which within_ms may repeat; and the grants async may start.
+#: Reads, which within_ms may repeat; and the grants (and campaigns) async may start.
 READ_STEPS = ("status", "semaphore_status", "check_fence", "check_semaphore_fence",
-              "lease_check_fence", "lease_state")
-ASYNC_STEPS = ("acquire", "acquire_permit", "lock")
+              "lease_check_fence", "lease_state", "leader_state")
+ASYNC_STEPS = ("acquire", "acquire_permit", "lock", "campaign")
+#: How long a campaign or an awaited async step may take.
+AWAIT_LIMIT = 30.0
 COMPARISONS = {
     ">": lambda a, b: a > b,
     ">=": lambda a, b: a >= b,
@@ -111,6 +117,8 @@ class Replay:
         self.leases: Dict[str, Lease] = {}
         self.watches: Dict[str, Tuple[Watch, "queue.Queue[Any]"]] = {}
         self.pending: Dict[str, "Future[Outcome]"] = {}
+        self.candidates: Dict[str, Leader] = {}
+        self.closing = threading.Event()
         self.managed = ExitStack()  # the with blocks of lock()
         self.background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scenario")
 
@@ -121,8 +129,11 @@ class Replay:
         """Releases what the scenario still holds and closes its watches."""
         for watch, _ in self.watches.values():
             watch.close()
+        self.closing.set()
+        for leader in self.candidates.values():
+            leader.stop()
         for future in self.pending.values():
-            done = future.result(timeout=30)
+            done = future.result(timeout=AWAIT_LIMIT)
             if done.lease is not None:
                 self.leases[f"{len(self.leases)} (async)"] = done.lease
         self.background.shutdown(wait=True)
@@ -143,7 +154,12 @@ class Replay:
             label = f"step {i + 1} ({op})"
             name = step.get("as")
             if step.get("async") is True:
-                self.pending[name] = self.background.submit(self.do, label, op, step)
+                if op == "campaign":
+                    # The candidate exists from this step on; only its election is awaited.
+                    leader = self.campaign(label, step)
+                    self.pending[name] = self.background.submit(self.elected, leader)
+                else:
+                    self.pending[name] = self.background.submit(self.do, label, op, step)
                 continue
             expect = step.get("expect", {})
             deadline = time.monotonic() + self.whole(label, step.get("within_ms", 0)) / 1000
@@ -216,7 +232,7 @@ class Replay:
                 step_name = arg("step")
                 if step_name not in self.pending:
                     raise Malformed(f"{label}: no async step {step_name!r} to await")
-                done = self.pending.pop(step_name).result(timeout=30)
+                done = self.pending.pop(step_name).result(timeout=AWAIT_LIMIT)
                 if done.lease is not None:
                     self.leases[step_name] = done.lease
                 self.results[step_name] = done.result
@@ -257,11 +273,54 @@ class Replay:
             if op == "sleep":
                 time.sleep(seconds("ms"))
                 return Outcome()
+            if op == "campaign":
+                return self.elected(self.campaign(label, step))
+            if op == "leader_state":
+                return Outcome(leader_state(self.candidate(label, arg("candidate"))))
+            if op == "resign":
+                self.candidate(label, arg("candidate")).resign()
+                return Outcome()
         except (Malformed, pytest.fail.Exception):
             raise
         except Exception as error:  # the client's answer, to compare with expect
             return Outcome(error=error)
         raise Malformed(f"{label}: this client cannot express the operation")
+
+    def campaign(self, label: str, step: Dict[str, Any]) -> Leader:
+        """A started candidate, kept under the step's ``as``."""
+        name = step.get("as")
+        if not isinstance(name, str):
+            raise Malformed(f"{label}: a candidate needs as")
+        lock = self.resolve(label, step.get("lock"))
+        if not isinstance(lock, str) or not lock:
+            raise Malformed(f"{label}: lock must name a lock")
+        options: Dict[str, Any] = {"owner": self.resolve(label, step.get("owner"))}
+        if "ttl_ms" in step:
+            options["ttl"] = self.whole(label, self.resolve(label, step["ttl_ms"])) / 1000
+        if "max_hold_ms" in step:
+            options["max_hold"] = self.whole(label, self.resolve(label, step["max_hold_ms"])) / 1000
+        leader = self.client.leader(self.prefix + lock, **options)
+        self.candidates[name] = leader
+        leader.start()
+        return leader
+
+    def elected(self, leader: Leader) -> Outcome:
+        """Waits until the candidate leads; a campaign that gave up is its error.
+        The scenario's end (which stops every candidate) ends the wait too."""
+        deadline = time.monotonic() + AWAIT_LIMIT
+        while not leader.elected.wait(0.05):
+            if leader.error is not None:
+                return Outcome(error=leader.error)
+            if self.closing.is_set():
+                return Outcome(error=RuntimeError("the scenario ended first"))
+            if time.monotonic() > deadline:
+                return Outcome(error=TimeoutError(f"not elected within {AWAIT_LIMIT:.0f} s"))
+        return Outcome({"term": leader.term})
+
+    def candidate(self, label: str, name: Any) -> Leader:
+        if name not in self.candidates:
+            raise Malformed(f"{label}: no candidate {name!r}")
+        return self.candidates[name]
 
     def granted(self, lease: Lease) -> Outcome:
         result = {"name": self.unprefixed(lease.name), "fence": lease.fence, "owner": lease.owner,
@@ -395,6 +454,14 @@ def lease_state(label: str, lease: Lease) -> Dict[str, Any]:
     assert lease.lost.is_set() == (state == "lost"), (
         f"{label}: the lease is {state} but lease.lost is {lease.lost.is_set()}")
     return {"state": state, "lost_reason": lease.lost_reason if state == "lost" else None}
+
+
+def leader_state(leader: Leader) -> Dict[str, Any]:
+    """The candidate's own account: its term while it leads, whether its term
+    was lost, and who leads as the lock's events show it."""
+    return {"is_leader": leader.is_leader, "term": leader.term, "lost": leader.lost.is_set(),
+            "lost_reason": leader.lost_reason, "leader": leader.leader,
+            "leader_term": leader.leader_term}
 
 
 def error_of(error: BaseException) -> Tuple[str, Dict[str, Any]]:

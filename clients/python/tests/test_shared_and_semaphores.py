@@ -21,7 +21,8 @@ from lockbroker import (
     Permit,
     SemaphoreStatus,
 )
-from lockbroker._common import AcquireAttempts, LockOptions
+from lockbroker._options import LockOptions
+from lockbroker._retry import AcquireAttempts
 
 
 def run(coro):
@@ -322,6 +323,212 @@ def test_async_semaphore_renews_its_permit_and_releases_it(broker, name):
         single = await client.acquire_permit(name, 1, ttl=1)
         assert (await client.extend_permit(name, single.token, 3)).fence == single.fence
         assert await client.release_permit(name, single.token) == single.fence
+
+    run(scenario())
+
+
+def test_async_an_exclusive_lease_keeps_shared_ones_out(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.lock(name, ttl=5, owner="writer") as lease:
+            assert lease.mode == "exclusive"
+            status = await client.status(name)
+            assert status.mode == "exclusive" and status.owner == "writer"
+            assert holders_of(status) == [("writer", lease.fence, "exclusive")]
+            with pytest.raises(LockBusy) as busy:
+                await client.acquire(name, ttl=5, shared=True)
+            assert holders_of(busy.value) == [("writer", lease.fence, "exclusive")]
+        shared = await client.acquire(name, ttl=5, shared=True)
+        assert shared.mode == "shared" and shared.fence > lease.fence
+        await shared.release()
+
+    run(scenario())
+
+
+def test_async_a_waiting_exclusive_acquire_goes_before_newer_shared_ones(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        first = await client.acquire(name, ttl=10, shared=True)
+        second = await client.acquire(name, ttl=10, shared=True)
+        writer = asyncio.ensure_future(client.acquire(name, ttl=5, wait=8, owner="writer"))
+        await asyncio.sleep(0.5)  # the writer is queued by now
+        with pytest.raises(LockBusy):
+            await client.acquire(name, ttl=5, shared=True)
+        assert not writer.done()
+        await first.release()
+        await asyncio.sleep(0.2)
+        assert not writer.done()  # one shared lease still holds the lock
+        await second.release()
+        lease = await asyncio.wait_for(writer, 10)
+        assert lease.mode == "exclusive" and lease.fence > second.fence
+        await lease.release()
+
+    run(scenario())
+
+
+def test_async_the_renewer_keeps_a_shared_lease_past_its_ttl(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.lock(name, ttl=1.2, shared=True) as lease:
+            await asyncio.sleep(3)
+            assert not lease.lost.is_set() and lease.remaining() > 0.3
+            status = await client.status(name)
+            assert status.held and status.mode == "shared"
+            assert holders_of(status) == [(lease.owner, lease.fence, "shared")]
+            with pytest.raises(LockBusy):
+                await client.acquire(name, ttl=1)
+        assert not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_a_semaphore_grants_up_to_its_limit_then_is_busy_with_the_holders(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        first = await client.acquire_permit(name, 2, ttl=5, owner="worker-1")
+        async with client.semaphore(name, limit=2, ttl=5, owner="worker-2") as second:
+            assert isinstance(first, AsyncPermit) and isinstance(second, AsyncPermit)
+            assert (first.mode, first.limit, second.mode, second.limit) == (
+                "permit", 2, "permit", 2)
+            assert second.fence > first.fence and second.token not in repr(second)
+
+            status = await client.semaphore_status(name)
+            assert (status.limit, status.held, status.available) == (2, 2, 0)
+            assert status.fence == second.fence and status.available_in > 0
+            assert holders_of(status) == [
+                ("worker-1", first.fence, "permit"),
+                ("worker-2", second.fence, "permit"),
+            ]
+            with pytest.raises(LockBusy) as busy:
+                await client.acquire_permit(name, 2, ttl=5, owner="worker-3")
+            error = busy.value
+            assert error.status == 423 and error.code == "lock_busy" and error.limit == 2
+            assert holders_of(error) == holders_of(status)
+            assert 0 < error.available_in <= 5
+
+            assert await first.release() == first.fence
+            status = await client.semaphore_status(name)
+            assert (status.held, status.available, status.available_in) == (1, 1, 0)
+        assert second.released
+        status = await client.semaphore_status(name)
+        assert status.held == 0 and status.limit is None and status.holders == ()
+
+    run(scenario())
+
+
+def test_async_another_limit_while_permits_are_held_raises_limit_conflict(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        permit = await client.acquire_permit(name, 3, ttl=5)
+        with pytest.raises(LimitConflict) as conflict:
+            await client.acquire_permit(name, 2, ttl=5)
+        error = conflict.value
+        assert error.status == 409 and error.code == "limit_conflict" and error.limit == 3
+        with pytest.raises(LimitConflict):
+            async with client.semaphore(name, limit=4, ttl=5):
+                pytest.fail("the block ran without a permit")
+        assert (await client.semaphore_status(name)).held == 1
+        await permit.release()
+        async with client.semaphore(name, limit=2, ttl=5) as other:
+            assert other.limit == 2 and (await client.semaphore_status(name)).limit == 2
+
+    run(scenario())
+
+
+def test_async_release_frees_a_permit(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        permit = await client.acquire_permit(name, 1, ttl=10)
+        with pytest.raises(LockBusy):
+            await client.acquire_permit(name, 1, ttl=5)
+        assert await permit.release() == permit.fence and permit.released
+        assert (await client.semaphore_status(name)).held == 0
+
+        again = await client.acquire_permit(name, 1, ttl=5)
+        assert again.fence > permit.fence
+        assert await client.release_permit(name, again.token) == again.fence
+
+        async with client.semaphore(name, limit=1, ttl=0.6) as managed:
+            await managed.release()
+            await asyncio.sleep(0.7)  # past several renewal times and the TTL
+            assert not managed.lost.is_set()
+            assert (await client.semaphore_status(name)).held == 0
+        assert managed.released
+
+        expired = await client.acquire_permit(name, 1, ttl=0.3)
+        await asyncio.sleep(0.5)
+        with pytest.raises(LeaseLost) as lost:
+            await expired.release()
+        assert lost.value.status == 409 and expired.lost.is_set()
+
+    run(scenario())
+
+
+def test_async_a_waiting_acquire_gets_the_permit_once_one_is_released(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        holder = await client.acquire_permit(name, 1, ttl=10)
+
+        async def release_soon():
+            await asyncio.sleep(0.5)
+            await holder.release()
+
+        releaser = asyncio.ensure_future(release_soon())
+        started = time.monotonic()
+        permit = await client.acquire_permit(name, 1, ttl=5, wait=5)
+        await releaser
+        assert 0.3 < time.monotonic() - started < 4
+        assert permit.fence > holder.fence
+        assert await permit.extend(3) is permit and permit.remaining() > 2
+        await permit.release()
+
+    run(scenario())
+
+
+def test_async_a_permit_is_lost_when_the_broker_cannot_be_reached_until_expiry(
+    make_broker, name
+):
+    broker = make_broker()
+
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=0.3)
+        with pytest.raises(LeaseLost):
+            async with client.semaphore(name, limit=2, ttl=1.5) as permit:
+                broker.pause()
+                await asyncio.wait_for(permit.lost.wait(), 3)
+                assert permit.lost_reason == "expired"
+                with pytest.raises(LeaseLost):
+                    await permit.extend()  # lost: refused without asking the broker
+                await asyncio.sleep(0.3)  # past the broker's own expiry
+                broker.resume()
+        assert (await client.semaphore_status(name)).held == 0
+
+    run(scenario())
+
+
+def test_async_a_token_works_only_on_its_own_routes(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        lease = await client.acquire(name, ttl=5, shared=True)
+        permit = await client.acquire_permit(name + "-sem", 1, ttl=5)
+        with pytest.raises(InvalidRequest) as wrong:
+            await client.extend_permit(name, lease.token, 5)
+        assert wrong.value.status == 400 and wrong.value.field == "token"
+        with pytest.raises(InvalidRequest) as wrong:
+            await client.release(permit.name, permit.token)
+        assert wrong.value.field == "token"
+        await lease.release()
+        await permit.release()
+
+    run(scenario())
+
+
+def test_async_a_limit_above_the_maximum_is_refused(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        with pytest.raises(InvalidRequest) as bad:
+            await client.acquire_permit(name, 10001, ttl=5)
+        assert bad.value.status == 400 and bad.value.field == "limit"
 
     run(scenario())
 

@@ -656,6 +656,90 @@ def test_async_watch_yields_state_then_changes(broker, name):
     run(scenario())
 
 
+def test_async_watch_yields_extended_with_its_expiry_and_ids_in_order(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.watch(name) as events:
+            (state,) = await atake(events, 1)
+            lease = await client.acquire(name, ttl=5, owner="watch-test")
+            await lease.extend(8)
+            await lease.release()
+            acquired, extended, released = await atake(events, 3)
+        assert [e.type for e in (acquired, extended, released)] == [
+            "acquired", "extended", "released"]
+        for event in (acquired, extended, released):
+            assert isinstance(event, LockEvent)
+            assert (event.name, event.mode, event.fence) == (name, "exclusive", lease.fence)
+        assert 4 < acquired.expires_in <= 5
+        assert 7 < extended.expires_in <= 8 and extended.expires_at_ms > acquired.expires_at_ms
+        assert released.expires_in == 0
+        ids = [e.id for e in (state, acquired, extended, released)]
+        assert ids == sorted(set(ids)) and events.last_event_id == str(released.id)
+
+    run(scenario())
+
+
+def test_async_watch_reports_an_expiry(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.watch(name) as events:
+            await atake(events, 1)
+            lease = await client.acquire(name, ttl=0.3, owner="expiring")
+            acquired, expired = await atake(events, 2, timeout=5)
+        assert (acquired.type, expired.type) == ("acquired", "expired")
+        assert expired.fence == lease.fence and expired.expires_in == 0
+
+    run(scenario())
+
+
+def test_async_a_resumed_watch_does_not_repeat_events(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.watch(name) as events:
+            await atake(events, 1)
+            lease = await client.acquire(name, ttl=5)
+            (acquired,) = await atake(events, 1)
+            resume_from = events.last_event_id
+        assert acquired.type == "acquired" and resume_from == str(acquired.id)
+
+        await lease.extend(6)  # while nobody watches
+        await lease.release()
+        async with client.watch(name, last_event_id=resume_from) as resumed:
+            got = await atake(resumed, 2)
+        assert [e.type for e in got] == ["extended", "released"]
+        assert all(e.id > acquired.id and e.fence == lease.fence for e in got)
+
+    run(scenario())
+
+
+def test_async_watch_prefix_sends_each_held_lock_then_complete_then_changes(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        prefix = f"{name}:"
+        first = await client.acquire(prefix + "a", ttl=5, owner="a")
+        second = await client.acquire(prefix + "b", ttl=5, owner="b")
+        outside = await client.acquire(name + "-outside", ttl=5)
+        async with client.watch_prefix(prefix) as events:
+            snapshot = await atake(events, 3)
+            held = {(e.name, e.owner, e.fence) for e in snapshot[:2]}
+            assert held == {(prefix + "a", "a", first.fence), (prefix + "b", "b", second.fence)}
+            assert all(isinstance(e, LockState) and e.held for e in snapshot[:2])
+            assert snapshot[2] == StateComplete(prefix=prefix, id=snapshot[2].id)
+
+            await outside.release()  # not under the prefix: no event
+            third = await client.acquire(prefix + "c", ttl=5, owner="c")
+            await first.release()
+            acquired, released = await atake(events, 2)
+        assert (acquired.type, acquired.name, acquired.fence) == (
+            "acquired", prefix + "c", third.fence)
+        assert (released.type, released.name, released.fence) == (
+            "released", prefix + "a", first.fence)
+        for lease in (second, third):
+            await lease.release()
+
+    run(scenario())
+
+
 # -- against a real broker: electing a leader --------------------------------------
 
 
@@ -742,5 +826,54 @@ def test_async_leaders_hand_over_with_a_larger_term(broker, name):
             await a.stop()
             await b.stop()
         assert not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_two_leaders_on_one_name_one_leads_the_other_follows(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.leader(name, ttl=1.5, owner="node-a") as a, \
+                client.leader(name, ttl=1.5, owner="node-b") as b:
+            for _ in range(200):
+                if a.is_leader or b.is_leader:
+                    break
+                await asyncio.sleep(0.05)
+            assert a.is_leader or b.is_leader, "nobody was elected"
+            first, second = (a, b) if a.is_leader else (b, a)
+            await asyncio.sleep(2)  # past the TTL: the leader renews, the other keeps waiting
+            assert first.is_leader and not second.is_leader
+            assert first.elected.is_set() and not second.elected.is_set()
+            assert first.term == (await client.status(name)).fence and second.term is None
+            for _ in range(100):
+                if second.leader == first.owner:
+                    break
+                await asyncio.sleep(0.05)
+            assert second.leader == first.owner and second.leader_term == first.term
+            assert not first.lost.is_set() and not second.lost.is_set()
+
+            started = time.monotonic()
+            await second.stop()  # ends its waiting acquire at once
+            assert time.monotonic() - started < 1.5
+            assert first.is_leader and (await client.status(name)).owner == first.owner
+        assert not (await client.status(name)).held
+
+    run(scenario())
+
+
+def test_async_a_leader_whose_lease_is_lost_sets_lost_and_leads_no_more(broker, redis, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.leader(name, ttl=1.5, owner="node-a") as leader:
+            await asyncio.wait_for(leader.elected.wait(), 10)
+            term = leader.term
+            assert redis.command("DEL", lease_key(name)) == 1
+            await asyncio.wait_for(leader.lost.wait(), 3)
+            assert leader.lost_reason == "lease_lost"
+            assert not leader.is_leader and leader.term is None
+            # One term per helper: a new one campaigns again, with a larger term.
+            async with client.leader(name, ttl=1.5, owner="node-a") as again:
+                await asyncio.wait_for(again.elected.wait(), 10)
+                assert again.term > term
 
     run(scenario())

@@ -1,6 +1,7 @@
 /**
  * The client: one broker's URL and key, the single calls of the HTTP API, and
- * `lock()`, which returns a lease renewed in the background.
+ * `lock()`, which returns a lease renewed in the background (`lockAll()`, a
+ * set of them).
  *
  * Only `fetch` does the HTTP, so it runs on Node 20+ and in browsers alike.
  */
@@ -9,6 +10,16 @@ import { BrokerUnavailable, LockBrokerError, LockBusy, errorFromResponse } from 
 import { now } from "./clock.js";
 import { Lease, type LeaseAnswer, type ReleaseAnswer } from "./lease.js";
 import { Leader, type LeaderOptions } from "./leader.js";
+import {
+  acquireAll,
+  lockAll,
+  releaseAll,
+  type AcquireAllOptions,
+  type LeaseSet,
+  type LockAllOptions,
+  type LockAsk,
+  type ReleaseResult,
+} from "./multi.js";
 import {
   fenceCheckFromJson,
   lockStatusFromJson,
@@ -44,8 +55,8 @@ export const DEFAULT_TIMEOUT_MS = 10_000;
 /** This client's version, sent in the User-Agent header where allowed. */
 export const VERSION = "0.1.0";
 
-/** A grant that took longer than this share of the TTL is followed by an extend. */
-const RESYNC_SHARE = 0.1;
+/** @internal A grant that took longer than this share of the TTL is followed by an extend. */
+export const RESYNC_SHARE = 0.1;
 
 /** Optional settings of a {@link Client}. */
 export interface ClientOptions {
@@ -189,6 +200,62 @@ export class Client {
     const maxHoldMs = duration(options.maxHoldMs ?? DEFAULT_MAX_HOLD_MS, "maxHoldMs", false);
     if (maxHoldMs < ttlMs) throw new RangeError(`maxHoldMs (${maxHoldMs}) must be at least ttlMs (${ttlMs})`);
     return this.#acquire("semaphores", name, options, maxHoldMs, permitLimit(limit));
+  }
+
+  /**
+   * Takes a lease on every lock of `locks` (names, or {@link LockAsk} for a
+   * shared lease), or on none, in one request. The leases come back in the
+   * order asked, each an ordinary {@link Lease} with its own token and fence,
+   * extended and released on its own or with {@link releaseAll}; nothing
+   * renews them.
+   *
+   * `options` apply to every lease as to {@link acquire}, with its retry rule:
+   * a busy answer is asked again with the same `requestId` until `waitMs` is
+   * over, and the broker holds none of the locks while it waits.
+   * {@link LockBusy} names the busy lock in `lock`. A name given twice throws
+   * `RangeError` without asking; no locks are no leases. An answer naming
+   * other locks than asked for throws `LockBrokerError` (code
+   * `bad_response`) after giving back the leases it granted. Nothing renews
+   * the leases: see {@link lockAll}.
+   */
+  async acquireAll(locks: ReadonlyArray<string | LockAsk>, options: AcquireAllOptions = {}): Promise<Lease[]> {
+    return acquireAll(this, locks, options);
+  }
+
+  /**
+   * Takes every lock of `locks`, or none, as {@link acquireAll} does, and
+   * keeps them as {@link lock} keeps one: each lease is extended every
+   * `ttlMs / 3`, never past `maxHoldMs` from the grant. The set's `signal`
+   * aborts the moment any lease is lost (its reason the {@link LeaseLost},
+   * naming the lock); `run(work)`, `release()` or `await using` gives every
+   * lease back with one release-all.
+   *
+   * ```ts
+   * const leases = await client.lockAll(["account:17", "account:42"], { ttlMs: 30_000, waitMs: 10_000 });
+   * await leases.run(async (signal) => {
+   *   const [debit, credit] = leases;
+   *   await transfer({ from: debit!.fence, to: credit!.fence, signal });
+   * });
+   * ```
+   */
+  async lockAll(locks: ReadonlyArray<string | LockAsk>, options: LockAllOptions = {}): Promise<LeaseSet> {
+    return lockAll(this, locks, options);
+  }
+
+  /**
+   * Gives back every lease of `leases` in one request, and resolves to what
+   * became of each, in the order given, as its own {@link Lease.release}
+   * would have it: released with its fence, or the error that release would
+   * throw ({@link LeaseLost} for a lease the broker no longer had). Each lease
+   * ends as after its own release (renewing stops, `signal` aborts, and it
+   * reads released or lost), and a later `release()` settles the same way. A
+   * lease whose release already started, or that the broker already called
+   * lost, is not asked about again. Throws when the request as a whole failed
+   * (no answer, or a refusal), and `TypeError` for a semaphore permit among
+   * the leases, before anything is sent.
+   */
+  async releaseAll(leases: ReadonlyArray<Lease>): Promise<ReleaseResult[]> {
+    return releaseAll(this, leases);
   }
 
   /** Sets the remaining TTL of the lease `token` holds to `ttlMs` (replace, not add). */
@@ -482,8 +549,8 @@ function renewal(answer: LeaseAnswer): Renewal {
 /** The abort reason of a request that outlived its timeout. */
 class TimeoutMarker extends Error {}
 
-/** The pause before asking again after `error`, or undefined to give up. */
-function pauseAfter(error: unknown, sent: number, giveUpAt: number): number | undefined {
+/** @internal The pause before asking again after `error`, or undefined to give up. */
+export function pauseAfter(error: unknown, sent: number, giveUpAt: number): number | undefined {
   const t = now();
   const left = giveUpAt - t;
   if (left <= 0) return undefined;

@@ -74,6 +74,10 @@ export class LockBusy extends LockBrokerError {
   get availableInMs(): number | undefined {
     return numberOr(this.details["available_in_ms"]);
   }
+  /** The busy lock of an `acquireAll` (undefined for a single acquire, which names its one lock itself). */
+  get lock(): string | undefined {
+    return stringOr(this.details["lock"]);
+  }
 }
 
 /**
@@ -176,6 +180,16 @@ const BY_STATUS: Readonly<Record<number, ErrorClass>> = {
   429: BrokerUnavailable,
   431: InvalidRequest,
 };
+
+/** The error of an error object inside a 2xx answer (one lease's result in a release-all), by its `code`. */
+export function errorFromDetail(error: Record<string, unknown>): LockBrokerError {
+  const detail = { ...error };
+  const code = stringOr(detail["code"]) || "error";
+  const message = stringOr(detail["message"]) || `the broker answered ${code}`;
+  delete detail["code"];
+  delete detail["message"];
+  return new (ERROR_CLASSES[code] ?? LockBrokerError)(message, { code, details: detail });
+}
 
 /** The error for a non-2xx answer: by its `code`, else by its status. */
 export function errorFromResponse(status: number, body: unknown, retryAfter: string | null): LockBrokerError {

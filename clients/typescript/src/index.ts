@@ -10,6 +10,9 @@
  * await lease.run((signal) => runReport({ fence: lease.fence, signal }));
  * ```
  *
+ * `client.acquireAll([...])` takes a lease on every lock named or on none;
+ * `client.lockAll([...])` keeps them renewed, with one signal for the set.
+ *
  * @module
  */
 
@@ -28,6 +31,7 @@ export {
   type SemaphoreOptions,
 } from "./client.js";
 export { Lease } from "./lease.js";
+export { LeaseSet, type AcquireAllOptions, type LockAllOptions, type LockAsk, type ReleaseResult } from "./multi.js";
 export { DEFAULT_LEADER_MAX_HOLD_MS, Leader, type LeaderOptions } from "./leader.js";
 export type { FenceCheck, Holder, LeaseMode, LockStatus, SemaphoreStatus } from "./status.js";
 export type { LaggedEvent, LockEvent, LockStateEvent, StateCompleteEvent, WatchEvent } from "./sse.js";

@@ -97,6 +97,12 @@ export class Leader {
     return this.#seen?.owner ?? null;
   }
 
+  /** The term (lease fence) of whoever leads, as the lock's events show it (this candidate's own while it leads); null when nobody does. */
+  get leaderTerm(): number | null {
+    if (this.isLeader && this.#lease) return this.#lease.fence;
+    return this.#seen?.fence ?? null;
+  }
+
   /** Starts following the lock's events and campaigning; returns at once. */
   start(): this {
     if (this.#started) throw new Error("a leader helper campaigns once; call client.leader() again");

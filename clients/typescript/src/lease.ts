@@ -173,15 +173,7 @@ export class Lease {
    * ```
    */
   async run<T>(work: (signal: AbortSignal) => Promise<T> | T): Promise<T> {
-    let result: T;
-    try {
-      result = await work(this.signal);
-    } catch (error) {
-      await this.release().catch(() => undefined); // the work's error is the one to see
-      throw error;
-    }
-    await this.release();
-    return result;
+    return runThenRelease(this, work);
   }
 
   /**
@@ -208,15 +200,42 @@ export class Lease {
     return this.#release;
   }
 
-  async #releaseOnce(): Promise<void> {
+  /**
+   * @internal The release of {@link Client.releaseAll}: this lease's own, with
+   * `send` (its share of one request for several leases) in place of its own
+   * request; a release already started settles as it does.
+   */
+  _releaseBy(send: () => Promise<ReleaseAnswer>): Promise<void> {
+    this.#release ??= this.#releaseOnce(send);
+    return this.#release;
+  }
+
+  /** @internal Whether a release was started (it then settles as it does). */
+  get _releasing(): boolean {
+    return this.#release !== undefined;
+  }
+
+  /** @internal Stops the renewer and waits for an extend in flight, so no extend follows a release. */
+  async _stopRenewing(): Promise<void> {
     this.#stopped = true;
     this.#wake?.();
     await this.#renewing;
+  }
+
+  /** @internal Where extends and releases of this lease go. */
+  get _kind(): Kind {
+    return this.#kind;
+  }
+
+  async #releaseOnce(
+    send: () => Promise<ReleaseAnswer> = () => this.#client._release(this.name, this.#token, this.#kind),
+  ): Promise<void> {
+    await this._stopRenewing();
     try {
       if (this.#lost?.reason === "lease_lost") throw this.#lost; // nothing left to release
       let answer: ReleaseAnswer;
       try {
-        answer = await this.#client._release(this.name, this.#token, this.#kind);
+        answer = await send();
       } catch (error) {
         if (error instanceof LeaseLost) {
           this.#markLost(error);
@@ -397,15 +416,40 @@ declare global {
     readonly asyncDispose: unique symbol;
   }
 }
-if (typeof Symbol.asyncDispose === "symbol") {
-  Object.defineProperty(Lease.prototype, Symbol.asyncDispose, {
-    value(this: Lease): Promise<void> {
+/**
+ * @internal Runs `work` with the holder's signal, then releases: after an
+ * error of the work too, which is the one rethrown (a lease, a set of leases).
+ */
+export async function runThenRelease<T>(
+  holder: { readonly signal: AbortSignal; release(): Promise<unknown> },
+  work: (signal: AbortSignal) => Promise<T> | T,
+): Promise<T> {
+  let result: T;
+  try {
+    result = await work(holder.signal);
+  } catch (error) {
+    await holder.release().catch(() => undefined); // the work's error is the one to see
+    throw error;
+  }
+  await holder.release();
+  return result;
+}
+
+/**
+ * @internal Gives `prototype` a `Symbol.asyncDispose` that calls its
+ * `_dispose()`, where the runtime has the symbol (a lease, a set of leases).
+ */
+export function makeAsyncDisposable(prototype: { _dispose(): Promise<void> }): void {
+  if (typeof Symbol.asyncDispose !== "symbol") return;
+  Object.defineProperty(prototype, Symbol.asyncDispose, {
+    value(this: { _dispose(): Promise<void> }): Promise<void> {
       return this._dispose();
     },
     writable: true,
     configurable: true,
   });
 }
+makeAsyncDisposable(Lease.prototype);
 export interface Lease {
   /**
    * Releases the lease (see {@link Lease.release}); present where the runtime

@@ -129,9 +129,15 @@ export class Watch implements AsyncIterable<WatchEvent> {
     // Until a `state` (a fresh start) arrives, an id not above this one is a repeat.
     let resumeAfter = numericId(this.#lastId);
     const connection = new AbortController();
-    const onClose = (): void => connection.abort(this.#closer.signal.reason);
-    this.#closer.signal.addEventListener("abort", onClose, { once: true });
     let idle: ReturnType<typeof setTimeout> | undefined;
+    // A watch closed while its caller holds an event (this generator paused
+    // at `yield`, its finally not run) must not keep the idle timer armed:
+    // it would hold the process open for up to idleTimeoutMs.
+    const onClose = (): void => {
+      if (idle !== undefined) clearTimeout(idle);
+      connection.abort(this.#closer.signal.reason);
+    };
+    this.#closer.signal.addEventListener("abort", onClose, { once: true });
     const touch = (): void => {
       if (idle !== undefined) clearTimeout(idle);
       idle = setTimeout(() => connection.abort(new Error("idle")), this.idleTimeoutMs);

@@ -1,22 +1,15 @@
 /** API keys (Authorization: Bearer) against a real broker. */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { AuthError, Client } from "lockbroker";
-import { Broker, Servers, keysFile, lockName } from "./harness.js";
+import { brokerForFile, keysFile, lockName } from "./harness.js";
 
 const KEY = "test-key-0123456789abcdef";
-const servers = new Servers();
-let broker: Broker;
-
-before(async () => {
-  const redis = await servers.redis();
-  broker = await servers.broker(redis, {
-    LOCKBROKER_AUTH_KEYS_FILE: keysFile(KEY, ["lock"], ["allowed-"]),
-  });
+const { broker } = await brokerForFile({
+  LOCKBROKER_AUTH_KEYS_FILE: keysFile(KEY, ["lock"], ["allowed-"]),
 });
-after(() => servers.stopAll());
 
 test("the bearer key opens the broker", async () => {
   const client = new Client(broker.url, { apiKey: KEY });

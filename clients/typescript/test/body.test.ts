@@ -1,22 +1,12 @@
 /** What the code under a lease sees: its own error unwrapped, `run()`, whole milliseconds. */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { Client, LeaseLost } from "lockbroker";
-import { Broker, RedisServer, Servers, forceRelease, lockName, waitUntil } from "./harness.js";
+import { LeaseLost } from "lockbroker";
+import { brokerForFile, forceRelease, lockName, waitUntil } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { broker, client } = await brokerForFile();
 
 test("throwIfLost inside await using surfaces as LeaseLost, not a SuppressedError", async () => {
   const name = lockName("using-lost");

@@ -15,22 +15,17 @@ import { after, before, test, type TestContext } from "node:test";
 
 import pg from "pg";
 
-import { Client } from "lockbroker";
 import { StaleFence, claim, createTable, updateRow, write } from "../examples/claim-first.js";
-import { Broker, Servers, sleep } from "./harness.js";
+import { brokerForFile, sleep } from "./harness.js";
 
 const PG_URL = process.env["LOCKBROKER_TEST_PG_URL"] || "postgres://postgres@127.0.0.1:5432/test";
 const EXAMPLE = join(dirname(fileURLToPath(import.meta.url)), "../examples/claim-first.js");
 
-const servers = new Servers();
-let broker: Broker;
-let client: Client;
+const { broker, client } = await brokerForFile();
 let db: pg.Client | undefined;
 let unreachable = "";
 
 before(async () => {
-  broker = await servers.broker(await servers.redis());
-  client = new Client(broker.url, { timeoutMs: 5000 });
   const candidate = new pg.Client({ connectionString: PG_URL, connectionTimeoutMillis: 3000 });
   try {
     await candidate.connect();
@@ -39,10 +34,7 @@ before(async () => {
     unreachable = `PostgreSQL is unreachable (${PG_URL}): ${String(error)}`;
   }
 });
-after(async () => {
-  await db?.end();
-  await servers.stopAll();
-});
+after(() => db?.end());
 
 let tables = 0;
 

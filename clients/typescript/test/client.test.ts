@@ -3,22 +3,12 @@
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import { createServer as createTcpServer } from "node:net";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { BrokerUnavailable, Client, InvalidRequest, LeaseLost, LockBrokerError, LockBusy } from "lockbroker";
-import { Broker, RedisServer, Servers, freePort, lockName, sleep } from "./harness.js";
+import { brokerForFile, freePort, lockName, sleep } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { servers, broker, client } = await brokerForFile();
 
 async function rejection(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(

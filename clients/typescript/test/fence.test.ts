@@ -6,25 +6,15 @@
  */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { Client, InvalidRequest, type FenceCheck } from "lockbroker";
-import { Broker, RedisServer, Servers, lockName, sleep } from "./harness.js";
+import { brokerForFile, lockName, sleep } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
+const { broker, client } = await brokerForFile();
 
 /** The largest fence the API takes (2^53 - 1). */
 const MAX_FENCE = Number.MAX_SAFE_INTEGER;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
 
 /** The fields a test compares, without the expiry that counts down. */
 function facts(check: FenceCheck): [string, number, boolean, boolean] {

@@ -1,7 +1,13 @@
 /**
  * The test harness: a real redis-server and lockbroker on free loopback ports.
- * Each test file starts the pair it needs (node --test runs files in their own
- * processes); tests that pause, stop or configure a broker start their own.
+ * Each test file starts the pair it needs, most through `brokerForFile()` (node
+ * --test runs files in their own processes); tests that pause, stop or
+ * configure a broker start their own.
+ *
+ * With LOCKBROKER_TEST_MODE=quorum every broker started here runs in quorum
+ * mode, over its Redis and two more started for that Redis
+ * (`RedisServer.quorumNodes()`), so the same tests check the client against
+ * quorum mode's answers.
  */
 
 import { spawn, type ChildProcess } from "node:child_process";
@@ -12,12 +18,16 @@ import { createServer, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { after } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+
+import { Client } from "lockbroker";
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The repository root (this file runs from clients/typescript/build/test). */
 export const REPO = resolve(here, "../../../..");
 const BROKER_BIN = process.env["LOCKBROKER_BIN"] || join(REPO, "target/debug/lockbroker");
+const TEST_MODE = process.env["LOCKBROKER_TEST_MODE"] ?? "";
 
 export const workdir = mkdtempSync(join(tmpdir(), "lockbroker-ts-"));
 process.on("exit", () => rmSync(workdir, { recursive: true, force: true }));
@@ -52,10 +62,15 @@ async function stopProcess(child: ChildProcess | undefined, graceMs: number): Pr
   clearTimeout(timer);
 }
 
-/** A redis-server that keeps nothing on disk; a replica of `replicaOf` when given. */
+/**
+ * A redis-server that keeps nothing on disk; a replica of `replicaOf` when
+ * given. In quorum mode it has two peers, the other nodes of its brokers'
+ * quorum, which stop with it.
+ */
 export class RedisServer {
   port = 0;
   child: ChildProcess | undefined;
+  #peers: Promise<RedisServer[]> | undefined;
 
   get url(): string {
     return `redis://127.0.0.1:${this.port}/0`;
@@ -81,6 +96,12 @@ export class RedisServer {
       throw new Error(`the replica on port ${server.port} did not sync with port ${replicaOf.port}`);
     }
     return server;
+  }
+
+  /** This server and its two peers (started on the first call), as quorum mode's `redis.nodes`. */
+  async quorumNodes(): Promise<string[]> {
+    this.#peers ??= Promise.all([RedisServer.start(), RedisServer.start()]);
+    return [this.url, ...(await this.#peers).map((peer) => peer.url)];
   }
 
   /**
@@ -170,6 +191,8 @@ export class RedisServer {
   async stop(): Promise<void> {
     this.resume();
     await stopProcess(this.child, 5000);
+    const peers = await this.#peers?.catch(() => []);
+    for (const peer of peers ?? []) await peer.stop();
   }
 }
 
@@ -183,6 +206,7 @@ export class Broker {
     if (!existsSync(BROKER_BIN)) {
       throw new Error(`no broker binary at ${BROKER_BIN}: run \`cargo build -p lockbroker-server\` or set LOCKBROKER_BIN`);
     }
+    env = { ...(await testModeEnv(redis, env)), ...env };
     const broker = new Broker();
     broker.log = join(workdir, `broker-${Math.random().toString(16).slice(2, 10)}.log`);
     for (let attempt = 0; attempt < 3; attempt++) {
@@ -246,6 +270,20 @@ export class Broker {
   }
 }
 
+/**
+ * What LOCKBROKER_TEST_MODE adds to a broker's settings, unless `env` sets a
+ * mode: for quorum, the mode and its nodes, each node's timeout the command
+ * timeout (as the Rust test harness sets them).
+ */
+async function testModeEnv(redis: RedisServer, env: Record<string, string>): Promise<Record<string, string>> {
+  if (TEST_MODE !== "quorum" || env["LOCKBROKER_REDIS_MODE"]) return {};
+  return {
+    LOCKBROKER_REDIS_MODE: "quorum",
+    LOCKBROKER_REDIS_NODES: (await redis.quorumNodes()).join(","),
+    LOCKBROKER_REDIS_NODE_TIMEOUT_MS: env["LOCKBROKER_REDIS_COMMAND_TIMEOUT_MS"] ?? "1000",
+  };
+}
+
 /** Stops every server it started, at the end of a test file. */
 export class Servers {
   #started: Array<RedisServer | Broker> = [];
@@ -265,6 +303,36 @@ export class Servers {
   async stopAll(): Promise<void> {
     for (const server of this.#started.reverse()) await server.stop();
     this.#started = [];
+  }
+}
+
+/** What `brokerForFile()` starts for one test file. */
+export interface FileBroker {
+  /** Starts more servers for single tests; they stop with the file's. */
+  servers: Servers;
+  redis: RedisServer;
+  broker: Broker;
+  /** A client of `broker` with a 5 s timeout. */
+  client: Client;
+}
+
+/**
+ * Starts a Redis and a broker on it (`env` configures the broker) for the test
+ * file that awaits it at its top level, and stops them, with every server its
+ * tests start through `servers`, once the file's tests are done:
+ *
+ *     const { broker, client } = await brokerForFile();
+ */
+export async function brokerForFile(env: Record<string, string> = {}): Promise<FileBroker> {
+  const servers = new Servers();
+  after(() => servers.stopAll());
+  try {
+    const redis = await servers.redis();
+    const broker = await servers.broker(redis, env);
+    return { servers, redis, broker, client: new Client(broker.url, { timeoutMs: 5000 }) };
+  } catch (error) {
+    await servers.stopAll(); // the file fails before its tests, and leaves nothing running
+    throw error;
   }
 }
 

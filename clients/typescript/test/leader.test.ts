@@ -1,22 +1,12 @@
 /** client.leader(): a term won, handed over on resign, and lost when taken. */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { Client } from "lockbroker";
-import { Broker, RedisServer, Servers, forceRelease, lockName, sleep, waitUntil } from "./harness.js";
+import {  } from "lockbroker";
+import { brokerForFile, forceRelease, lockName, sleep, waitUntil } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { broker, client } = await brokerForFile();
 
 /** Resolves when `promise` does, or fails the test after `limitMs`. */
 function within(promise: Promise<void>, limitMs: number, what: string): Promise<void> {
@@ -32,11 +22,13 @@ test("one candidate leads; on resign the other takes over with a larger term", a
     assert.equal(a.isLeader, true);
     assert.equal(a.leader, "node-a");
     const termA = a.term!;
+    assert.equal(a.leaderTerm, termA);
     assert.equal((await client.status(name)).fence, termA);
     await sleep(1500); // past a.ttlMs / 3 several times: renewed, and b still waits
     assert.equal(b.isLeader, false);
     assert.equal(b.term, null);
     assert.ok(await waitUntil(() => b.leader === "node-a", 3000), `b sees ${String(b.leader)}`);
+    assert.equal(b.leaderTerm, termA);
     await a.resign();
     assert.equal(a.isLeader, false);
     assert.equal(a.lost.aborted, false); // a resign is no loss
@@ -45,6 +37,7 @@ test("one candidate leads; on resign the other takes over with a larger term", a
     assert.ok(b.term! > termA);
     assert.equal((await client.status(name)).owner, "node-b");
     assert.ok(await waitUntil(() => a.leader === "node-b", 3000), `a sees ${String(a.leader)}`);
+    assert.equal(a.leaderTerm, b.term);
   } finally {
     await a.stop();
     await b.stop();

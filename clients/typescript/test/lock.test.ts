@@ -1,22 +1,12 @@
 /** client.lock(): the managed lease, its renewer and its signal, against a real broker. */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { Client, LeaseLost, LockBusy, MaxHoldExceeded } from "lockbroker";
-import { Broker, RedisServer, Servers, forceRelease, lockName, sleep } from "./harness.js";
+import { brokerForFile, forceRelease, lockName, sleep } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { servers, redis, broker, client } = await brokerForFile();
 
 /** Resolves with the time it took `signal` to abort, or rejects after `limitMs`. */
 function aborted(signal: AbortSignal, limitMs: number): Promise<number> {

@@ -8,12 +8,11 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import {
   AuthError,
   BrokerUnavailable,
-  Client,
   InvalidRequest,
   LeaseLost,
   LimitConflict,
@@ -21,11 +20,12 @@ import {
   LockBusy,
   MaxHoldExceeded,
   type FenceCheck,
+  type Leader,
   type Lease,
   type Watch,
   type WatchEvent,
 } from "lockbroker";
-import { Broker, REPO, RedisServer, Servers, sleep } from "./harness.js";
+import { REPO, brokerForFile, sleep } from "./harness.js";
 
 type Json = Record<string, unknown>;
 
@@ -49,24 +49,27 @@ const STEP_ARGS: Record<string, string[]> = {
   watch: ["lock"],
   next_event: ["watch"],
   sleep: ["ms"],
+  campaign: ["lock", "ttl_ms", "max_hold_ms", "owner"],
+  leader_state: ["candidate"],
+  resign: ["candidate"],
 };
 /** Keys every step may have, besides its operation's arguments. */
 const COMMON_KEYS = ["do", "as", "expect", "within_ms", "async", "note"];
-/** Reads, which within_ms may repeat; and the grants async may start. */
-const READ_STEPS = ["status", "semaphore_status", "check_fence", "check_semaphore_fence", "lease_check_fence", "lease_state"];
-const ASYNC_STEPS = ["acquire", "acquire_permit", "lock"];
+/** Reads, which within_ms may repeat; and the grants (and campaigns) async may start. */
+const READ_STEPS = [
+  "status",
+  "semaphore_status",
+  "check_fence",
+  "check_semaphore_fence",
+  "lease_check_fence",
+  "lease_state",
+  "leader_state",
+];
+const ASYNC_STEPS = ["acquire", "acquire_permit", "lock", "campaign"];
+/** How long a campaign or an awaited async step may take. */
+const AWAIT_LIMIT_MS = 30_000;
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { client } = await brokerForFile();
 
 const files = readdirSync(SCENARIOS)
   .filter((file) => file.endsWith(".json"))
@@ -108,6 +111,9 @@ class Replay {
   readonly leases = new Map<string, Lease>();
   readonly watches = new Map<string, { watch: Watch; events: AsyncIterator<WatchEvent> }>();
   readonly pending = new Map<string, Promise<Outcome>>();
+  readonly candidates = new Map<string, Leader>();
+  /** Set as the scenario ends, which stops every candidate: an election still awaited is over. */
+  closing = false;
 
   async run(steps: Json[]): Promise<void> {
     for (const [i, step] of steps.entries()) {
@@ -136,6 +142,8 @@ class Replay {
   /** Releases what the scenario still holds and closes its watches. */
   async cleanup(): Promise<void> {
     for (const { watch } of this.watches.values()) watch.close();
+    this.closing = true;
+    for (const leader of this.candidates.values()) await leader.stop();
     for (const pending of this.pending.values()) {
       const done = await pending;
       if (done.lease) this.leases.set(`${this.leases.size} (async)`, done.lease);
@@ -209,7 +217,7 @@ class Replay {
           const pending = this.pending.get(step);
           if (!pending) throw new Malformed(`${label}: no async step ${step} to await`);
           this.pending.delete(step);
-          const done = await withinMs(pending, 30_000, `${label}: the async step did not finish`);
+          const done = await withinMs(pending, AWAIT_LIMIT_MS, `${label}: the async step did not finish`);
           if (done.lease) this.leases.set(step, done.lease);
           this.results.set(step, done.result ?? {});
           return done;
@@ -263,12 +271,44 @@ class Replay {
         case "sleep":
           await sleep(ms("ms")!);
           return { result: {} };
+        case "campaign": {
+          if (typeof step["as"] !== "string") throw new Malformed(`${label}: a candidate needs as`);
+          // The candidate is kept before anything is awaited, so an async campaign exists from its step on.
+          const leader = client.leader(name("lock"), { ttlMs: ms("ttl_ms"), maxHoldMs: ms("max_hold_ms"), owner: str("owner") });
+          this.candidates.set(step["as"] as string, leader.start());
+          return await this.elected(leader);
+        }
+        case "leader_state":
+          return { result: leaderState(this.candidate(label, str("candidate"))) };
+        case "resign":
+          await this.candidate(label, str("candidate")).resign();
+          return { result: {} };
       }
     } catch (error) {
       if (error instanceof Malformed || error instanceof assert.AssertionError) throw error;
       return { error };
     }
     throw new Malformed(`${label}: this client cannot express the operation`);
+  }
+
+  /** Waits until the candidate leads; a campaign that gave up is its error. */
+  async elected(leader: Leader): Promise<Outcome> {
+    let won = false;
+    void leader.elected.then(() => (won = true));
+    const deadline = Date.now() + AWAIT_LIMIT_MS;
+    while (!won) {
+      if (leader.error !== undefined) return { error: leader.error };
+      if (this.closing) return { error: new Error("the scenario ended first") };
+      if (Date.now() > deadline) return { error: new Error(`not elected within ${AWAIT_LIMIT_MS} ms`) };
+      await sleep(50);
+    }
+    return { result: { term: leader.term } };
+  }
+
+  candidate(label: string, name: string | undefined): Leader {
+    const leader = name === undefined ? undefined : this.candidates.get(name);
+    if (!leader) throw new Malformed(`${label}: no candidate ${String(name)}`);
+    return leader;
   }
 
   granted(lease: Lease): Outcome {
@@ -388,6 +428,18 @@ function leaseState(label: string, lease: Lease): Json {
   }
   assert.equal(lease.signal.aborted, state !== "held", `${label}: the lease is ${state} but signal.aborted is ${lease.signal.aborted}`);
   return { state, lost_reason: state === "lost" ? (lease.lostReason ?? null) : null };
+}
+
+/** The candidate's own account: its term while it leads, whether its term was lost, and who leads as the lock's events show it. */
+function leaderState(leader: Leader): Json {
+  return {
+    is_leader: leader.isLeader,
+    term: leader.term,
+    lost: leader.lost.aborted,
+    lost_reason: leader.lostReason ?? null,
+    leader: leader.leader,
+    leader_term: leader.leaderTerm,
+  };
 }
 
 /** An error's kind in the scenarios' words, and its fields. */

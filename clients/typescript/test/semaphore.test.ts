@@ -1,22 +1,12 @@
 /** Semaphores: permits up to a limit, their status, and a limit conflict. */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { Client, LimitConflict, LockBusy, type Lease } from "lockbroker";
-import { Broker, RedisServer, Servers, lockName, sleep } from "./harness.js";
+import { LimitConflict, LockBusy, type Lease } from "lockbroker";
+import { brokerForFile, lockName, sleep } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { client } = await brokerForFile();
 
 test("a semaphore grants permits up to its limit, then is busy", async () => {
   const name = lockName("permits");

@@ -1,22 +1,12 @@
 /** Shared leases beside a writer, and the mode and holders that status and busy answers carry. */
 
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { Client, LockBusy } from "lockbroker";
-import { Broker, RedisServer, Servers, lockName } from "./harness.js";
+import { LockBusy } from "lockbroker";
+import { brokerForFile, lockName } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { client } = await brokerForFile();
 
 test("shared leases hold the lock together and keep a writer out", async () => {
   const name = lockName("shared");

@@ -2,22 +2,12 @@
 
 import assert from "node:assert/strict";
 import { createServer, connect, type Server, type Socket } from "node:net";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import { Client, type WatchEvent } from "lockbroker";
-import { Broker, RedisServer, Servers, lockName } from "./harness.js";
+import { brokerForFile, lockName } from "./harness.js";
 
-const servers = new Servers();
-let redis: RedisServer;
-let broker: Broker;
-let client: Client;
-
-before(async () => {
-  redis = await servers.redis();
-  broker = await servers.broker(redis);
-  client = new Client(broker.url, { timeoutMs: 5000 });
-});
-after(() => servers.stopAll());
+const { broker, client } = await brokerForFile();
 
 /** Reads events from one iterator, each within `limitMs`. */
 class Reader {
@@ -104,6 +94,18 @@ test("a watch gives the state, then each change in order", async () => {
     watch.close();
   }
   assert.equal(watch.closed, true);
+});
+
+test("a watch closed while its caller holds an event leaves no timer behind", async () => {
+  const timers = (): number => process.getActiveResourcesInfo().filter((kind) => kind === "Timeout").length;
+  const before = timers();
+  const watch = client.watch(lockName("watch-close"), { idleTimeoutMs: 60_000 });
+  const events = watch[Symbol.asyncIterator]();
+  const state = await events.next();
+  assert.equal(state.done, false);
+  assert.ok(timers() > before, "the idle timer is armed while the stream is open");
+  watch.close(); // the iterator is not resumed: its generator stays paused
+  assert.equal(timers(), before, "closing disarms the idle timer");
 });
 
 test("a cut stream resumes after the last event, without a fresh state", async () => {

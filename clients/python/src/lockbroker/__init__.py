@@ -8,6 +8,9 @@
     with client.lock("nightly-report", ttl=30, wait=10) as lease:
         run_report(fence=lease.fence)   # pass the fence to what you write to
 
+``client.acquire_all([...])`` takes a lease on every lock named or on none, and
+``with client.lock_all([...]) as leases:`` holds them all, renewed, with one
+``leases.lost`` event for the set.
 ``client.lock(name, shared=True)`` holds a shared lease, and
 ``client.semaphore(name, limit=3)`` one of a semaphore's permits, the same way.
 ``client.watch(name)`` iterates a lock's events, and ``client.leader(name)``
@@ -15,27 +18,34 @@ campaigns for leadership. ``AsyncClient`` is the asyncio twin (``async with
 client.lock(...)``).
 """
 
-from ._common import (
-    DEFAULT_MAX_HOLD,
-    DEFAULT_TIMEOUT,
-    DEFAULT_TTL,
-    FenceCheck,
-    Holder,
-    LockStatus,
-    SemaphoreStatus,
-)
 from ._events import Lagged, LockEvent, LockState, StateComplete, WatchEvent
+from ._multi import LockAsk, ReleaseResult
+from ._options import DEFAULT_MAX_HOLD, DEFAULT_TIMEOUT, DEFAULT_TTL
 from ._version import __version__
+from ._wire import FenceCheck, Holder, LockStatus, SemaphoreStatus
 from .aio import (
     AsyncClient,
     AsyncLeader,
     AsyncLease,
+    AsyncLeaseSet,
     AsyncLock,
+    AsyncLockAll,
     AsyncPermit,
     AsyncSemaphore,
     AsyncWatch,
 )
-from .client import Client, Leader, Lease, Lock, Permit, Renewal, Semaphore, Watch
+from .client import (
+    Client,
+    Leader,
+    Lease,
+    LeaseSet,
+    Lock,
+    LockAll,
+    Permit,
+    Renewal,
+    Semaphore,
+    Watch,
+)
 from .errors import (
     AuthError,
     BrokerUnavailable,
@@ -51,7 +61,9 @@ __all__ = [
     "AsyncClient",
     "AsyncLeader",
     "AsyncLease",
+    "AsyncLeaseSet",
     "AsyncLock",
+    "AsyncLockAll",
     "AsyncPermit",
     "AsyncSemaphore",
     "AsyncWatch",
@@ -68,15 +80,19 @@ __all__ = [
     "Leader",
     "Lease",
     "LeaseLost",
+    "LeaseSet",
     "LimitConflict",
     "Lock",
+    "LockAll",
     "LockBrokerError",
+    "LockAsk",
     "LockBusy",
     "LockEvent",
     "LockState",
     "LockStatus",
     "MaxHoldExceeded",
     "Permit",
+    "ReleaseResult",
     "Renewal",
     "Semaphore",
     "SemaphoreStatus",

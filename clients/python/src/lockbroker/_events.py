@@ -2,7 +2,7 @@
 the typed events, the rules of a watch (what to send on reconnecting, which
 events a resumed stream must not repeat, how long to pause), and the state of a
 leader helper. :mod:`lockbroker.client` and :mod:`lockbroker.aio` add the
-blocking and the awaited I/O, as they do for :mod:`lockbroker._common`.
+blocking and the awaited I/O, as they do for the rules of a lease.
 
 The wire contract: ``GET /v1/locks/{name}/events`` and ``GET /v1/events?prefix=``
 answer ``text/event-stream``; every message has ``event:``, ``id:`` (a decimal
@@ -22,15 +22,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Optional, Union, cast
 from urllib.parse import quote
 
-from ._common import (
-    EXCLUSIVE,
-    Duration,
-    LockOptions,
-    LockStatus,
-    default_owner,
-    lock_path,
-    seconds,
-)
+from ._options import Duration, LockOptions, default_owner, seconds
+from ._wire import EXCLUSIVE, LockStatus, lock_path
 from .errors import BrokerUnavailable, LeaseLost, LockBrokerError, LockBusy
 
 log = logging.getLogger("lockbroker")

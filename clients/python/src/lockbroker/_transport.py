@@ -28,6 +28,9 @@ MAX_IDLE = 4
 MAX_LINE = 64 * 1024
 #: Most header lines accepted in one response.
 MAX_HEADERS = 100
+#: Largest response body the async client reads (event streams aside): the
+#: broker's largest answer, a status listing 100 holders, is a few dozen KiB.
+MAX_BODY = 1024 * 1024
 
 #: Most bytes one read of an event stream returns.
 READ_SIZE = 64 * 1024
@@ -261,7 +264,7 @@ class SyncTransport(_Transport[Dict[str, Any]]):
         headers = self.endpoint.headers_for(method)
         conn.request(method, self.endpoint.target(path), body=payload or None, headers=headers)
         response = conn.getresponse()
-        raw = response.read()
+        raw = _read_capped(response)
         keep = not response.will_close
         return response.status, raw, response.getheader("Retry-After"), keep
 
@@ -303,7 +306,8 @@ class SyncTransport(_Transport[Dict[str, Any]]):
                          headers=dict(self.endpoint.headers_for("GET"), **headers))
             response = conn.getresponse()
             if not 200 <= response.status < 300:
-                _decode(response.status, response.read(), response.getheader("Retry-After"))
+                _decode(response.status, _read_capped(response),
+                        response.getheader("Retry-After"))
             _check_event_stream(self.endpoint, response.status, response.getheader("Content-Type"))
             # The socket, not conn.sock: http.client hands a response that ends
             # with the connection over to it, and sets conn.sock to None.
@@ -487,7 +491,7 @@ class AsyncTransport(_Transport[Awaitable[Dict[str, Any]]]):
             await writer.drain()
             status, head = await _read_head(reader)
             if not 200 <= status < 300:
-                _decode(status, await _read_body(reader, head), head.get("retry-after"))
+                _decode(status, await _read_body(reader, status, head), head.get("retry-after"))
             _check_event_stream(endpoint, status, head.get("content-type"))
         except BaseException:
             writer.transport.abort()
@@ -585,7 +589,7 @@ async def _read_response(reader: asyncio.StreamReader) -> Tuple[int, bytes, Opti
     """Reads one HTTP/1.1 response: status, headers, and a body framed by
     Content-Length, chunked encoding, or the end of the connection."""
     status, headers = await _read_head(reader)
-    return status, await _read_body(reader, headers), headers.get("retry-after")
+    return status, await _read_body(reader, status, headers), headers.get("retry-after")
 
 
 async def _read_head(reader: asyncio.StreamReader) -> Tuple[int, Dict[str, str]]:
@@ -607,9 +611,12 @@ async def _read_head(reader: asyncio.StreamReader) -> Tuple[int, Dict[str, str]]
     return status, headers
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: Dict[str, str]) -> bytes:
+async def _read_body(
+    reader: asyncio.StreamReader, status: int, headers: Dict[str, str]
+) -> bytes:
     """A whole body framed by chunked encoding, Content-Length, or the end of the
-    connection."""
+    connection; raises :class:`LockBrokerError` (``bad_response``) as soon as it
+    is known to exceed :data:`MAX_BODY`, without reading the rest."""
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = bytearray()
         while True:
@@ -617,11 +624,48 @@ async def _read_body(reader: asyncio.StreamReader, headers: Dict[str, str]) -> b
             if size == 0:
                 await reader.readuntil(b"\r\n")  # end of (empty) trailers
                 break
+            if len(body) + size > MAX_BODY:
+                raise _too_large(status)
             body += await reader.readexactly(size)
             await reader.readexactly(2)
-        raw = bytes(body)
-    elif "content-length" in headers:
-        raw = await reader.readexactly(int(headers["content-length"]))
-    else:
-        raw = await reader.read()
-    return raw
+        return bytes(body)
+    if "content-length" in headers:
+        length = int(headers["content-length"])
+        if length > MAX_BODY:
+            raise _too_large(status)
+        return await reader.readexactly(length)
+    body = bytearray()
+    while True:
+        piece = await reader.read(READ_SIZE)
+        if not piece:
+            return bytes(body)
+        body += piece
+        if len(body) > MAX_BODY:
+            raise _too_large(status)
+
+
+def _read_capped(response: http.client.HTTPResponse) -> bytes:
+    """A whole body, however framed, or :class:`LockBrokerError`
+    (``bad_response``) once it is known to exceed :data:`MAX_BODY`, without
+    reading the rest; the connection is not used again then."""
+    length = response.getheader("Content-Length")
+    if length is not None and length.strip().isdigit() and int(length) > MAX_BODY:
+        response.close()
+        raise _too_large(response.status)
+    body = bytearray()
+    while len(body) <= MAX_BODY:
+        piece = response.read(min(READ_SIZE, MAX_BODY + 1 - len(body)))
+        if not piece:
+            return bytes(body)
+        body += piece
+    response.close()
+    raise _too_large(response.status)
+
+
+def _too_large(status: int) -> LockBrokerError:
+    return LockBrokerError(
+        f"the broker answered with a body over {MAX_BODY} bytes, larger than any "
+        "answer it sends",
+        code="bad_response",
+        status=status,
+    )

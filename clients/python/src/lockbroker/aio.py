@@ -1,12 +1,13 @@
 """The asyncio twin of :mod:`lockbroker.client`: :class:`AsyncClient`, its
-:class:`AsyncLease`, and ``async with client.lock(...)``, renewed by a task; and
-for semaphores :class:`AsyncPermit` and ``async with client.semaphore(...)``;
+:class:`AsyncLease`, and ``async with client.lock(...)``, renewed by a task; for
+semaphores :class:`AsyncPermit` and ``async with client.semaphore(...)``; for
+several locks ``async with client.lock_all(...)`` (an :class:`AsyncLeaseSet`);
 ``async for event in client.watch(...)`` (:class:`AsyncWatch`) and
 ``async with client.leader(...)`` (:class:`AsyncLeader`).
 
-The rules (options, retries, renewal, release on exit) live in :mod:`._common`,
-and those of watching and electing in :mod:`._events`; this module only awaits
-them."""
+The rules (options, retries, renewal, release on exit) live in :mod:`._options`,
+:mod:`._retry`, :mod:`._renewals` and :mod:`._lease`, and those of watching and
+electing in :mod:`._events`; this module only awaits them."""
 
 from __future__ import annotations
 
@@ -15,32 +16,43 @@ import logging
 import time
 from collections import deque
 from types import TracebackType
-from typing import Any, Deque, Dict, Optional, Type, cast
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Type, Union, cast
 
-from ._common import (
+from ._lease import LeaseBase, LockBase
+from ._multi import (
+    AcquireAllAttempts,
+    LeaseSetBase,
+    LockAllBase,
+    LockAsk,
+    ReleaseAll,
+    ReleaseResult,
+    give_back,
+    lock_asks,
+)
+from ._options import (
     DEFAULT_MAX_HOLD,
     DEFAULT_TTL,
-    LOCKS,
-    SEMAPHORES,
-    Action,
-    AcquireAttempts,
     ClientBase,
     Duration,
-    FenceCheck,
-    LeaseBase,
-    LockBase,
     LockOptions,
+    count,
+    seconds,
+)
+from ._renewals import Action, Renewals
+from ._retry import AcquireAttempts
+from ._wire import (
+    LOCKS,
+    SEMAPHORES,
+    FenceCheck,
     LockStatus,
     Renewal,
-    Renewals,
+    Request,
     SemaphoreStatus,
-    count,
     extend_request,
     fence_check_request,
     release_request,
     released_acknowledged,
     released_fence,
-    seconds,
     status_request,
 )
 from ._events import (
@@ -133,6 +145,75 @@ class AsyncClient(ClientBase):
             if waited:
                 await lease._resync()
             return lease
+
+    async def acquire_all(
+        self,
+        locks: Sequence[Union[str, LockAsk]],
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        request_id: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+    ) -> List["AsyncLease"]:
+        """A lease on every lock of ``locks``, or on none; see
+        :meth:`lockbroker.Client.acquire_all`."""
+        options = LockOptions.check(ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay,
+                                    fair=False)
+        return await self._acquire_all(lock_asks(locks), options, request_id)
+
+    async def _acquire_all(
+        self, asks: Sequence[LockAsk], options: LockOptions, request_id: Optional[str] = None
+    ) -> List["AsyncLease"]:
+        if not asks:
+            return []
+        attempts = AcquireAllAttempts(tuple(asks), options, request_id, self.timeout)
+        while True:
+            request, timeout = attempts.next_request()
+            try:
+                data = await self._transport.request(*request, timeout=timeout)
+            except (LockBusy, BrokerUnavailable) as error:
+                pause = attempts.pause_after(error)
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
+                continue
+            waited = attempts.answered()
+            try:
+                granted = attempts.granted(data)
+            except LockBrokerError:
+                await self._give_back(give_back(data))
+                raise
+            leases = [
+                AsyncLease(self, lease, attempts.sent_at, options.ttl, attempts.held_from)
+                for lease in granted
+            ]
+            if waited:
+                try:
+                    for lease in leases:
+                        await lease._resync()
+                except LockBrokerError:
+                    await self._give_back(ReleaseAll(leases).request())
+                    raise
+            return leases
+
+    async def _give_back(self, request: Optional[Request]) -> None:
+        """Sends the release-all of leases an acquire-all cannot return; see
+        :meth:`lockbroker.Client._give_back`."""
+        if request is None:
+            return
+        try:
+            await self._transport.request(*request)
+        except LockBrokerError as error:
+            log.warning("could not give back the leases of a failed acquire-all: %s", error)
+
+    async def release_all(self, leases: Sequence["AsyncLease"]) -> List[ReleaseResult]:
+        """Gives back every lease of ``leases`` in one request; see
+        :meth:`lockbroker.Client.release_all`."""
+        release = ReleaseAll(leases)
+        request = release.request()
+        data = None if request is None else await self._transport.request(*request)
+        return release.answered(data)
 
     async def extend(self, name: str, token: str, ttl: Duration) -> Renewal:
         """Sets the remaining TTL of the lease ``token`` holds to ``ttl`` seconds."""
@@ -250,6 +331,23 @@ class AsyncClient(ClientBase):
         ``lease.lost`` is an :class:`asyncio.Event`."""
         return AsyncLock(self, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
                          lock_delay=lock_delay, fair=fair, shared=shared)
+
+    def lock_all(
+        self,
+        locks: Sequence[Union[str, LockAsk]],
+        *,
+        ttl: Duration = DEFAULT_TTL,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        max_hold: Duration = DEFAULT_MAX_HOLD,
+        lock_delay: Optional[Duration] = None,
+    ) -> "AsyncLockAll":
+        """``async with client.lock_all(["a", "b"], ttl=30) as leases:`` holds
+        every lock while the body runs, each lease renewed by a task;
+        ``leases.lost`` is an :class:`asyncio.Event` set when any of them is
+        lost. See :meth:`lockbroker.Client.lock_all`."""
+        return AsyncLockAll(self, locks, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
+                            lock_delay=lock_delay)
 
     def semaphore(
         self,
@@ -409,6 +507,54 @@ class AsyncLock(LockBase):
             except LockBrokerError as caught:
                 error = caught
         self._leave(error, exc_type)
+
+
+class AsyncLeaseSet(LeaseSetBase):
+    """What entering :meth:`AsyncClient.lock_all` gives: the :class:`AsyncLease`
+    of every lock, in the order asked, and ``lost``, an :class:`asyncio.Event`
+    set as soon as any of them is lost. See :class:`lockbroker.LeaseSet`."""
+
+    leases: Tuple[AsyncLease, ...]
+
+    def __init__(self, leases: Sequence[AsyncLease]) -> None:
+        self.lost = asyncio.Event()
+        super().__init__(leases)
+
+
+class AsyncLockAll(LockAllBase):
+    """What :meth:`AsyncClient.lock_all` returns; use it once, in ``async with``."""
+
+    _called = "an AsyncLockAll"
+    client: AsyncClient
+    leases: Optional[AsyncLeaseSet]
+    _tasks: "List[asyncio.Task[None]]"
+
+    async def __aenter__(self) -> AsyncLeaseSet:
+        self._check_unused()
+        leases = AsyncLeaseSet(await self.client._acquire_all(self.asks, self.options))
+        self.leases = leases
+        self._tasks = [
+            asyncio.ensure_future(_renew(lease, self.max_hold)) for lease in leases.leases
+        ]
+        return leases
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        assert self.leases is not None
+        for task in self._tasks:
+            await _cancelled(task)
+        results, error = None, None
+        asked = cast(List[AsyncLease], self._to_release())
+        if asked:
+            try:
+                results = await self.client.release_all(asked)
+            except LockBrokerError as caught:
+                error = caught
+        self._leave(results, error, exc_type)
 
 
 class AsyncSemaphore(AsyncLock):

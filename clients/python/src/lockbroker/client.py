@@ -1,12 +1,13 @@
 """The blocking client: :class:`Client`, its :class:`Lease`, and ``client.lock()``,
-a context manager that renews the lease from a background thread; and the same
-for semaphores: :class:`Permit` and ``client.semaphore()``. ``client.watch()``
+a context manager that renews the lease from a background thread; the same for
+semaphores (:class:`Permit` and ``client.semaphore()``) and for several locks
+at once (``client.lock_all()``, a :class:`LeaseSet`). ``client.watch()``
 reads a lock's event stream (:class:`Watch`), and ``client.leader()`` campaigns
 for leadership (:class:`Leader`).
 
-The rules (options, retries, renewal, release on exit) live in :mod:`._common`,
-and those of watching and electing in :mod:`._events`; this module only blocks
-on them."""
+The rules (options, retries, renewal, release on exit) live in :mod:`._options`,
+:mod:`._retry`, :mod:`._renewals` and :mod:`._lease`, and those of watching and
+electing in :mod:`._events`; this module only blocks on them."""
 
 from __future__ import annotations
 
@@ -15,32 +16,43 @@ import threading
 import time
 from collections import deque
 from types import TracebackType
-from typing import Any, Deque, Dict, Iterator, List, Optional, Type, cast
+from typing import Any, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union, cast
 
-from ._common import (
+from ._lease import LeaseBase, LockBase
+from ._multi import (
+    AcquireAllAttempts,
+    LeaseSetBase,
+    LockAllBase,
+    LockAsk,
+    ReleaseAll,
+    ReleaseResult,
+    give_back,
+    lock_asks,
+)
+from ._options import (
     DEFAULT_MAX_HOLD,
     DEFAULT_TTL,
-    LOCKS,
-    SEMAPHORES,
-    Action,
-    AcquireAttempts,
     ClientBase,
     Duration,
-    FenceCheck,
-    LeaseBase,
-    LockBase,
     LockOptions,
+    count,
+    seconds,
+)
+from ._renewals import Action, Renewals
+from ._retry import AcquireAttempts
+from ._wire import (
+    LOCKS,
+    SEMAPHORES,
+    FenceCheck,
     LockStatus,
     Renewal,
-    Renewals,
+    Request,
     SemaphoreStatus,
-    count,
     extend_request,
     fence_check_request,
     release_request,
     released_acknowledged,
     released_fence,
-    seconds,
     status_request,
 )
 from ._events import (
@@ -178,6 +190,94 @@ class Client(ClientBase):
             if waited:
                 lease._resync()
             return lease
+
+    def acquire_all(
+        self,
+        locks: Sequence[Union[str, LockAsk]],
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        request_id: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+    ) -> List[Lease]:
+        """Takes a lease on every lock of ``locks`` (names, or :class:`LockAsk`
+        for a shared lease), or on none, in one request; the leases come back in
+        the order asked, each an ordinary :class:`Lease` with its own token and
+        fence, extended and released on its own or with :meth:`release_all`.
+
+        The other arguments are :meth:`acquire`'s and apply to every lease, with
+        its retry rule: a busy answer is asked again until ``wait`` is over, and
+        the broker holds none of the locks while it waits. :class:`LockBusy`
+        names the busy lock in ``lock``. A name given twice raises
+        :class:`ValueError` without asking; no locks are no leases. An answer
+        that names other locks than asked for raises :class:`LockBrokerError`
+        (code ``bad_response``) after giving back the leases it granted.
+        Nothing renews the leases: see :meth:`lock_all`."""
+        options = LockOptions.check(ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay,
+                                    fair=False)
+        return self._acquire_all(lock_asks(locks), options, request_id)
+
+    def _acquire_all(
+        self, asks: Sequence[LockAsk], options: LockOptions, request_id: Optional[str] = None
+    ) -> List[Lease]:
+        if not asks:
+            return []
+        attempts = AcquireAllAttempts(tuple(asks), options, request_id, self.timeout)
+        while True:
+            request, timeout = attempts.next_request()
+            try:
+                data = self._transport.request(*request, timeout=timeout)
+            except (LockBusy, BrokerUnavailable) as error:
+                pause = attempts.pause_after(error)
+                if pause is None:
+                    raise
+                time.sleep(pause)
+                continue
+            waited = attempts.answered()
+            try:
+                granted = attempts.granted(data)
+            except LockBrokerError:
+                self._give_back(give_back(data))
+                raise
+            leases = [
+                Lease(self, lease, attempts.sent_at, options.ttl, attempts.held_from)
+                for lease in granted
+            ]
+            if waited:
+                try:
+                    for lease in leases:
+                        lease._resync()
+                except LockBrokerError:
+                    self._give_back(ReleaseAll(leases).request())
+                    raise
+            return leases
+
+    def _give_back(self, request: Optional[Request]) -> None:
+        """Sends ``request``, the release-all of leases an acquire-all cannot
+        return, so they are not held until they expire; its failure is logged,
+        the caller raises the error that made it necessary."""
+        if request is None:
+            return
+        try:
+            self._transport.request(*request)
+        except LockBrokerError as error:
+            log.warning("could not give back the leases of a failed acquire-all: %s", error)
+
+    def release_all(self, leases: Sequence[Lease]) -> List[ReleaseResult]:
+        """Gives back every lease of ``leases`` in one request, and returns what
+        became of each, in the order given, as its own :meth:`Lease.release`
+        would have it: released with its fence, or the error that release would
+        raise (:class:`LeaseLost` for a lease the broker no longer had). Each
+        lease ends as after its own release: never renewed again, and
+        ``released``, or ``lost`` when the broker says so. A lease the broker
+        had already called lost is not asked about again. Raises when the
+        request as a whole failed (no answer, or a refusal such as a semaphore
+        permit among the leases)."""
+        release = ReleaseAll(leases)
+        request = release.request()
+        data = None if request is None else self._transport.request(*request)
+        return release.answered(data)
 
     def extend(self, name: str, token: str, ttl: Duration) -> Renewal:
         """Sets the remaining TTL of the lease ``token`` holds to ``ttl`` seconds.
@@ -357,6 +457,39 @@ class Client(ClientBase):
         """
         return Lock(self, name, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
                     lock_delay=lock_delay, fair=fair, shared=shared)
+
+    def lock_all(
+        self,
+        locks: Sequence[Union[str, LockAsk]],
+        *,
+        ttl: Duration = DEFAULT_TTL,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        max_hold: Duration = DEFAULT_MAX_HOLD,
+        lock_delay: Optional[Duration] = None,
+    ) -> "LockAll":
+        """A context manager that holds every lock of ``locks`` (names, or
+        :class:`LockAsk` for a shared lease) while its body runs::
+
+            with client.lock_all(["account:17", "account:42"], ttl=30, wait=10) as leases:
+                debit, credit = leases
+                transfer(debit.fence, credit.fence)
+                if leases.lost.is_set():
+                    ...
+
+        Entering it is :meth:`acquire_all` (every lock or none, a busy answer
+        asked again until ``wait`` is over, :class:`LockBusy` naming the busy
+        lock); it gives a :class:`LeaseSet` of the leases in the order asked.
+        Each lease is renewed by its own thread as :meth:`lock` renews one, up
+        to ``max_hold``. ``leases.lost`` is set as soon as any of them is lost:
+        the work no longer holds every lock it asked for (``leases.lost_lease``
+        says which, and each lease's own ``lost`` is set too). On exit every
+        lease still held is given back with one release-all; if any was lost
+        while the body ran, :class:`LeaseLost` naming it is raised unless the
+        body raised first.
+        """
+        return LockAll(self, locks, ttl=ttl, wait=wait, owner=owner, max_hold=max_hold,
+                       lock_delay=lock_delay)
 
     def semaphore(
         self,
@@ -548,6 +681,55 @@ class Lock(LockBase):
             except LockBrokerError as caught:
                 error = caught
         self._leave(error, exc_type)
+
+
+class LeaseSet(LeaseSetBase):
+    """What entering :meth:`Client.lock_all` gives: the :class:`Lease` of every
+    lock, in the order asked (index it, or unpack it), and ``lost``, a
+    :class:`threading.Event` set as soon as any of them is lost.
+    ``raise_if_lost()`` raises :class:`LeaseLost` naming the lost lock."""
+
+    leases: Tuple[Lease, ...]
+
+    def __init__(self, leases: Sequence[Lease]) -> None:
+        self.lost = threading.Event()
+        super().__init__(leases)
+
+
+class LockAll(LockAllBase):
+    """What :meth:`Client.lock_all` returns; use it once, in a ``with`` statement."""
+
+    _called = "a LockAll"
+    client: Client
+    leases: Optional[LeaseSet]
+    _renewers: List[_Renewer]
+
+    def __enter__(self) -> LeaseSet:
+        self._check_unused()
+        leases = LeaseSet(self.client._acquire_all(self.asks, self.options))
+        self.leases = leases
+        self._renewers = [_Renewer(lease, self.max_hold) for lease in leases.leases]
+        for renewer in self._renewers:
+            renewer.start()
+        return leases
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        assert self.leases is not None
+        for renewer in self._renewers:
+            renewer.stop()
+        results, error = None, None
+        asked = cast(List[Lease], self._to_release())
+        if asked:
+            try:
+                results = self.client.release_all(asked)
+            except LockBrokerError as caught:
+                error = caught
+        self._leave(results, error, exc_type)
 
 
 class Semaphore(Lock):

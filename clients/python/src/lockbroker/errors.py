@@ -7,10 +7,9 @@ failures (refused, reset, timed out) become :class:`BrokerUnavailable`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Tuple, Type
 
-if TYPE_CHECKING:
-    from ._common import Holder
+from ._wire import Holder, holders_from_json
 
 
 class LockBrokerError(Exception):
@@ -64,17 +63,21 @@ class LockBusy(LockBrokerError):
         return self.details.get("fence")
 
     @property
-    def holders(self) -> "Tuple[Holder, ...]":
+    def holders(self) -> Tuple[Holder, ...]:
         """Every lease (or permit) in the way, at most 100; empty from a broker
         that does not list them."""
-        from ._common import holders_from_json  # _common imports this module
-
         return holders_from_json(self.details.get("holders"))
 
     @property
     def limit(self) -> Optional[int]:
         """The semaphore's limit (``None`` for a lock)."""
         return self.details.get("limit")
+
+    @property
+    def lock(self) -> Optional[str]:
+        """For ``acquire_all``, the lock that was busy (``None`` from a single
+        acquire, which names its one lock itself)."""
+        return self.details.get("lock")
 
     @property
     def expires_in(self) -> Optional[float]:
@@ -197,6 +200,15 @@ def error_from_response(
         details=detail,
         retry_after=_parse_retry_after(retry_after),
     )
+
+
+def error_from_detail(error: Mapping[str, Any]) -> LockBrokerError:
+    """The exception for an error object inside a 200 answer (one lease's result
+    in a release-all), by its ``code``, with no HTTP status of its own."""
+    detail = dict(error)
+    code = str(detail.pop("code", "") or "error")
+    message = str(detail.pop("message", "") or f"the broker answered {code}")
+    return _BY_CODE.get(code, LockBrokerError)(message, code=code, details=detail)
 
 
 def _parse_retry_after(value: Optional[str]) -> Optional[float]:

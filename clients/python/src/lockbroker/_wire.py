@@ -1,0 +1,276 @@
+"""The broker's HTTP API as data, without I/O: the route families and modes, the
+paths and bodies of each request, and the answers parsed into frozen records.
+Both clients send what these build and read what they parse."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Tuple
+from urllib.parse import quote
+
+#: The route families: ``/v1/locks/...`` for lock leases (exclusive and shared),
+#: ``/v1/semaphores/...`` for semaphore permits.
+LOCKS = "locks"
+SEMAPHORES = "semaphores"
+#: The ``mode`` of a lock lease; a semaphore permit's is ``PERMIT``.
+EXCLUSIVE = "exclusive"
+SHARED = "shared"
+PERMIT = "permit"
+
+
+def millis(value: float) -> int:
+    """Seconds as whole milliseconds, at least 1."""
+    return max(1, int(round(value * 1000)))
+
+
+def resource_path(kind: str, name: str, action: Optional[str] = None) -> str:
+    """``/v1/{kind}/{name}[/action]`` with the name percent-encoded; ``kind`` is
+    :data:`LOCKS` or :data:`SEMAPHORES`."""
+    if not isinstance(name, str) or not name:
+        noun = "semaphore" if kind == SEMAPHORES else "lock"
+        raise ValueError(f"{noun} name must be a non-empty string")
+    path = f"/v1/{kind}/" + quote(name, safe="")
+    return f"{path}/{action}" if action else path
+
+
+def lock_path(name: str, action: Optional[str] = None) -> str:
+    """``/v1/locks/{name}[/action]`` with the name percent-encoded."""
+    return resource_path(LOCKS, name, action)
+
+
+def semaphore_path(name: str, action: Optional[str] = None) -> str:
+    """``/v1/semaphores/{name}[/action]`` with the name percent-encoded."""
+    return resource_path(SEMAPHORES, name, action)
+
+
+def acquire_body(
+    ttl: float,
+    wait: float,
+    owner: Optional[str],
+    request_id: str,
+    lock_delay: Optional[float],
+    fair: bool = False,
+    shared: bool = False,
+    limit: Optional[int] = None,
+) -> Dict[str, Any]:
+    """The JSON body of an acquire. ``fair`` and ``"mode": "shared"`` are sent only
+    when set, so brokers without fair queueing or shared locks keep accepting the
+    default; ``limit`` goes only to a semaphore's acquire, which requires it."""
+    body: Dict[str, Any] = {
+        "ttl_ms": millis(ttl),
+        "wait_ms": int(wait * 1000),
+        "request_id": request_id,
+    }
+    if owner is not None:
+        body["owner"] = owner
+    if lock_delay is not None:
+        body["lock_delay_ms"] = int(lock_delay * 1000)
+    if fair:
+        body["fair"] = True
+    if shared:
+        body["mode"] = SHARED
+    if limit is not None:
+        body["limit"] = limit
+    return body
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One valid lease of a lock or permit of a semaphore, as a status or a
+    ``lock_busy`` answer lists it. Never a token."""
+
+    owner: Optional[str]
+    fence: int
+    #: ``"exclusive"`` or ``"shared"`` for a lock's lease, ``"permit"`` for a
+    #: semaphore's permit.
+    mode: str
+    #: Seconds until this lease expires unless renewed.
+    expires_in: float
+    #: Seconds until its place is free (expiry plus lock-delay).
+    available_in: float
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Holder":
+        return cls(
+            owner=data.get("owner"),
+            fence=data["fence"],
+            mode=data.get("mode", EXCLUSIVE),
+            expires_in=data.get("expires_in_ms", 0) / 1000.0,
+            available_in=data.get("available_in_ms", 0) / 1000.0,
+        )
+
+
+def holders_from_json(data: Any) -> Tuple[Holder, ...]:
+    """The ``holders`` list of an answer; empty when absent (older brokers)."""
+    if not isinstance(data, list):
+        return ()
+    return tuple(Holder.from_json(item) for item in data if isinstance(item, dict))
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """A lock's state as ``GET /v1/locks/{name}`` reports it. Never a token.
+
+    While shared leases hold the lock, ``owner`` is ``None``, ``expires_in`` is
+    the latest of their expiries, and ``available_in`` is when an exclusive
+    acquire could succeed at the earliest; ``holders`` lists every lease."""
+
+    name: str
+    held: bool
+    #: The exclusive holder's label (``None`` while shared leases hold the lock).
+    owner: Optional[str]
+    #: The last fence issued for this lock (``None`` when it has none).
+    fence: Optional[int]
+    #: Seconds until the current lease expires (0 when not held).
+    expires_in: float
+    #: Seconds until the lock can next be granted (expiry plus lock-delay).
+    available_in: float
+    #: ``"exclusive"`` or ``"shared"`` while held, ``None`` when not.
+    mode: Optional[str] = None
+    #: The valid leases (at most 100 of them; ``holder_count`` says how many).
+    holders: Tuple[Holder, ...] = ()
+    #: How many valid leases hold the lock.
+    holder_count: int = 0
+    #: Requests waiting for the lock: those in its queue in Redis, plus those
+    #: waiting in the answering broker's own line (see openapi.yaml); 0 from a
+    #: broker that does not say.
+    waiting: int = 0
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "LockStatus":
+        held = bool(data["held"])
+        holders = holders_from_json(data.get("holders"))
+        return cls(
+            name=data["name"],
+            held=held,
+            owner=data.get("owner"),
+            fence=data.get("fence"),
+            expires_in=data.get("expires_in_ms", 0) / 1000.0,
+            available_in=data.get("available_in_ms", 0) / 1000.0,
+            # A broker without shared locks says neither: its one lease is exclusive.
+            mode=data.get("mode", EXCLUSIVE if held else None),
+            holders=holders,
+            holder_count=data.get("holder_count", len(holders) or int(held)),
+            waiting=int(data.get("waiting", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    """A semaphore's state as ``GET /v1/semaphores/{name}`` reports it. Never a
+    token."""
+
+    name: str
+    #: The limit the held permits were granted under (``None`` when none is held).
+    limit: Optional[int]
+    #: How many valid permits there are.
+    held: int
+    #: How many more permits could be granted now (``None`` without a limit;
+    #: expired permits in their lock-delay still count).
+    available: Optional[int]
+    #: The last fence issued for this semaphore (``None`` when it has none).
+    fence: Optional[int]
+    #: The valid permits (at most 100 of them).
+    holders: Tuple[Holder, ...]
+    #: Seconds until a permit can next be granted (0 when one is free now).
+    available_in: float
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SemaphoreStatus":
+        return cls(
+            name=data["name"],
+            limit=data.get("limit"),
+            held=int(data.get("held", 0)),
+            available=data.get("available"),
+            fence=data.get("fence"),
+            holders=holders_from_json(data.get("holders")),
+            available_in=data.get("available_in_ms", 0) / 1000.0,
+        )
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """The broker's answer to an extend: same fence, new expiry."""
+
+    name: str
+    fence: int
+    ttl: float
+    expires_at_ms: int
+    owner: Optional[str]
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Renewal":
+        return cls(
+            name=data["name"],
+            fence=data["fence"],
+            ttl=data["ttl_ms"] / 1000.0,
+            expires_at_ms=data["expires_at_ms"],
+            owner=data.get("owner"),
+        )
+
+
+@dataclass(frozen=True)
+class FenceCheck:
+    """The broker's answer to a fence check: whether a valid lease (exclusive,
+    shared or permit) carries exactly ``fence`` now. Never a token.
+
+    It can be stale by the time a resource acts on it: check, act at once, and
+    keep the action shorter than ``expires_in``."""
+
+    name: str
+    fence: int
+    #: Whether a valid lease carries this fence now; ``False`` once it expired
+    #: (its lock-delay included), was released, force-released or replaced.
+    current: bool
+    #: ``True`` when current; otherwise whether another lease holds the name.
+    held: bool
+    #: Seconds the lease with this fence stays valid when current; otherwise
+    #: how long the name's current lease does (0 when free).
+    expires_in: float
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "FenceCheck":
+        return cls(
+            name=data["name"],
+            fence=data["fence"],
+            current=bool(data["current"]),
+            held=bool(data["held"]),
+            expires_in=data["expires_in_ms"] / 1000.0,
+        )
+
+
+#: One HTTP exchange as the transports take it: method, path and JSON body.
+Request = Tuple[str, str, Optional[Dict[str, Any]]]
+
+
+def extend_request(name: str, token: str, ttl: float, kind: str = LOCKS) -> Request:
+    return "POST", resource_path(kind, name, "extend"), {"token": token, "ttl_ms": millis(ttl)}
+
+
+def release_request(name: str, token: str, kind: str = LOCKS) -> Request:
+    return "POST", resource_path(kind, name, "release"), {"token": token}
+
+
+def status_request(name: str, kind: str = LOCKS) -> Request:
+    return "GET", resource_path(kind, name), None
+
+
+def fence_check_request(name: str, fence: int, kind: str = LOCKS) -> Request:
+    """``GET /v1/{kind}/{name}/fence/{fence}``. Only a whole number goes into the
+    path; whether it is a valid fence (1 to 2^53 - 1) is the broker's to say, with
+    :class:`InvalidRequest` naming the field ``fence``."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(f"fence must be a whole number, not {fence!r}")
+    return "GET", resource_path(kind, name, f"fence/{fence}"), None
+
+
+def released_fence(data: Dict[str, Any]) -> int:
+    """The fence in a release's answer."""
+    return int(data["fence"])
+
+
+def released_acknowledged(data: Dict[str, Any]) -> Optional[bool]:
+    """Whether enough Redis replicas acknowledged a release: ``None`` when the
+    answer has no ``acknowledged`` (the broker does not wait for replicas)."""
+    acknowledged = data.get("acknowledged")
+    return None if acknowledged is None else bool(acknowledged)
