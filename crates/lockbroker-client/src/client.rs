@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockbroker_api::{
-    FenceCheckResponse, ForceReleaseResponse, SemaphoreStatusResponse, StatusResponse,
+    ExtendBody, FenceCheckResponse, ForceReleaseResponse, HealthResponse, RenewalResponse,
+    SemaphoreStatusResponse, StatusResponse,
 };
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
@@ -15,7 +16,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::Error;
-use crate::lock::{LockHandle, SemaphoreHandle};
+use crate::lock::{millis, LockHandle, SemaphoreHandle};
+use crate::tls;
 
 /// Per-request timeout when none is set: finite, like everything here.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,10 +31,13 @@ const NAME_ESCAPES: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b':');
 
-/// Where a name lives: the lock routes or the semaphore routes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Family {
+/// Where a name lives: the lock routes or the semaphore routes. A token
+/// works only in the family that issued it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `/v1/locks/{name}`: exclusive and shared leases.
     Locks,
+    /// `/v1/semaphores/{name}`: permits.
     Semaphores,
 }
 
@@ -80,6 +85,7 @@ pub struct ClientBuilder {
     ca_pem: Vec<Vec<u8>>,
     timeout: Duration,
     connect_timeout: Duration,
+    user_agent: String,
 }
 
 // The API key is a secret: Debug says only whether there is one.
@@ -110,7 +116,9 @@ impl ClientBuilder {
     }
 
     /// Trusts the certificates in `pem` (a private CA, or a self-signed
-    /// broker's own certificate) besides the system's roots.
+    /// broker's own certificate) besides the system's roots. A self-signed
+    /// certificate marked `CA:TRUE`, as `openssl req -x509` makes them, is
+    /// trusted as the broker's own when it is that very certificate.
     pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_pem.push(pem.into());
         self
@@ -129,6 +137,13 @@ impl ClientBuilder {
         self
     }
 
+    /// The `User-Agent` to send, `lockbroker-client/VERSION` by default: a
+    /// tool built on the client names itself in the broker's logs.
+    pub fn user_agent(mut self, user_agent: impl Into<String>) -> Self {
+        self.user_agent = user_agent.into();
+        self
+    }
+
     /// The client, or [`Error::Config`] for a bad URL, key or certificate.
     pub fn build(self) -> Result<Client, Error> {
         let config = |message: String| Error::Config { message };
@@ -143,32 +158,23 @@ impl ClientBuilder {
         let _ = url.set_password(None);
         let mut headers = HeaderMap::new();
         if let Some(key) = &self.api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
-                .map_err(|_| config("the API key has characters a header cannot carry".into()))?;
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                config("the API key contains characters a header cannot carry".into())
+            })?;
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
         }
         let mut builder = reqwest::Client::builder()
             .default_headers(headers)
-            .user_agent(concat!("lockbroker-client/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(self.connect_timeout)
-            .tls_built_in_root_certs(false);
-        // The system's roots, then the caller's: a machine without any still
-        // reaches a broker whose CA was named.
-        for cert in rustls_native_certs::load_native_certs().certs {
-            if let Ok(cert) = reqwest::Certificate::from_der(&cert) {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
+            .user_agent(self.user_agent)
+            .connect_timeout(self.connect_timeout);
+        let mut roots = Vec::new();
         for pem in &self.ca_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| config(format!("CA certificate: {}", e.without_url())))?;
-            if certs.is_empty() {
-                return Err(config("CA certificate: no certificate in the PEM".into()));
-            }
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
+            roots.extend(tls::read_pem(pem).map_err(config)?);
+        }
+        // Only https needs the system's roots: plain http skips reading them.
+        if url.scheme() == "https" {
+            builder = builder.use_preconfigured_tls(tls::client_config(roots).map_err(config)?);
         }
         let http = builder
             .build()
@@ -194,6 +200,7 @@ impl Client {
             ca_pem: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
+            user_agent: concat!("lockbroker-client/", env!("CARGO_PKG_VERSION")).to_owned(),
         }
     }
 
@@ -221,6 +228,14 @@ impl Client {
     pub async fn status(&self, name: &str) -> Result<StatusResponse, Error> {
         let path = route(Family::Locks, name, "");
         self.call(Method::GET, &path, None::<&()>, self.inner.timeout)
+            .await
+    }
+
+    /// `GET /readyz`: whether the broker takes lock requests now (its store
+    /// answers and it is not shutting down). A broker that is not ready
+    /// answers [`Error::Unavailable`]; one that is not up, a transport error.
+    pub async fn ready(&self) -> Result<HealthResponse, Error> {
+        self.call(Method::GET, "/readyz", None::<&()>, self.inner.timeout)
             .await
     }
 
@@ -259,6 +274,47 @@ impl Client {
         let path = route(family, name, &format!("/fence/{fence}"));
         self.call(Method::GET, &path, None::<&()>, self.inner.timeout)
             .await
+    }
+
+    /// `POST /v1/locks/{name}/extend`: the lease that `token` holds stays
+    /// valid `ttl` from now, for a process that kept the name and token
+    /// rather than the [`Lease`](crate::Lease), whose own
+    /// [`extend`](crate::Lease::extend) also moves its local deadline.
+    pub async fn extend(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<RenewalResponse, Error> {
+        let timeout = self.inner.timeout;
+        self.extend_token(Family::Locks, name, token, ttl, timeout)
+            .await
+    }
+
+    /// `POST /v1/semaphores/{name}/extend`: [`Client::extend`] for a permit.
+    pub async fn extend_permit(
+        &self,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<RenewalResponse, Error> {
+        let timeout = self.inner.timeout;
+        self.extend_token(Family::Semaphores, name, token, ttl, timeout)
+            .await
+    }
+
+    /// One extend of the lease `token` holds, within `timeout`.
+    pub(crate) async fn extend_token(
+        &self,
+        family: Family,
+        name: &str,
+        token: &str,
+        ttl: Duration,
+        timeout: Duration,
+    ) -> Result<RenewalResponse, Error> {
+        let path = route(family, name, "/extend");
+        let body = ExtendBody::new(token, Some(millis(ttl)));
+        self.call(Method::POST, &path, Some(&body), timeout).await
     }
 
     /// `DELETE /v1/locks/{name}`: ends every lease of the lock, whoever holds

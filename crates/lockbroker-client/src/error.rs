@@ -8,7 +8,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockbroker_api::{ErrorCode, ErrorResponse, HolderResponse};
+use lockbroker_api::{ErrorCode, ErrorDetail, ErrorResponse, HolderResponse};
 
 /// Why a lease ended without its holder releasing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,6 +61,11 @@ pub enum Error {
     /// `423 lock_busy`: other leases hold the lock (or all permits are taken)
     /// and the wait, if any, is over.
     Busy {
+        /// For a step over several locks ([`Client::acquire_all`]), the lock
+        /// that was busy; `None` for a single lock or semaphore.
+        ///
+        /// [`Client::acquire_all`]: crate::Client::acquire_all
+        lock: Option<String>,
         /// Every lease in the way, the first to free first.
         holders: Vec<HolderResponse>,
         /// The label of the holder whose end lets this caller in first.
@@ -80,6 +85,9 @@ pub enum Error {
         /// Why.
         reason: LostReason,
     },
+    /// This client released the lease: a released lease is never extended,
+    /// and nothing is written under it.
+    Released,
     /// `409 max_hold_exceeded`: the broker will not extend this lease further.
     MaxHoldExceeded {
         /// How long the lease stays valid without the extension.
@@ -209,9 +217,16 @@ impl Error {
                 ),
             };
         };
+        Self::from_detail(error, retry_after)
+    }
+
+    /// The error a broker's error detail stands for: a whole answer's, or
+    /// one lease's within a step over several.
+    pub(crate) fn from_detail(error: ErrorDetail, retry_after: Option<Duration>) -> Self {
         let ms = |value: Option<u64>| value.map(Duration::from_millis);
         match error.code {
             ErrorCode::LockBusy => Self::Busy {
+                lock: error.lock,
                 holders: error.holders.unwrap_or_default(),
                 owner: error.owner.flatten(),
                 fence: error.fence,
@@ -262,10 +277,9 @@ impl Error {
     /// A reqwest failure, told by its innermost cause, never by its URL.
     pub(crate) fn transport(error: reqwest::Error) -> Self {
         let error = error.without_url();
+        let tls = crate::tls::find_error(&error).is_some();
         let mut innermost: &(dyn std::error::Error + 'static) = &error;
-        let mut tls = is_tls(innermost);
         while let Some(next) = innermost.source() {
-            tls |= is_tls(next);
             innermost = next;
         }
         let kind = if error.is_timeout() {
@@ -285,32 +299,20 @@ impl Error {
     }
 }
 
-/// Whether `error` is a TLS failure, or I/O errors wrapping one (which
-/// hide it from `source()`).
-fn is_tls(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut candidate = Some(error);
-    while let Some(error) = candidate {
-        if error.is::<rustls::Error>() {
-            return true;
-        }
-        candidate = error
-            .downcast_ref::<std::io::Error>()
-            .and_then(std::io::Error::get_ref)
-            .map(|inner| inner as &(dyn std::error::Error + 'static));
-    }
-    false
-}
-
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Busy {
+                lock,
                 holders,
                 owner,
                 available_in,
                 ..
             } => {
-                write!(f, "the lock is busy")?;
+                match lock {
+                    Some(lock) => write!(f, "the lock {lock:?} is busy")?,
+                    None => write!(f, "the lock is busy")?,
+                }
                 if let Some(owner) = owner {
                     write!(f, ", held by {owner:?}")?;
                 }
@@ -323,6 +325,7 @@ impl fmt::Display for Error {
                 Ok(())
             }
             Self::LeaseLost { reason } => write!(f, "the lease is lost ({reason})"),
+            Self::Released => write!(f, "the lease was released"),
             Self::MaxHoldExceeded { .. } => {
                 write!(
                     f,
@@ -391,6 +394,19 @@ mod tests {
         };
         assert_eq!((holders.len(), owner, fence), (1, None, Some(4)));
         assert_eq!(available_in, Some(Duration::from_millis(20)));
+
+        let one_of_several = br#"{"error":{"code":"lock_busy","message":"busy","owner":"a",
+            "fence":4,"lock":"ledger:b"}}"#;
+        let busy = Error::from_answer(423, None, one_of_several);
+        assert!(
+            matches!(&busy, Error::Busy { lock: Some(lock), .. } if lock == "ledger:b"),
+            "{busy:?}"
+        );
+        assert!(
+            busy.to_string()
+                .starts_with(r#"the lock "ledger:b" is busy"#),
+            "{busy}"
+        );
 
         let bad = br#"{"error":{"code":"invalid_request","message":"m","field":"ttl_ms"}}"#;
         assert!(matches!(

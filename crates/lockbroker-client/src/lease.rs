@@ -11,9 +11,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lockbroker_api::{
-    ExtendBody, FenceCheckResponse, ReleaseBody, ReleaseResponse, RenewalResponse,
-};
+use lockbroker_api::{FenceCheckResponse, ReleaseBody, ReleaseResponse, RenewalResponse};
 use reqwest::Method;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -21,7 +19,7 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::client::{route, Client, Family};
 use crate::error::{Error, LostReason};
-use crate::lock::{millis, AcquireOptions};
+use crate::lock::AcquireOptions;
 
 /// What a lease is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,11 +70,11 @@ pub(crate) struct Grant {
 /// [`Lease::lost`] completes, and [`Lease::cancellation`] tokens are
 /// cancelled, the moment the lease ends: the broker said it is gone, it ran
 /// out by the local clock, it reached its maximum hold, or it was released.
-/// Dropping a lease stops its renewal and releases it in the background.
+/// A lease that ended stays readable (its fence, its end, a fence check) but
+/// is never extended. Dropping a lease stops its renewal and releases it in
+/// the background.
 pub struct Lease {
     pub(crate) shared: Arc<Shared>,
-    /// Whether `release` already ran, so drop does not release again.
-    done: bool,
 }
 
 /// What the lease and its background task share.
@@ -145,10 +143,7 @@ impl Lease {
             wake: Notify::new(),
         });
         tokio::spawn(crate::renew::run(Arc::clone(&shared)));
-        Self {
-            shared,
-            done: false,
-        }
+        Self { shared }
     }
 
     /// The lock's (or semaphore's) name.
@@ -226,12 +221,10 @@ impl Lease {
         self.shared.ended.child_token()
     }
 
-    /// [`Error::LeaseLost`] once the lease was lost, to stop before a write.
+    /// [`Error::LeaseLost`] once the lease was lost, [`Error::Released`]
+    /// once released: to stop before a write.
     pub fn check(&self) -> Result<(), Error> {
-        match self.lost_reason() {
-            Some(reason) => Err(Error::LeaseLost { reason }),
-            None => Ok(()),
-        }
+        self.end().map_or(Ok(()), |end| Err(end.error()))
     }
 
     /// Renews the lease in the background every TTL / 3 until it is
@@ -246,8 +239,23 @@ impl Lease {
         }
     }
 
+    /// A deadline counted from `counted` moves back to count from `sent`:
+    /// for a grant whose request was sent at `sent` and answered at
+    /// `counted`, when no extend since could confirm it.
+    pub(crate) fn count_from(&self, sent: Instant, counted: Instant) {
+        {
+            let mut state = self.shared.state();
+            if state.last_sent == counted {
+                state.deadline -= counted.saturating_duration_since(sent);
+                state.last_sent = sent;
+            }
+        }
+        self.shared.wake.notify_one();
+    }
+
     /// `POST .../extend`: the lease's remaining validity becomes `ttl` from
-    /// now. A lease that ended is never extended.
+    /// now. A lease that ended is never extended: that answers
+    /// [`Error::LeaseLost`] or [`Error::Released`] at once.
     pub async fn extend(&self, ttl: Duration) -> Result<RenewalResponse, Error> {
         self.shared
             .extend(ttl, self.shared.client.inner.timeout)
@@ -258,45 +266,46 @@ impl Lease {
     /// `POST .../release`: stops renewing and gives the lease back. A lease
     /// the broker already called lost answers [`Error::LeaseLost`]; one that
     /// ran out by the local clock is still released if the broker has it
-    /// (then nobody else held it meanwhile).
-    pub async fn release(mut self) -> Result<Released, Error> {
-        self.done = true;
-        let shared = Arc::clone(&self.shared);
-        let lost = {
-            let mut state = shared.state();
-            state.next_renewal = None;
-            state.end
-        };
-        shared.wake.notify_one();
-        if let Some(LeaseEnd::Lost(LostReason::LeaseLost)) = lost {
-            return Err(Error::LeaseLost {
-                reason: LostReason::LeaseLost,
-            });
+    /// (then nobody else held it meanwhile). Asking again asks the broker
+    /// again, which answers a token's second release as it did the first.
+    pub async fn release(&self) -> Result<Released, Error> {
+        let shared = &self.shared;
+        if let Some(lost) = shared.stop_renewing() {
+            return lost;
         }
-        let answer = shared.release_call().await;
-        match answer {
-            Ok(answer) => {
-                shared.finish(LeaseEnd::Released);
-                Ok(Released {
-                    fence: answer.fence,
-                    acknowledged: answer.acknowledged,
-                })
-            }
-            Err(Error::LeaseLost { reason }) => {
-                shared.finish(LeaseEnd::Lost(reason));
-                Err(Error::LeaseLost { reason })
-            }
-            Err(error) => {
-                // Not told: the lease runs out on its own, and nobody else
-                // holds the lock before it does.
-                shared.finish(LeaseEnd::Released);
-                Err(error)
-            }
-        }
+        let answer = shared.release_call().await.map(|answer| Released {
+            fence: answer.fence,
+            acknowledged: answer.acknowledged,
+        });
+        shared.settle(answer)
     }
 }
 
 impl Shared {
+    /// The first half of a release: renewing stops, and a lease the broker
+    /// already called lost answers so without asking it again.
+    pub(crate) fn stop_renewing(&self) -> Option<Result<Released, Error>> {
+        let end = {
+            let mut state = self.state();
+            state.next_renewal = None;
+            state.end
+        };
+        self.wake.notify_one();
+        let lost = LostReason::LeaseLost;
+        (end == Some(LeaseEnd::Lost(lost))).then_some(Err(Error::LeaseLost { reason: lost }))
+    }
+
+    /// The second half of a release: the lease ends by the broker's answer
+    /// about it. Released, or lost if the broker said so; any other failure
+    /// leaves it to run out unrenewed, which nobody else can overlap.
+    pub(crate) fn settle(&self, answer: Result<Released, Error>) -> Result<Released, Error> {
+        self.finish(match &answer {
+            Err(Error::LeaseLost { reason }) => LeaseEnd::Lost(*reason),
+            _ => LeaseEnd::Released,
+        });
+        answer
+    }
+
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind: use it.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -323,21 +332,20 @@ impl Shared {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<(RenewalResponse, Instant), Error> {
-        if let Some(LeaseEnd::Lost(reason)) = self.state().end {
-            return Err(Error::LeaseLost { reason });
+        let end = self.state().end;
+        if let Some(end) = end {
+            return Err(end.error());
         }
-        let path = route(self.family, &self.name, "/extend");
-        let body = ExtendBody::new(self.token.as_str(), Some(millis(ttl)));
         let sent = Instant::now();
-        let answer: Result<RenewalResponse, Error> = self
-            .client
-            .call(Method::POST, &path, Some(&body), timeout)
+        let answer = (self.client)
+            .extend_token(self.family, &self.name, &self.token, ttl, timeout)
             .await;
         match answer {
             Ok(renewal) => {
                 let mut state = self.state();
-                if let Some(LeaseEnd::Lost(reason)) = state.end {
-                    return Err(Error::LeaseLost { reason });
+                // Ended while the extend was in flight: it stays ended.
+                if let Some(end) = state.end {
+                    return Err(end.error());
                 }
                 let validity = renewal.validity_ms.min(renewal.ttl_ms);
                 state.deadline = sent + Duration::from_millis(validity);
@@ -365,11 +373,18 @@ impl Shared {
     }
 }
 
+impl LeaseEnd {
+    /// What a call on a lease that ended this way answers.
+    fn error(self) -> Error {
+        match self {
+            Self::Released => Error::Released,
+            Self::Lost(reason) => Error::LeaseLost { reason },
+        }
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
         let held = self.shared.state().end.is_none();
         if held {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {

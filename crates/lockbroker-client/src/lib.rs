@@ -53,6 +53,11 @@
 //!   maximum hold; [`Lease::lost_reason`] says which.
 //! - **Safe retries.** Every attempt of one acquire carries the same
 //!   `request_id`, so one re-sent after a lost answer gets the same lease.
+//! - **Several locks at once.** [`Client::acquire_all`] (or
+//!   [`Client::lock_all`], renewed) takes a lease on every lock named or on
+//!   none, in one request; a busy answer names the lock in [`Error::Busy`].
+//!   [`Client::release_all`] gives them back in one request and says what
+//!   became of each.
 //! - **Secrets stay secret.** Neither the token nor the API key is in any
 //!   Debug or Display output; names are percent-encoded into routes.
 //!
@@ -60,27 +65,46 @@
 //!
 //! - [`Client`], [`ClientBuilder`]: the broker, API key, TLS roots, timeouts.
 //! - [`LockHandle`], [`SemaphoreHandle`], [`AcquireOptions`]: acquiring.
+//! - [`LockAsk`], [`Client::acquire_all`], [`Client::release_all`]: several
+//!   locks at once.
 //! - [`Lease`]: a lease or permit; extend, release, loss, renewal.
 //! - [`Watch`], [`Event`]: event streams that resume with `Last-Event-ID`.
 //! - [`Election`], [`Leadership`]: leader election on one lock.
 //! - [`Error`]: every failure, typed by what the caller does next.
+//! - [`Client::send_verbatim`], [`Client::acquire_verbatim`],
+//!   [`Client::events_verbatim`], [`Route`]: calls answered as the broker
+//!   sent them, for a tool that shows the answer itself (`lockctl --json`).
+//! - [`tls`]: which certificates HTTPS trusts, and telling a self-signed
+//!   certificate's refusal apart.
+
+// `Error` is returned by value so that callers match it as it is
+// (`Err(Error::Busy { lock, owner, .. })`); next to the HTTP exchange that
+// produced it, its 128 bytes cost nothing a `Box` would save.
+#![allow(clippy::result_large_err)]
 
 mod client;
 mod error;
 mod leader;
 mod lease;
 mod lock;
+mod multi;
 mod renew;
+pub mod tls;
+mod verbatim;
 mod watch;
 
-pub use client::{Client, ClientBuilder, DEFAULT_TIMEOUT};
+pub use client::{Client, ClientBuilder, Family, DEFAULT_TIMEOUT};
 pub use error::{Error, LostReason, TransportKind};
 pub use leader::{CurrentLeader, Election, Leadership};
 pub use lease::{Lease, LeaseEnd, LeaseKind, Released};
 pub use lock::{
-    default_owner, AcquireOptions, LockHandle, SemaphoreHandle, DEFAULT_MAX_HOLD, DEFAULT_TTL,
+    default_owner, new_request_id, AcquireOptions, Attempt, LockHandle, SemaphoreHandle,
+    DEFAULT_MAX_HOLD, DEFAULT_TTL,
 };
 pub use lockbroker_api::{
-    FenceCheckResponse, HolderResponse, LockMode, SemaphoreStatusResponse, StatusResponse,
+    FenceCheckResponse, HealthResponse, HealthStatus, HolderResponse, LockMode, RenewalResponse,
+    SemaphoreStatusResponse, StatusResponse,
 };
+pub use multi::{first_lost, LockAsk};
+pub use verbatim::{Route, VerbatimError, VerbatimEvents, VerbatimGrant};
 pub use watch::{Change, ChangeKind, Event, EventKind, Watch, WatchOptions, DEFAULT_IDLE_TIMEOUT};

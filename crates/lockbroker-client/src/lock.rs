@@ -6,6 +6,7 @@
 //! answer is asked again until the caller's `wait` is over (the broker caps how
 //! long it holds one request), and so is a broker that is briefly unavailable.
 
+use std::future::Future;
 use std::time::Duration;
 
 use lockbroker_api::{
@@ -90,11 +91,7 @@ impl LockHandle {
     /// [`Lease::keep_alive`], or use [`LockHandle::lock`].
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Lease, Error> {
         let path = route(Family::Locks, &self.name, "/acquire");
-        let kind = match options.mode {
-            LockMode::Exclusive => LeaseKind::Exclusive,
-            LockMode::Shared => LeaseKind::Shared,
-        };
-        let (lease, sent, received) = attempts(&self.client, &path, &options, |o, id, wait| {
+        let (lease, timing) = attempts(&self.client, &path, &options, |o, id, wait| {
             serde_json::to_value(AcquireBody {
                 ttl_ms: Some(millis(o.ttl)),
                 wait_ms: Some(millis(wait)),
@@ -107,17 +104,8 @@ impl LockHandle {
             })
         })
         .await?;
-        let lease: LeaseResponse = lease;
-        let grant = Grant {
-            name: lease.name,
-            token: lease.token,
-            fence: lease.fence,
-            owner: lease.owner,
-            validity: Duration::from_millis(lease.validity_ms.min(lease.ttl_ms)),
-            expires_at_ms: lease.expires_at_ms,
-            kind,
-        };
-        finish(&self.client, Family::Locks, grant, &options, sent, received).await
+        let grant = lease_grant(lease, options.mode);
+        finish(&self.client, Family::Locks, grant, &options, timing).await
     }
 
     /// [`LockHandle::acquire`], then [`Lease::keep_alive`]: the lease is
@@ -156,7 +144,7 @@ impl SemaphoreHandle {
     pub async fn acquire(&self, options: AcquireOptions) -> Result<Lease, Error> {
         let path = route(Family::Semaphores, &self.name, "/acquire");
         let limit = self.limit;
-        let (permit, sent, received) = attempts(&self.client, &path, &options, |o, id, wait| {
+        let (permit, timing) = attempts(&self.client, &path, &options, |o, id, wait| {
             serde_json::to_value(SemaphoreAcquireBody {
                 limit: Some(u64::from(limit)),
                 ttl_ms: Some(millis(o.ttl)),
@@ -180,15 +168,7 @@ impl SemaphoreHandle {
                 limit: permit.limit,
             },
         };
-        finish(
-            &self.client,
-            Family::Semaphores,
-            grant,
-            &options,
-            sent,
-            received,
-        )
-        .await
+        finish(&self.client, Family::Semaphores, grant, &options, timing).await
     }
 
     /// [`SemaphoreHandle::acquire`], then [`Lease::keep_alive`].
@@ -204,55 +184,115 @@ impl SemaphoreHandle {
     }
 }
 
+/// When the attempt that was granted was sent and answered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    pub(crate) sent: Instant,
+    pub(crate) received: Instant,
+}
+
+impl Timing {
+    /// Whether the grant took longer than a tenth of the TTL (it waited in
+    /// the broker), so a deadline from its send would count from too early.
+    fn waited(self, options: &AcquireOptions) -> bool {
+        self.received - self.sent > options.ttl / RESYNC_SHARE
+    }
+}
+
+/// A failed attempt of an acquire, for a retry rule to judge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// How long the attempt took to be answered (or to fail).
+    pub answered_in: Duration,
+    /// How much of the caller's wait is left.
+    pub left: Duration,
+}
+
 /// Sends the acquire until granted or the wait is over; answers the grant
 /// and when its attempt was sent and answered.
-async fn attempts<T, B>(
+pub(crate) async fn attempts<T, B>(
     client: &Client,
     path: &str,
     options: &AcquireOptions,
     body: B,
-) -> Result<(T, Instant, Instant), Error>
+) -> Result<(T, Timing), Error>
 where
     T: serde::de::DeserializeOwned,
     B: Fn(&AcquireOptions, &str, Duration) -> serde_json::Result<serde_json::Value>,
 {
     let request_id = options.request_id.clone().unwrap_or_else(new_request_id);
-    let give_up_at = Instant::now() + options.wait;
+    let send = |left: Duration| {
+        let json = body(options, &request_id, left);
+        async move {
+            let json = json.map_err(|e| Error::Protocol {
+                message: format!("acquire body: {e}"),
+            })?;
+            let timeout = client.inner.timeout + left;
+            client.call(Method::POST, path, Some(&json), timeout).await
+        }
+    };
+    retried(options.wait, send, retry_rule).await
+}
+
+/// The client's retry rule: a busy lock and a broker briefly unavailable
+/// are asked again while the wait lasts.
+fn retry_rule(error: &Error, attempt: Attempt) -> Option<Duration> {
+    if attempt.left.is_zero() {
+        return None;
+    }
+    let pause = match error {
+        // A busy answer that came back at once would make this a busy loop.
+        Error::Busy { .. } if attempt.answered_in < Duration::from_millis(50) => {
+            Duration::from_millis(50)
+        }
+        Error::Busy { .. } => Duration::ZERO,
+        // Nobody holds it: ask again after a short pause.
+        Error::Contended { .. } => Duration::from_millis(10),
+        Error::Transport {
+            kind: TransportKind::Tls,
+            ..
+        } => return None,
+        error if error.is_transient() => error
+            .retry_after()
+            .unwrap_or(Duration::from_millis(500))
+            .min(Duration::from_secs(1)),
+        _ => return None,
+    };
+    Some(pause.min(attempt.left))
+}
+
+/// The loop of every acquire: `send` asks with the wait left (every attempt
+/// with the same `request_id`) until granted, or until `rule` gives up on a
+/// failure; otherwise it pauses as long as `rule` says. Answers the grant
+/// and when its attempt was sent and answered.
+pub(crate) async fn retried<T, E, Fut>(
+    wait: Duration,
+    send: impl Fn(Duration) -> Fut,
+    mut rule: impl FnMut(&E, Attempt) -> Option<Duration>,
+) -> Result<(T, Timing), E>
+where
+    Fut: Future<Output = Result<T, E>>,
+{
+    let give_up_at = Instant::now() + wait;
     loop {
         let left = give_up_at.saturating_duration_since(Instant::now());
-        let json = body(options, &request_id, left).map_err(|e| Error::Protocol {
-            message: format!("acquire body: {e}"),
-        })?;
         let sent = Instant::now();
-        let timeout = client.inner.timeout + left;
-        let error = match client.call(Method::POST, path, Some(&json), timeout).await {
-            Ok(grant) => return Ok((grant, sent, Instant::now())),
+        let error = match send(left).await {
+            Ok(grant) => {
+                let received = Instant::now();
+                return Ok((grant, Timing { sent, received }));
+            }
             Err(error) => error,
         };
         let now = Instant::now();
-        let left = give_up_at.saturating_duration_since(now);
-        if left.is_zero() {
-            return Err(error);
-        }
-        let pause = match &error {
-            // A busy answer that came back at once would make this a busy loop.
-            Error::Busy { .. } if now - sent < Duration::from_millis(50) => {
-                Duration::from_millis(50)
-            }
-            Error::Busy { .. } => Duration::ZERO,
-            // Nobody holds it: ask again after a short pause.
-            Error::Contended { .. } => Duration::from_millis(10),
-            Error::Transport {
-                kind: TransportKind::Tls,
-                ..
-            } => return Err(error),
-            error if error.is_transient() => error
-                .retry_after()
-                .unwrap_or(Duration::from_millis(500))
-                .min(Duration::from_secs(1)),
-            _ => return Err(error),
+        let attempt = Attempt {
+            answered_in: now - sent,
+            left: give_up_at.saturating_duration_since(now),
         };
-        tokio::time::sleep(pause.min(left)).await;
+        match rule(&error, attempt) {
+            Some(pause) => tokio::time::sleep(pause).await,
+            None => return Err(error),
+        }
     }
 }
 
@@ -263,25 +303,76 @@ async fn finish(
     family: Family,
     grant: Grant,
     options: &AcquireOptions,
-    sent: Instant,
-    received: Instant,
+    timing: Timing,
 ) -> Result<Lease, Error> {
-    let waited = received - sent > options.ttl / RESYNC_SHARE;
-    // max_hold counts from the grant: its send time, unless it waited.
-    let held_from = if waited { received } else { sent };
-    let lease = Lease::start(client.clone(), family, grant, options, sent, held_from);
-    if waited {
+    let lease = start(client, family, grant, options, timing);
+    resync(lease, options, timing).await
+}
+
+/// The lease from a grant, its deadline task running; nothing is sent.
+pub(crate) fn start(
+    client: &Client,
+    family: Family,
+    grant: Grant,
+    options: &AcquireOptions,
+    timing: Timing,
+) -> Lease {
+    let Timing { sent, received } = timing;
+    // max_hold counts from the grant: its send time, unless it waited. A
+    // grant that waited may have been given a whole TTL after its send:
+    // counted from the send, its deadline could be past already. Until
+    // [`resync`] asks the broker, it counts from the answer.
+    let from = if timing.waited(options) {
+        received
+    } else {
+        sent
+    };
+    Lease::start(client.clone(), family, grant, options, from, from)
+}
+
+/// After a grant that waited, one extend of `lease` right away, so its local
+/// deadline counts from a send after the grant. When the broker cannot say
+/// (no answer, or the lease is at its maximum hold), the deadline counts
+/// from the grant's send after all, the earliest the grant can have been.
+pub(crate) async fn resync(
+    lease: Lease,
+    options: &AcquireOptions,
+    timing: Timing,
+) -> Result<Lease, Error> {
+    if timing.waited(options) {
         match lease.extend(options.ttl).await {
-            Ok(_) | Err(Error::MaxHoldExceeded { .. }) => {}
-            Err(error) if error.is_transient() => {}
+            Ok(_) => {}
+            Err(error)
+                if error.is_transient() || matches!(error, Error::MaxHoldExceeded { .. }) =>
+            {
+                lease.count_from(timing.sent, timing.received);
+            }
             Err(error) => return Err(error),
         }
     }
     Ok(lease)
 }
 
-/// A fresh idempotency key: 128 random bits as hex.
-pub(crate) fn new_request_id() -> String {
+/// What a lock's grant says about its lease, granted as `mode`.
+pub(crate) fn lease_grant(lease: LeaseResponse, mode: LockMode) -> Grant {
+    Grant {
+        name: lease.name,
+        token: lease.token,
+        fence: lease.fence,
+        owner: lease.owner,
+        validity: Duration::from_millis(lease.validity_ms.min(lease.ttl_ms)),
+        expires_at_ms: lease.expires_at_ms,
+        kind: match mode {
+            LockMode::Exclusive => LeaseKind::Exclusive,
+            LockMode::Shared => LeaseKind::Shared,
+        },
+    }
+}
+
+/// A fresh idempotency key: 128 random bits as hex. Every attempt of one
+/// acquire carries the same, so a retry after a lost answer gets the same
+/// lease back.
+pub fn new_request_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 

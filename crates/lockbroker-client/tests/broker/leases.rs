@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockbroker_client::{AcquireOptions, Client, Error, LeaseKind, LockMode};
+use lockbroker_client::{AcquireOptions, Client, Error, LeaseEnd, LeaseKind, LockMode};
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{RedisServer, TestApp};
 
@@ -58,6 +58,40 @@ async fn busy_names_the_holder_and_release_lets_the_next_in() {
 }
 
 #[tokio::test]
+async fn a_released_lease_stays_readable_and_is_never_extended() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let lease = client
+        .lock("done")
+        .acquire(with_ttl(TTL, "worker"))
+        .await
+        .expect("granted");
+    // By name and token, as a process that kept only those would.
+    let renewal = client
+        .extend("done", lease.token(), Duration::from_secs(20))
+        .await
+        .expect("extended by its token");
+    assert_eq!(renewal.fence, lease.fence());
+    assert!(renewal.ttl_ms > 10_000, "{renewal:?}");
+
+    lease.release().await.expect("released");
+    assert_eq!(lease.end(), Some(LeaseEnd::Released));
+    assert!(lease.cancellation().is_cancelled());
+    let extended = lease.extend(TTL).await;
+    assert!(matches!(extended, Err(Error::Released)), "{extended:?}");
+    assert!(matches!(lease.check(), Err(Error::Released)));
+    let check = lease.check_fence().await.expect("answered");
+    assert!(!check.current && !check.held, "{check:?}");
+    // The broker agrees: its token holds nothing now.
+    let by_token = client.extend("done", lease.token(), TTL).await;
+    assert!(
+        matches!(by_token, Err(Error::LeaseLost { .. })),
+        "{by_token:?}"
+    );
+}
+
+#[tokio::test]
 async fn a_wait_longer_than_the_brokers_cap_goes_on_until_the_lock_is_released() {
     let redis = RedisServer::start();
     let mut settings = test_settings(&redis);
@@ -87,6 +121,35 @@ async fn a_wait_longer_than_the_brokers_cap_goes_on_until_the_lock_is_released()
         started.elapsed()
     );
     assert!(lease.fence() > fence);
+}
+
+#[tokio::test]
+async fn a_grant_after_a_wait_longer_than_its_ttl_is_held_with_a_whole_ttl() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let lock = client.lock("handover");
+    let holder = lock.acquire(with_ttl(TTL, "a")).await.expect("granted");
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        holder.release().await.expect("released");
+    });
+
+    // Granted 1.5 s after its send, with a TTL of 1 s: counted from the
+    // send, the lease would have run out before it was granted.
+    let ttl = Duration::from_secs(1);
+    let waiting = AcquireOptions {
+        wait: Duration::from_secs(5),
+        ..with_ttl(ttl, "b")
+    };
+    let lease = lock.lock(waiting).await.expect("granted after the wait");
+    assert_eq!(lease.end(), None);
+    assert!(lease.remaining() > ttl / 2, "{:?}", lease.remaining());
+    // Renewed past several TTLs, still held.
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(lease.end(), None);
+    assert!(lease.check_fence().await.expect("answered").current);
+    lease.release().await.expect("released");
 }
 
 #[tokio::test]

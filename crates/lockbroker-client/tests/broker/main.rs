@@ -7,6 +7,10 @@ mod front;
 mod leader;
 mod leases;
 mod loss;
+mod multi;
+mod ready;
+mod scenarios;
+mod verbatim;
 mod watch;
 
 use std::time::Duration;
