@@ -14,6 +14,7 @@ mod election;
 mod forced;
 mod kinds;
 mod process_tree;
+mod several;
 
 use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{lockctl_binary, RedisServer, TestApp};
@@ -929,6 +930,23 @@ async fn bad_usage_exits_64() {
         command.args(args);
         let run = output(command).await;
         assert_eq!(run.status.code(), Some(USAGE), "{args:?}: {}", stderr(&run));
+    }
+    // A bad --url or --ca-cert is named as the option at fault.
+    let not_a_certificate = std::env::current_exe().expect("this test's binary");
+    let not_a_certificate = not_a_certificate.to_str().expect("a UTF-8 path");
+    for (args, option) in [
+        (&["--url", "not a url", "status", "job"][..], "--url"),
+        (
+            &["--ca-cert", not_a_certificate, "status", "job"],
+            "--ca-cert",
+        ),
+    ] {
+        let mut command = lockctl(&app);
+        command.args(args);
+        let run = output(command).await;
+        assert_eq!(run.status.code(), Some(USAGE), "{args:?}: {}", stderr(&run));
+        let said = stderr(&run);
+        assert!(said.starts_with(&format!("lockctl: {option}: ")), "{said}");
     }
     assert!(!held(&app, "job").await, "nothing was acquired");
 }

@@ -214,6 +214,36 @@ mod tests {
         assert_eq!(run.cmd.argv, ["cmd", "--limit", "3"]);
     }
 
+    #[test]
+    fn lock_adds_locks_in_order_but_not_to_a_semaphore_or_a_fair_wait() {
+        let Ok(Command::Run(run)) = parse(&[
+            "run",
+            "ledger:a",
+            "--lock",
+            "ledger:b",
+            "--lock=ledger:c",
+            "--",
+            "cmd",
+            "--lock",
+            "x",
+        ])
+        .map(|cli| cli.command) else {
+            panic!("a run");
+        };
+        assert_eq!(run.names(), ["ledger:a", "ledger:b", "ledger:c"]);
+        assert_eq!(run.cmd.argv, ["cmd", "--lock", "x"]);
+        for args in [
+            &["run", "a", "--lock", "b", "--limit", "3", "--", "true"][..],
+            &["run", "a", "--fair", "--lock", "b", "--", "true"],
+        ] {
+            assert_eq!(refusal(args), Some(ErrorKind::ArgumentConflict), "{args:?}");
+        }
+        assert_eq!(
+            lease_kind(&["run", "a", "--lock", "b", "--shared", "--", "true"]),
+            LeaseKind::Shared
+        );
+    }
+
     /// The command a subcommand was given to start, if it starts one.
     fn cmd(command: Command) -> Option<CmdArgs> {
         match command {

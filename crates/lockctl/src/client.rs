@@ -1,5 +1,11 @@
-//! The broker's HTTP API from the client side: one method per route, each
-//! answering the JSON body or a [`BrokerError`] that knows its exit code.
+//! The broker's HTTP API from lockctl's side: one method per route, each
+//! answering the JSON body as the broker sent it (printed by `--json`) or a
+//! [`BrokerError`] that knows its exit code.
+//!
+//! The exchanges themselves are [`lockbroker_client`]'s: routes and
+//! percent-encoding, the API key, TLS with `--ca-cert`, transport failures.
+//! What stays here is lockctl's own: its retry rule for acquires, and its
+//! words and exit codes for each failure.
 //!
 //! Locks and semaphores have the same four routes under `/v1/locks` and
 //! `/v1/semaphores` ([`Family`]); a token works only in the family that
@@ -16,15 +22,18 @@ mod events;
 
 use std::time::{Duration, Instant};
 
-use lockbroker_api::{AcquireBody, ExtendBody, ReleaseBody};
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
-use reqwest::{Method, Url};
+use lockbroker_api::{
+    AcquireAllBody, AcquireBody, ExtendBody, LeaseRefBody, LockAskBody, LockMode, ReleaseAllBody,
+    ReleaseBody, SemaphoreAcquireBody,
+};
+use lockbroker_client::{Attempt, Client, Route, TransportKind, VerbatimError};
+use serde::Serialize;
 use serde_json::Value;
 
 pub use error::BrokerError;
-use error::{not_the_api, refusal, retry_after};
 pub use events::{EventStream, Watched};
 pub use lockbroker_api::sse::Message;
+pub use lockbroker_client::Family;
 
 use crate::duration::millis;
 use crate::tls;
@@ -35,21 +44,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// A broker at a base URL, with the API key to send if any.
 #[derive(Clone)]
 pub struct Broker {
-    http: reqwest::Client,
-    base: Url,
-    /// The base URL as errors show it: no user or password.
-    shown: String,
+    client: Client,
+    /// The base URL as given, without a trailing slash.
+    base: String,
     /// Whether `--ca-cert` was given (TLS advice depends on it).
     with_ca_cert: bool,
-}
-
-/// Where a name lives: the lock routes or the semaphore routes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Family {
-    /// `/v1/locks/{name}`: exclusive and shared leases.
-    Locks,
-    /// `/v1/semaphores/{name}`: permits.
-    Semaphores,
 }
 
 /// What an acquire asks for.
@@ -113,45 +112,39 @@ impl Broker {
     /// `api_key` as a bearer token and, for https, trusting the system's roots
     /// plus `ca_cert` (PEM) if given.
     pub fn new(base: &str, api_key: Option<&str>, ca_cert: Option<&[u8]>) -> Result<Self, String> {
-        let base = Url::parse(base).map_err(|e| format!("broker URL {base:?}: {e}"))?;
-        match base.scheme() {
-            "http" | "https" => {}
-            other => return Err(format!("broker URL: unsupported scheme {other:?}")),
-        }
-        let mut headers = HeaderMap::new();
+        let mut builder = Client::builder(base)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("lockctl/", env!("CARGO_PKG_VERSION")));
         if let Some(key) = api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
-                .map_err(|_| "the API key contains characters a header cannot carry".to_owned())?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
+            builder = builder.api_key(key);
         }
-        let extra = ca_cert.map(tls::read_pem).transpose()?.unwrap_or_default();
-        let with_ca_cert = !extra.is_empty();
-        let mut builder = reqwest::Client::builder();
-        if base.scheme() == "https" {
-            builder = builder.use_preconfigured_tls(tls::client_config(extra)?);
+        if let Some(pem) = ca_cert {
+            builder = builder.ca_pem(pem);
         }
-        let http = builder
-            .default_headers(headers)
-            .user_agent(concat!("lockctl/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(5))
-            .build()
-            .map_err(|e| format!("HTTP client: {}", e.without_url()))?;
-        let mut shown = base.clone();
-        let _ = shown.set_username("");
-        let _ = shown.set_password(None);
-        let shown = shown.as_str().trim_end_matches('/').to_owned();
+        let client = builder.build().map_err(|error| {
+            let message = match error {
+                lockbroker_client::Error::Config { message } => message,
+                other => other.to_string(),
+            };
+            // Name the option at fault: the URL alone builds, or it is the URL.
+            let url_alone = Client::builder(base).build();
+            let option = if ca_cert.is_some() && url_alone.is_ok() {
+                "--ca-cert"
+            } else {
+                "--url"
+            };
+            format!("{option}: {message}")
+        })?;
         Ok(Self {
-            http,
-            base,
-            shown,
-            with_ca_cert,
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+            with_ca_cert: ca_cert.is_some(),
         })
     }
 
     /// The base URL, as given.
     pub fn base(&self) -> &str {
-        self.base.as_str().trim_end_matches('/')
+        &self.base
     }
 
     /// `POST /v1/locks/{name}/acquire`, or `/v1/semaphores/{name}/acquire`
@@ -165,46 +158,78 @@ impl Broker {
         name: &str,
         options: &AcquireOptions,
     ) -> Result<Granted, BrokerError> {
-        let request_id = random_id();
-        let deadline = Instant::now() + options.wait;
-        let path = route(options.kind.family(), name, "/acquire");
-        let mut failures = 0u32;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let body = acquire_body(options, request_id.clone(), remaining);
-            let sent = Instant::now();
-            let error = match self
-                .call(Method::POST, &path, Some(body), remaining + REQUEST_TIMEOUT)
+        let route = Route::Acquire(options.kind.family(), name);
+        match options.kind {
+            LeaseKind::Permit { limit } => {
+                self.acquire_at(route, options.wait, |request_id, wait| {
+                    permit_body(options, limit, request_id, wait)
+                })
                 .await
-            {
-                Ok(body) => {
-                    let received = Instant::now();
-                    return Ok(Granted {
-                        body,
-                        sent,
-                        received,
-                    });
-                }
-                Err(error) => error,
-            };
-            let remaining = deadline.saturating_duration_since(Instant::now());
+            }
+            LeaseKind::Exclusive | LeaseKind::Shared => {
+                self.acquire_at(route, options.wait, |request_id, wait| {
+                    lock_body(options, request_id, wait)
+                })
+                .await
+            }
+        }
+    }
+
+    /// `POST /v1/locks/acquire-all`: a lease on every lock of `names` or on
+    /// none, each lease as `options` asks (a lock lease: exclusive, or shared
+    /// with [`LeaseKind::Shared`]). The body of the grant lists the leases in
+    /// the order of `names`; a busy answer names the busy lock in `lock`.
+    /// Retried as [`Self::acquire`] is.
+    pub async fn acquire_all(
+        &self,
+        names: &[String],
+        options: &AcquireOptions,
+    ) -> Result<Granted, BrokerError> {
+        self.acquire_at(Route::AcquireAll, options.wait, |request_id, wait| {
+            acquire_all_body(names, options, request_id, wait)
+        })
+        .await
+    }
+
+    /// Every acquire, through the client's loop (one `request_id` for all
+    /// attempts) with lockctl's retry rule: a busy lock is asked again every
+    /// 50 ms while the wait lasts; a transient failure is retried twice
+    /// even without a wait, and for as long as the wait lasts, after the
+    /// broker's `Retry-After` or a backoff from 400 ms, at most 2 s.
+    /// `body` makes the request for a `request_id` and the wait left.
+    async fn acquire_at<B: Serialize>(
+        &self,
+        route: Route<'_>,
+        wait: Duration,
+        body: impl Fn(String, Duration) -> B,
+    ) -> Result<Granted, BrokerError> {
+        let mut failures = 0u32;
+        let rule = |error: &VerbatimError, attempt: Attempt| {
+            let error = self.failure(error.clone());
+            let remaining = attempt.left;
             if error.is_busy() && !remaining.is_zero() {
                 // The broker ended its (capped) wait early: ask again, gently.
-                tokio::time::sleep(remaining.min(Duration::from_millis(50))).await;
-            } else if error.is_transient()
-                && (failures < 2 || !remaining.is_zero())
-                && request_id.is_some()
-            {
+                Some(remaining.min(Duration::from_millis(50)))
+            } else if error.is_transient() && (failures < 2 || !remaining.is_zero()) {
                 failures += 1;
                 let backoff = Duration::from_millis(200 << failures.min(3));
                 let pause = error
                     .retry_after()
                     .unwrap_or(backoff)
                     .min(Duration::from_secs(2));
-                tokio::time::sleep(pause.min(remaining.max(backoff))).await;
+                Some(pause.min(remaining.max(backoff)))
             } else {
-                return Err(error);
+                None
             }
+        };
+        let body = |request_id: &str, wait| body(request_id.to_owned(), wait);
+        match self.client.acquire_verbatim(route, wait, body, rule).await {
+            Ok(grant) => Ok(Granted {
+                body: Value::Object(grant.body),
+                sent: grant.sent,
+                received: grant.received,
+            }),
+            Err(error) => Err(self.failure(error)),
         }
     }
 
@@ -217,9 +242,9 @@ impl Broker {
         ttl: Duration,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
-        let body = wire(&ExtendBody::new(token, Some(millis(ttl))));
-        let path = route(family, name, "/extend");
-        self.call(Method::POST, &path, Some(body), timeout).await
+        let body = ExtendBody::new(token, Some(millis(ttl)));
+        self.call(Route::Extend(family, name), Some(&body), timeout)
+            .await
     }
 
     /// `POST /v1/{family}/{name}/release`.
@@ -230,16 +255,37 @@ impl Broker {
         token: &str,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
-        let body = wire(&ReleaseBody::new(token));
-        let path = route(family, name, "/release");
-        self.call(Method::POST, &path, Some(body), timeout).await
+        let body = ReleaseBody::new(token);
+        self.call(Route::Release(family, name), Some(&body), timeout)
+            .await
+    }
+
+    /// `POST /v1/locks/release-all`: releases each `(name, token)` lease, and
+    /// answers what became of each (`results`, in the order given).
+    pub async fn release_all(
+        &self,
+        leases: &[(&str, &str)],
+        timeout: Duration,
+    ) -> Result<Value, BrokerError> {
+        let body = ReleaseAllBody {
+            leases: Some(
+                leases
+                    .iter()
+                    .map(|(name, token)| LeaseRefBody {
+                        name: Some((*name).to_owned()),
+                        token: Some((*token).to_owned()),
+                    })
+                    .collect(),
+            ),
+        };
+        self.call(Route::ReleaseAll, Some(&body), timeout).await
     }
 
     /// `GET /v1/locks/{name}` (a LockStatus) or `GET /v1/semaphores/{name}`
     /// (a SemaphoreStatus).
     pub async fn status(&self, family: Family, name: &str) -> Result<Value, BrokerError> {
-        let path = route(family, name, "");
-        self.call(Method::GET, &path, None, REQUEST_TIMEOUT).await
+        self.call(Route::Status(family, name), None::<&()>, REQUEST_TIMEOUT)
+            .await
     }
 
     /// `GET /v1/locks/{name}/fence/{fence}` or its semaphore twin (a FenceCheck).
@@ -249,136 +295,118 @@ impl Broker {
         name: &str,
         fence: u64,
     ) -> Result<Value, BrokerError> {
-        let path = route(family, name, &format!("/fence/{fence}"));
-        self.call(Method::GET, &path, None, REQUEST_TIMEOUT).await
+        let route = Route::Fence(family, name, fence);
+        self.call(route, None::<&()>, REQUEST_TIMEOUT).await
     }
 
-    /// One request to `path` (from [`route`]) under the base URL.
+    /// One request to `route`, answered as the broker sent it.
     async fn call(
         &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
+        route: Route<'_>,
+        body: Option<&impl Serialize>,
         timeout: Duration,
     ) -> Result<Value, BrokerError> {
-        let url = format!("{}{path}", self.base());
-        let mut request = self.http.request(method, url).timeout(timeout);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.map_err(|e| self.transport(e))?;
-        let status = response.status();
-        let retry_after = retry_after(response.headers());
-        let bytes = response.bytes().await.map_err(|e| self.transport(e))?;
-        let body: Option<Value> = serde_json::from_slice(&bytes).ok();
-        match body {
-            Some(body) if status.is_success() && body.is_object() => Ok(body),
-            _ if status.is_success() => Err(not_the_api(status)),
-            _ => Err(refusal(status, retry_after, &bytes)),
+        self.client
+            .send_verbatim(route, body, timeout)
+            .await
+            .map(Value::Object)
+            .map_err(|error| self.failure(error))
+    }
+
+    /// Why a call has no success body, in lockctl's terms: a TLS failure
+    /// told in words (with advice that names `--ca-cert`), an unreachable
+    /// broker named by its base URL without credentials.
+    fn failure(&self, error: VerbatimError) -> BrokerError {
+        let url = self.client.base_url().to_owned();
+        match error {
+            VerbatimError::Refused {
+                status,
+                retry_after,
+                error,
+            } => BrokerError::Rejected {
+                status,
+                error,
+                retry_after,
+            },
+            VerbatimError::NotTheApi { message } => BrokerError::Unexpected(message),
+            VerbatimError::Transport {
+                tls: Some(failure), ..
+            } => BrokerError::Tls {
+                url,
+                reason: tls::explain(&failure, self.with_ca_cert),
+            },
+            VerbatimError::Transport { kind, message, .. } => {
+                let cause = match kind {
+                    TransportKind::Connect => format!("cannot connect: {message}"),
+                    _ => message,
+                };
+                BrokerError::Unreachable { url, cause }
+            }
         }
     }
 }
 
-impl Broker {
-    /// A transport failure as a [`BrokerError`]: a TLS failure told in words,
-    /// or the innermost cause of an unreachable broker (reqwest and hyper
-    /// wrap it in layers that say only "error sending request").
-    fn transport(&self, error: reqwest::Error) -> BrokerError {
-        let error = error.without_url();
-        let url = self.shown.clone();
-        if let Some(failure) = tls::find_error(&error) {
-            let reason = tls::explain(failure, self.with_ca_cert);
-            return BrokerError::Tls { url, reason };
-        }
-        let cause = if error.is_timeout() {
-            "timed out".to_owned()
-        } else {
-            let mut innermost: &dyn std::error::Error = &error;
-            while let Some(next) = innermost.source() {
-                innermost = next;
-            }
-            let text = innermost.to_string();
-            if error.is_connect() {
-                format!("cannot connect: {text}")
-            } else {
-                text
-            }
-        };
-        BrokerError::Unreachable { url, cause }
-    }
-}
-
-/// The path of `suffix` (`/acquire`, `/extend`, `/release`, or empty for
-/// the status) for `name` in `family`, e.g. `/v1/semaphores/etl/acquire`.
-fn route(family: Family, name: &str, suffix: &str) -> String {
-    let family = match family {
-        Family::Locks => "locks",
-        Family::Semaphores => "semaphores",
-    };
-    format!("/v1/{family}/{}{suffix}", encode_segment(name))
-}
-
-/// The acquire body: the API's lock acquire body, plus `"mode": "shared"`
-/// for a shared lease or `"limit"` for a permit. An exclusive acquire sends
-/// no `mode` (the broker's default), so it still reaches a broker from before
-/// shared locks, whose request types refuse fields they do not know.
-// `..Default::default()` covers every field today, but keeps this building
-// when the API crate's body gains fields (such as `mode`).
-#[allow(clippy::needless_update)]
-fn acquire_body(options: &AcquireOptions, request_id: Option<String>, wait: Duration) -> Value {
-    let mut body = wire(&AcquireBody {
+/// The acquire body of a lock lease: `"mode": "shared"` for a shared lease,
+/// and no `mode` for an exclusive one (the broker's default), so it still
+/// reaches a broker from before shared locks, whose request types refuse
+/// fields they do not know.
+fn lock_body(options: &AcquireOptions, request_id: String, wait: Duration) -> AcquireBody {
+    AcquireBody {
         ttl_ms: Some(millis(options.ttl)),
         wait_ms: Some(millis(wait)),
         owner: options.owner.clone(),
-        request_id,
+        request_id: Some(request_id),
         lock_delay_ms: options.lock_delay.map(millis),
         fair: options.fair.then_some(true),
-        ..AcquireBody::default()
-    });
-    if let Value::Object(fields) = &mut body {
-        match options.kind {
-            LeaseKind::Exclusive => {}
-            LeaseKind::Shared => {
-                fields.insert("mode".to_owned(), Value::from("shared"));
-            }
-            LeaseKind::Permit { limit } => {
-                // A semaphore takes no mode, should the lock body ever send one.
-                fields.remove("mode");
-                fields.insert("limit".to_owned(), Value::from(limit));
-            }
-        }
+        mode: (options.kind == LeaseKind::Shared).then_some(LockMode::Shared),
     }
-    body
 }
 
-/// Percent-encodes everything outside the lock-name alphabet, so a bad name
-/// reaches the broker (which says what is wrong) instead of another route.
-fn encode_segment(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-' | b':') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
+/// The acquire body of a semaphore permit among at most `limit`.
+fn permit_body(
+    options: &AcquireOptions,
+    limit: u64,
+    request_id: String,
+    wait: Duration,
+) -> SemaphoreAcquireBody {
+    SemaphoreAcquireBody {
+        limit: Some(limit),
+        ttl_ms: Some(millis(options.ttl)),
+        wait_ms: Some(millis(wait)),
+        owner: options.owner.clone(),
+        request_id: Some(request_id),
+        lock_delay_ms: options.lock_delay.map(millis),
+        fair: options.fair.then_some(true),
     }
-    out
 }
 
-/// 128 random bits as hex, for `request_id`; `None` without `/dev/urandom`,
-/// in which case acquires are not retried (a retry could not be matched).
-fn random_id() -> Option<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-/// A request body as JSON, from the API's own wire type.
-fn wire(body: &impl serde::Serialize) -> Value {
-    serde_json::to_value(body).unwrap_or(Value::Null)
+/// The acquire-all body: every lock of `names` in the mode of `options`
+/// (no `mode` for an exclusive lease, the broker's default), and the other
+/// fields as a single acquire sends them. It has no `fair`: `run` refuses
+/// `--fair` with several locks.
+fn acquire_all_body(
+    names: &[String],
+    options: &AcquireOptions,
+    request_id: String,
+    wait: Duration,
+) -> AcquireAllBody {
+    let mode = (options.kind == LeaseKind::Shared).then_some(LockMode::Shared);
+    AcquireAllBody {
+        locks: Some(
+            names
+                .iter()
+                .map(|name| LockAskBody {
+                    name: Some(name.clone()),
+                    mode,
+                })
+                .collect(),
+        ),
+        ttl_ms: Some(millis(options.ttl)),
+        wait_ms: Some(millis(wait)),
+        owner: options.owner.clone(),
+        request_id: Some(request_id),
+        lock_delay_ms: options.lock_delay.map(millis),
+    }
 }
 
 #[cfg(test)]
@@ -396,39 +424,59 @@ mod tests {
         }
     }
 
+    fn json(body: impl Serialize) -> Value {
+        serde_json::to_value(body).expect("a body serializes")
+    }
+
     #[test]
-    fn each_family_has_its_own_routes() {
-        assert_eq!(
-            route(Family::Locks, "job", "/acquire"),
-            "/v1/locks/job/acquire"
-        );
-        assert_eq!(
-            route(Family::Semaphores, "etl", "/extend"),
-            "/v1/semaphores/etl/extend"
-        );
-        assert_eq!(route(Family::Semaphores, "a b", ""), "/v1/semaphores/a%20b");
+    fn each_kind_has_its_family() {
+        assert_eq!(LeaseKind::Exclusive.family(), Family::Locks);
         assert_eq!(LeaseKind::Shared.family(), Family::Locks);
         assert_eq!(LeaseKind::Permit { limit: 3 }.family(), Family::Semaphores);
     }
 
     #[test]
     fn only_shared_and_permit_acquires_add_a_field() {
-        let exclusive = acquire_body(&options(LeaseKind::Exclusive), None, Duration::ZERO);
+        let id = || "r1".to_owned();
+        let exclusive = json(lock_body(
+            &options(LeaseKind::Exclusive),
+            id(),
+            Duration::ZERO,
+        ));
         assert_eq!(exclusive["ttl_ms"], 30_000);
         assert_eq!(exclusive["owner"], "host:1");
         assert!(exclusive.get("mode").is_none(), "{exclusive}");
         assert!(exclusive.get("limit").is_none(), "{exclusive}");
 
-        let shared = acquire_body(&options(LeaseKind::Shared), None, Duration::ZERO);
+        let shared = json(lock_body(&options(LeaseKind::Shared), id(), Duration::ZERO));
         assert_eq!(shared["mode"], "shared");
         assert!(shared.get("limit").is_none(), "{shared}");
 
-        let id = Some("r1".to_owned());
         let wait = Duration::from_millis(1500);
-        let permit = acquire_body(&options(LeaseKind::Permit { limit: 3 }), id, wait);
+        let permit = options(LeaseKind::Permit { limit: 3 });
+        let permit = json(permit_body(&permit, 3, id(), wait));
         assert_eq!(permit["limit"], 3);
         assert_eq!(permit["wait_ms"], 1500);
         assert_eq!(permit["request_id"], "r1");
         assert!(permit.get("mode").is_none(), "{permit}");
+    }
+
+    #[test]
+    fn an_acquire_all_asks_for_every_lock_in_the_mode_of_the_run() {
+        let names = ["ledger:a".to_owned(), "ledger:b".to_owned()];
+        let id = || "r1".to_owned();
+        let exclusive = options(LeaseKind::Exclusive);
+        let body = json(acquire_all_body(&names, &exclusive, id(), Duration::ZERO));
+        assert_eq!(body["locks"][0]["name"], "ledger:a");
+        assert_eq!(body["locks"][1]["name"], "ledger:b");
+        assert!(body["locks"][0].get("mode").is_none(), "{body}");
+        assert_eq!(body["ttl_ms"], 30_000);
+        assert_eq!(body["request_id"], "r1");
+        assert_eq!(body["owner"], "host:1");
+        assert!(body.get("fair").is_none(), "{body}");
+
+        let shared = options(LeaseKind::Shared);
+        let shared = json(acquire_all_body(&names, &shared, id(), Duration::ZERO));
+        assert_eq!(shared["locks"][1]["mode"], "shared");
     }
 }

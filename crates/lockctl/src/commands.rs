@@ -184,17 +184,30 @@ fn finish(format: &Format, fields: &[&str], result: Result<serde_json::Value, Br
     }
 }
 
+/// The most locks one acquire-all takes, so the most a run numbers.
+const MAX_LOCKS_PER_RUN: usize = 32;
+
 /// Inside `lockctl run`, releasing its own lease must not look like a lost
 /// lease to the run: tell it first (SIGUSR1) so it stops renewing.
 ///
 /// A release on the wrong routes would fail after the run stopped renewing,
 /// leaving the command without a lease, so it is refused before both: the
 /// run holds a permit exactly when it set LOCKBROKER_LIMIT.
+///
+/// A run over several locks names each lease in LOCKBROKER_LOCK_n and
+/// LOCKBROKER_TOKEN_n too: releasing any of them tells it the same way.
 fn tell_enclosing_run(family: Family, name: &str, token: &str) -> Result<(), String> {
-    let env = |key| std::env::var(key).ok();
-    if env("LOCKBROKER_LOCK").as_deref() != Some(name)
-        || env("LOCKBROKER_TOKEN").as_deref() != Some(token)
-    {
+    let env = |key: &str| std::env::var(key).ok();
+    let is = |lock: &str, lease: &str| {
+        env(lock).as_deref() == Some(name) && env(lease).as_deref() == Some(token)
+    };
+    let numbered = (1..=MAX_LOCKS_PER_RUN).any(|n| {
+        is(
+            &format!("LOCKBROKER_LOCK_{n}"),
+            &format!("LOCKBROKER_TOKEN_{n}"),
+        )
+    });
+    if !is("LOCKBROKER_LOCK", "LOCKBROKER_TOKEN") && !numbered {
         return Ok(());
     }
     if let Some(refusal) = wrong_routes(family, name, env("LOCKBROKER_LIMIT").is_some()) {
@@ -273,7 +286,7 @@ mod tests {
                 panic!("an object")
             };
             Err(BrokerError::Rejected {
-                status: reqwest::StatusCode::BAD_REQUEST,
+                status: 400,
                 error,
                 retry_after: None,
             })

@@ -9,10 +9,17 @@
 //! holds each term of a leader the same way, through [`hold`]. The command
 //! runs under a [`guard`] process ([`process`]) that ends its whole tree
 //! ([`tree`]) with lockctl, and before the lease is released.
+//!
+//! `run NAME --lock NAME2 ...` holds several locks for the whole run: one
+//! acquire-all takes a lease on each or on none, the supervisor renews them
+//! together, and one release-all gives them back at the end. NAME's lease is
+//! the one LOCKBROKER_LOCK, _FENCE and _TOKEN describe, as for a single lock.
 
 pub mod elect;
 pub mod guard;
+mod leases;
 mod process;
+mod release;
 mod signals;
 mod supervisor;
 mod tree;
@@ -23,19 +30,16 @@ use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::Value;
 
 use crate::cli::{IfBusy, RunArgs};
-use crate::client::{AcquireOptions, Broker, BrokerError, Granted, LeaseKind};
+use crate::client::{AcquireOptions, Broker, Granted, LeaseKind};
 use crate::commands::{host_name, lease_options, usage};
 use crate::duration::millis;
 use crate::exit;
 use process::Running;
+use release::{release, release_quietly};
 use signals::Signals;
 use supervisor::{Exited, Held, Renewed, StopReason, Supervisor};
-
-/// Budget for the final release.
-const RELEASE_BUDGET: Duration = Duration::from_secs(5);
 
 /// `lockctl run NAME ... -- CMD ARGS...`
 pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
@@ -52,6 +56,14 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
     }
     if args.max_hold == Some(Duration::ZERO) {
         return usage("--max-hold must be above 0");
+    }
+    let names = args.names();
+    if let Some(twice) = names
+        .iter()
+        .enumerate()
+        .find_map(|(at, name)| names[..at].contains(name).then_some(name))
+    {
+        return usage(&format!("{twice:?} is named twice; name each lock once"));
     }
     let mut signals = match Signals::install() {
         Ok(signals) => signals,
@@ -70,13 +82,18 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
         options.ttl = ttl.min(max_hold + ttl / 10);
     }
 
-    let acquiring = broker.acquire(&args.name, &options);
+    let acquiring = async {
+        match names.as_slice() {
+            [name] => broker.acquire(name, &options).await,
+            several => broker.acquire_all(several, &options).await,
+        }
+    };
     tokio::pin!(acquiring);
     let granted = loop {
         tokio::select! {
             granted = &mut acquiring => break granted,
             signal = signals.recv() => if signal != Signal::SIGUSR1 {
-                eprintln!("lockctl: {signal} while acquiring {:?}; command not run", args.name);
+                eprintln!("lockctl: {signal} while acquiring {}; command not run", leases::shown(&names));
                 return signal_exit_code(signal);
             },
         }
@@ -84,13 +101,18 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
     let granted = match granted {
         Ok(granted) => granted,
         Err(error) if error.is_busy() => {
+            // With several locks, the broker names the one in the way.
+            let busy = match error.detail_str("lock") {
+                Some(lock) if names.len() > 1 => format!("{lock:?} is busy: {error}"),
+                _ => error.to_string(),
+            };
             if if_busy == IfBusy::Skip {
                 if args.verbose {
-                    eprintln!("lockctl: {error}; skipped");
+                    eprintln!("lockctl: {busy}; skipped");
                 }
                 return exit::OK;
             }
-            eprintln!("lockctl: {error}");
+            eprintln!("lockctl: {busy}");
             return exit::BUSY;
         }
         Err(error) => {
@@ -99,7 +121,7 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
         }
     };
     let plan = Plan {
-        name: &args.name,
+        names: &names,
         command: &args.cmd.argv,
         ttl,
         max_hold: args.max_hold,
@@ -113,7 +135,8 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
 
 /// How a granted lease is held: for `run`, and for each term of `elect`.
 struct Plan<'p> {
-    name: &'p str,
+    /// The locks, NAME first; one for `elect`.
+    names: &'p [String],
     /// The command and its arguments.
     command: &'p [OsString],
     /// The TTL each renewal asks for.
@@ -154,11 +177,7 @@ async fn hold(
     granted: &Granted,
     signals: &mut Signals,
 ) -> Ended {
-    let body = &granted.body;
-    let (Some(token), Some(fence)) = (
-        body.get("token").and_then(Value::as_str),
-        body.get("fence").and_then(Value::as_u64),
-    ) else {
+    let Some((leases, granted_ms)) = leases::granted(&granted.body, plan.names) else {
         eprintln!("lockctl: unexpected answer: the acquire answer lacks token or fence");
         return Ended {
             code: exit::SOFTWARE,
@@ -166,14 +185,22 @@ async fn hold(
             fatal: true,
         };
     };
-    let granted_ttl = body
-        .get("ttl_ms")
-        .and_then(Value::as_u64)
-        .map_or(options.ttl, |ms| options.ttl.min(Duration::from_millis(ms)));
+    let granted_ttl =
+        granted_ms.map_or(options.ttl, |ms| options.ttl.min(Duration::from_millis(ms)));
     if plan.verbose {
+        let fences: Vec<String> = leases
+            .iter()
+            .map(|lease| {
+                format!(
+                    "{} with fence {}",
+                    describe(options.kind, &lease.name),
+                    lease.fence
+                )
+            })
+            .collect();
         eprintln!(
-            "lockctl: acquired {} with fence {fence}, ttl {} ms",
-            describe(options.kind, plan.name),
+            "lockctl: acquired {}, ttl {} ms",
+            fences.join(", "),
             millis(granted_ttl)
         );
     }
@@ -185,9 +212,7 @@ async fn hold(
         broker,
         Held {
             kind: options.kind,
-            name: plan.name.to_owned(),
-            token: token.to_owned(),
-            fence,
+            leases,
             ttl: plan.ttl,
             verbose: plan.verbose,
             kill_after: plan.kill_after,
@@ -239,8 +264,8 @@ async fn bound_the_lease(
     loop {
         let Some(mut renewal) = supervisor.renew() else {
             eprintln!(
-                "lockctl: --max-hold for {:?} ran out while waiting; command not run",
-                supervisor.name
+                "lockctl: --max-hold for {} ran out while waiting; command not run",
+                supervisor.shown()
             );
             release_quietly(supervisor).await;
             return Err(exit::MAX_HOLD);
@@ -249,7 +274,7 @@ async fn bound_the_lease(
             tokio::select! {
                 outcome = &mut renewal => break outcome,
                 signal = signals.recv() => if signal != Signal::SIGUSR1 {
-                    eprintln!("lockctl: {signal} after acquiring {:?}; command not run", supervisor.name);
+                    eprintln!("lockctl: {signal} after acquiring {}; command not run", supervisor.shown());
                     supervisor.interrupted = true;
                     release_quietly(supervisor).await;
                     return Err(signal_exit_code(signal));
@@ -265,8 +290,8 @@ async fn bound_the_lease(
             }
             Renewed::Failed(error) if give_up.is_none_or(|at| Instant::now() >= at) => {
                 eprintln!(
-                    "lockctl: could not renew {:?} after acquiring it ({error}); command not run",
-                    supervisor.name
+                    "lockctl: could not renew {} after acquiring it ({error}); command not run",
+                    supervisor.shown()
                 );
                 release_quietly(supervisor).await;
                 return Err(error.exit_code());
@@ -305,13 +330,15 @@ fn spawn(
     command: &[OsString],
     kill_after: Duration,
 ) -> Result<(Running, Exited), u8> {
+    let first = supervisor.first();
     process::start(command, kill_after, |process| {
         process
-            .env("LOCKBROKER_LOCK", &supervisor.name)
-            .env("LOCKBROKER_FENCE", supervisor.fence.to_string())
-            .env("LOCKBROKER_TOKEN", &supervisor.token)
+            .env("LOCKBROKER_LOCK", &first.name)
+            .env("LOCKBROKER_FENCE", first.fence.to_string())
+            .env("LOCKBROKER_TOKEN", &first.token)
             .env("LOCKBROKER_URL", supervisor.broker.base())
             .env("LOCKBROKER_RUN_PID", std::process::id().to_string());
+        leases::export(process, &supervisor.leases);
         match supervisor.kind {
             LeaseKind::Permit { limit } => process.env("LOCKBROKER_LIMIT", limit.to_string()),
             LeaseKind::Exclusive | LeaseKind::Shared => process.env_remove("LOCKBROKER_LIMIT"),
@@ -337,12 +364,16 @@ async fn finish(supervisor: &Supervisor<'_>, status: std::io::Result<ExitStatus>
         };
     }
     if supervisor.released_by_command {
+        // With several, the command gave back one lease: the rest go now.
+        if supervisor.several() {
+            release_quietly(supervisor).await;
+        }
         return code;
     }
     match release(supervisor).await {
         Ok(()) => {
             if supervisor.verbose {
-                eprintln!("lockctl: released {:?}", supervisor.name);
+                eprintln!("lockctl: released {}", supervisor.shown());
             }
             code
         }
@@ -352,55 +383,13 @@ async fn finish(supervisor: &Supervisor<'_>, status: std::io::Result<ExitStatus>
         }
         Err(error) => {
             eprintln!(
-                "lockctl: could not release {:?} ({error}); it expires on its own within {} ms",
-                supervisor.name,
+                "lockctl: could not release {} ({error}); it expires on its own within {} ms",
+                supervisor.shown(),
                 millis(supervisor.ttl)
             );
             code
         }
     }
-}
-
-/// Releases, retrying transient failures within [`RELEASE_BUDGET`]; a
-/// retried release of a lease already released still answers success.
-async fn release(supervisor: &Supervisor<'_>) -> Result<(), BrokerError> {
-    let deadline = Instant::now() + RELEASE_BUDGET;
-    let mut pause = Duration::from_millis(100);
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = left.max(Duration::from_millis(100));
-        match supervisor
-            .broker
-            .release(
-                supervisor.family(),
-                &supervisor.name,
-                &supervisor.token,
-                timeout,
-            )
-            .await
-        {
-            Ok(_) => return Ok(()),
-            Err(error) if error.is_transient() && Instant::now() + pause < deadline => {
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-}
-
-/// One release attempt whose outcome does not matter (the lease may be
-/// gone already); it frees the lock early if it is not.
-async fn release_quietly(supervisor: &Supervisor<'_>) {
-    let _ = supervisor
-        .broker
-        .release(
-            supervisor.family(),
-            &supervisor.name,
-            &supervisor.token,
-            Duration::from_secs(2),
-        )
-        .await;
 }
 
 /// The shell's convention: the exit code, or 128+N for signal N.

@@ -49,6 +49,10 @@ pub enum IfBusy {
 pub struct RunArgs {
     /// Lock name (semaphore name with --limit).
     pub name: String,
+    /// Hold this lock too, for the whole run (repeatable): NAME and every
+    /// --lock are taken in one acquire-all, all of them or none (see below).
+    #[arg(long = "lock", value_name = "NAME", conflicts_with_all = ["limit", "fair"])]
+    pub locks: Vec<String>,
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// What to do if the lock is busy (after --wait, if given).
@@ -63,6 +67,16 @@ pub struct RunArgs {
     /// Report acquire, renewal trouble and release on stderr.
     #[arg(short, long)]
     pub verbose: bool,
+}
+
+impl RunArgs {
+    /// Every lock the run holds: NAME, then each --lock in the order given.
+    pub fn names(&self) -> Vec<String> {
+        std::iter::once(&self.name)
+            .chain(&self.locks)
+            .cloned()
+            .collect()
+    }
 }
 
 /// `lockctl __guard`, started by `run` and `elect` only.

@@ -54,6 +54,24 @@ commands run at once fleet-wide; LOCKBROKER_LOCK then names the semaphore and
 LOCKBROKER_LIMIT is N (it is unset for a lock). Everything below holds for
 all three: busy means no permit is free, lost means the permit is gone.
 
+With --lock NAME2 (repeatable), lockctl holds several locks for the whole run:
+one acquire-all request takes a lease on NAME and on each --lock, on all of them
+or on none. The broker takes them in one order (by name) whatever the order
+given, so runs over overlapping sets never deadlock, and while it waits
+(--wait) it holds none of them. The leases are renewed together; if any is
+lost, or cannot be renewed in time, CMD is stopped as below (exit 79, naming
+that lock). All are released, once CMD's process tree is gone, with one
+release-all. A busy answer names the lock that was busy. --shared makes
+every lease a shared one; --limit and --fair do not go with --lock.
+
+LOCKBROKER_LOCK, LOCKBROKER_FENCE and LOCKBROKER_TOKEN describe NAME's lease.
+Every lease of the run is also numbered from 1 in the order of the command
+line (NAME is 1, the first --lock 2, ...): LOCKBROKER_LOCK_1, LOCKBROKER_FENCE_1,
+LOCKBROKER_TOKEN_1, LOCKBROKER_LOCK_2, ...; LOCKBROKER_LOCKS lists the names
+and LOCKBROKER_FENCES the fences as NAME=FENCE, each space-separated in that
+order, e.g. LOCKBROKER_FENCES=\"ledger:a=41 ledger:b=97\". A run of one lock
+sets them too.
+
 If the lock is busy: --if-busy fail (the default) exits 75, skip exits 0 without
 running CMD (for cron: \"another instance is running\"), and --wait D waits up to D
 for the lock first. When the lock is granted after a wait longer than a third
@@ -95,7 +113,9 @@ To give the lease back before CMD ends, run `lockctl release \"$LOCKBROKER_LOCK\
 inside CMD (LOCKBROKER_TOKEN is read from the environment; add --semaphore when
 LOCKBROKER_LIMIT is set): it tells lockctl to stop renewing. Another client must
 send SIGUSR1 to $LOCKBROKER_RUN_PID before it releases, or the next renewal
-counts as a lost lease.
+counts as a lost lease. With --lock, releasing any of the run's leases so
+(`LOCKBROKER_TOKEN=$LOCKBROKER_TOKEN_2 lockctl release \"$LOCKBROKER_LOCK_2\"`)
+stops the renewal of them all, and lockctl releases the rest when CMD ends.
 
 The fence is the number to hand to whatever CMD writes to: a store that refuses
 fences lower than the highest it has seen turns a stale holder into a no-op.
@@ -103,7 +123,9 @@ fences lower than the highest it has seen turns a stale holder into a no-op.
 Example (crontab): every 5 minutes on every host, one run at a time fleet-wide:
   */5 * * * * lockctl run nightly-sync --ttl 1m --max-hold 2h --if-busy skip -- /usr/local/bin/sync.sh
 Example: at most 3 exports at once against a shared database:
-  lockctl run db-exports --limit 3 --wait 10m -- /usr/local/bin/export.sh";
+  lockctl run db-exports --limit 3 --wait 10m -- /usr/local/bin/export.sh
+Example: a job over two tables, which needs both locks or neither:
+  lockctl run ledger:a --lock ledger:b --wait 5m -- /usr/local/bin/reconcile.sh";
 
 /// `lockctl watch --help`.
 pub const WATCH_ABOUT: &str = "\

@@ -4,8 +4,6 @@
 use std::fmt;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, RETRY_AFTER};
-use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 
 use crate::exit;
@@ -16,7 +14,7 @@ pub enum BrokerError {
     /// The broker answered with its `{"error": {...}}` body.
     Rejected {
         /// HTTP status.
-        status: StatusCode,
+        status: u16,
         /// The `error` object as sent (code, message, holder details).
         error: Map<String, Value>,
         /// The `Retry-After` header, if any.
@@ -59,6 +57,22 @@ impl BrokerError {
         matches!(self.code(), "lock_busy" | "contended")
     }
 
+    /// What a step over several leases (release-all) reports for one of
+    /// them: the error object that lease's own call would have answered,
+    /// with the HTTP status that goes with its code.
+    pub fn of_lease(error: Map<String, Value>) -> Self {
+        let status = error
+            .get("code")
+            .cloned()
+            .and_then(|code| serde_json::from_value::<lockbroker_api::ErrorCode>(code).ok())
+            .map_or(500, |code| code.status());
+        Self::Rejected {
+            status,
+            error,
+            retry_after: None,
+        }
+    }
+
     /// The exit code for this failure (see [`crate::exit`]).
     pub fn exit_code(&self) -> u8 {
         let status = match self {
@@ -76,9 +90,7 @@ impl BrokerError {
             | "payload_too_large"
             | "unsupported_media_type"
             | "limit_conflict" => exit::USAGE,
-            _ if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN => {
-                exit::NO_PERMISSION
-            }
+            _ if status == 401 || status == 403 => exit::NO_PERMISSION,
             _ if self.is_transient() => exit::UNAVAILABLE,
             _ => exit::SOFTWARE,
         }
@@ -90,13 +102,8 @@ impl BrokerError {
         match self {
             Self::Unreachable { .. } => true,
             Self::Tls { .. } | Self::Unexpected(_) => false,
-            Self::Rejected { status, .. } => matches!(
-                *status,
-                StatusCode::TOO_MANY_REQUESTS
-                    | StatusCode::BAD_GATEWAY
-                    | StatusCode::SERVICE_UNAVAILABLE
-                    | StatusCode::GATEWAY_TIMEOUT
-            ),
+            // 429, 502, 503, 504.
+            Self::Rejected { status, .. } => matches!(*status, 429 | 502 | 503 | 504),
         }
     }
 
@@ -141,7 +148,7 @@ impl fmt::Display for BrokerError {
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("no message");
-                write!(f, "{message} ({}, HTTP {})", self.code(), status.as_u16())?;
+                write!(f, "{message} ({}, HTTP {status})", self.code())?;
                 match self.code() {
                     "lock_busy" => self.fmt_busy(f, error),
                     // The broker's message says how to ask in JSON; say it
@@ -193,48 +200,11 @@ impl BrokerError {
     }
 }
 
-/// A refusal (any status but 2xx) as a [`BrokerError`]: the broker's
-/// `{"error": {...}}` body, or [`not_the_api`] without one.
-pub(super) fn refusal(
-    status: StatusCode,
-    retry_after: Option<Duration>,
-    bytes: &[u8],
-) -> BrokerError {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Object(mut map)) => match map.remove("error") {
-            Some(Value::Object(error)) => BrokerError::Rejected {
-                status,
-                error,
-                retry_after,
-            },
-            _ => not_the_api(status),
-        },
-        _ => not_the_api(status),
-    }
-}
-
-/// The `Retry-After` header in whole seconds, if any.
-pub(super) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
-}
-
-/// A reply without the broker's JSON error body.
-pub(super) fn not_the_api(status: StatusCode) -> BrokerError {
-    BrokerError::Unexpected(format!(
-        "HTTP {} without the broker's JSON body; is the URL a lockbroker?",
-        status.as_u16()
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn rejected(status: StatusCode, error: Value) -> BrokerError {
+    fn rejected(status: u16, error: Value) -> BrokerError {
         let Value::Object(error) = error else {
             panic!("an object")
         };
@@ -248,7 +218,7 @@ mod tests {
     #[test]
     fn a_limit_conflict_is_bad_usage_and_names_the_limit_in_force() {
         let error = rejected(
-            StatusCode::CONFLICT,
+            409,
             json!({"code": "limit_conflict", "message": "semaphore \"x\" has limit 3", "limit": 3}),
         );
         assert_eq!(error.exit_code(), exit::USAGE);
@@ -259,17 +229,14 @@ mod tests {
 
     #[test]
     fn lease_lost_keeps_its_own_exit_code_although_also_409() {
-        let error = rejected(
-            StatusCode::CONFLICT,
-            json!({"code": "lease_lost", "message": "gone"}),
-        );
+        let error = rejected(409, json!({"code": "lease_lost", "message": "gone"}));
         assert_eq!(error.exit_code(), exit::LEASE_LOST);
     }
 
     #[test]
     fn a_busy_semaphore_says_how_many_are_in_the_way_and_its_limit() {
         let error = rejected(
-            StatusCode::LOCKED,
+            423,
             json!({"code": "lock_busy", "message": "busy", "owner": null, "fence": 4,
                    "available_in_ms": 20, "limit": 2,
                    "holders": [{"owner": null, "fence": 3}, {"owner": "b", "fence": 4}]}),

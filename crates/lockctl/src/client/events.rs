@@ -1,16 +1,12 @@
 //! Event streams: `GET /v1/locks/{name}/events`, `GET
 //! /v1/semaphores/{name}/events` and `GET /v1/events?prefix=`, read as
-//! Server-Sent Events one chunk at a time.
+//! Server-Sent Events one message at a time.
 
-use std::collections::VecDeque;
 use std::time::Duration;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use lockbroker_client::{Route, VerbatimEvents};
 
-use super::{
-    encode_segment, refusal, retry_after, route, Broker, BrokerError, Family, REQUEST_TIMEOUT,
-};
-use lockbroker_api::sse::{Message, Parser};
+use super::{Broker, BrokerError, Family, Message};
 
 /// The broker sends a keep-alive every 15 s on an idle stream: a stream
 /// silent for this long is taken for dropped.
@@ -25,12 +21,12 @@ pub enum Watched<'a> {
     Prefix(&'a str),
 }
 
-impl Watched<'_> {
-    /// The stream's path and query under the base URL.
-    pub fn path(self) -> String {
+impl<'a> Watched<'a> {
+    /// The stream's route.
+    fn route(self) -> Route<'a> {
         match self {
-            Self::Name(family, name) => route(family, name, "/events"),
-            Self::Prefix(prefix) => format!("/v1/events?prefix={}", encode_segment(prefix)),
+            Self::Name(family, name) => Route::Events(family, name),
+            Self::Prefix(prefix) => Route::EventsUnder(prefix),
         }
     }
 }
@@ -38,9 +34,7 @@ impl Watched<'_> {
 /// An open event stream.
 pub struct EventStream<'a> {
     broker: &'a Broker,
-    response: reqwest::Response,
-    parser: Parser,
-    ready: VecDeque<Message>,
+    events: VerbatimEvents,
 }
 
 impl Broker {
@@ -52,50 +46,15 @@ impl Broker {
         watched: Watched<'_>,
         last_event_id: Option<&str>,
     ) -> Result<EventStream<'_>, BrokerError> {
-        let url = format!("{}{}", self.base(), watched.path());
-        // No timeout on the request as a whole: it would end the stream.
-        let mut request = self.http.get(url).header(ACCEPT, "text/event-stream");
-        if let Some(id) = last_event_id.filter(|id| id.bytes().all(|b| b.is_ascii_graphic())) {
-            request = request.header("last-event-id", id);
-        }
-        let response = match tokio::time::timeout(REQUEST_TIMEOUT, request.send()).await {
-            Ok(sent) => sent.map_err(|e| self.transport(e))?,
-            Err(_) => return Err(self.silent("timed out")),
-        };
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = retry_after(response.headers());
-            let bytes = match tokio::time::timeout(REQUEST_TIMEOUT, response.bytes()).await {
-                Ok(read) => read.map_err(|e| self.transport(e))?,
-                Err(_) => return Err(self.silent("timed out")),
-            };
-            return Err(refusal(status, retry_after, &bytes));
-        }
-        let is_stream = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
-        if !is_stream {
-            return Err(BrokerError::Unexpected(format!(
-                "HTTP {} is not an event stream; is the URL a lockbroker that serves them?",
-                status.as_u16()
-            )));
-        }
+        let events = self
+            .client
+            .events_verbatim(watched.route(), last_event_id)
+            .await
+            .map_err(|error| self.failure(error))?;
         Ok(EventStream {
             broker: self,
-            response,
-            parser: Parser::default(),
-            ready: VecDeque::new(),
+            events,
         })
-    }
-
-    /// A stream or request that went quiet, as an unreachable broker.
-    fn silent(&self, cause: &str) -> BrokerError {
-        BrokerError::Unreachable {
-            url: self.shown.clone(),
-            cause: cause.to_owned(),
-        }
     }
 }
 
@@ -103,21 +62,12 @@ impl EventStream<'_> {
     /// The next message; `None` when the broker ended the stream. A stream
     /// silent (not even a keep-alive) for 45 s fails as unreachable.
     pub async fn next(&mut self) -> Result<Option<Message>, BrokerError> {
-        loop {
-            if let Some(message) = self.ready.pop_front() {
-                return Ok(Some(message));
-            }
-            let chunk = match tokio::time::timeout(SILENCE_LIMIT, self.response.chunk()).await {
-                Ok(chunk) => chunk.map_err(|e| self.broker.transport(e))?,
-                Err(_) => {
-                    let cause = format!("the stream was silent for {} s", SILENCE_LIMIT.as_secs());
-                    return Err(self.broker.silent(&cause));
-                }
-            };
-            match chunk {
-                Some(bytes) => self.ready.extend(self.parser.feed(&bytes)),
-                None => return Ok(None),
-            }
+        match tokio::time::timeout(SILENCE_LIMIT, self.events.next()).await {
+            Ok(next) => next.map_err(|error| self.broker.failure(error)),
+            Err(_) => Err(BrokerError::Unreachable {
+                url: self.broker.client.base_url().to_owned(),
+                cause: format!("the stream was silent for {} s", SILENCE_LIMIT.as_secs()),
+            }),
         }
     }
 }
@@ -129,18 +79,21 @@ mod tests {
     #[test]
     fn each_watch_has_its_route() {
         assert_eq!(
-            Watched::Name(Family::Locks, "billing:42").path(),
+            Watched::Name(Family::Locks, "billing:42").route().path(),
             "/v1/locks/billing:42/events"
         );
         assert_eq!(
-            Watched::Name(Family::Semaphores, "etl").path(),
+            Watched::Name(Family::Semaphores, "etl").route().path(),
             "/v1/semaphores/etl/events"
         );
         assert_eq!(
-            Watched::Prefix("billing:").path(),
+            Watched::Prefix("billing:").route().path(),
             "/v1/events?prefix=billing:"
         );
-        assert_eq!(Watched::Prefix("").path(), "/v1/events?prefix=");
-        assert_eq!(Watched::Prefix("a&b").path(), "/v1/events?prefix=a%26b");
+        assert_eq!(Watched::Prefix("").route().path(), "/v1/events?prefix=");
+        assert_eq!(
+            Watched::Prefix("a&b").route().path(),
+            "/v1/events?prefix=a%26b"
+        );
     }
 }

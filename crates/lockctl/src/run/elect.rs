@@ -62,7 +62,7 @@ pub async fn elect(broker: &Broker, args: ElectArgs) -> u8 {
         fair: false,
     };
     let plan = Plan {
-        name: &args.name,
+        names: std::slice::from_ref(&args.name),
         command: &args.cmd.argv,
         ttl: args.ttl,
         max_hold: None,
@@ -193,7 +193,6 @@ async fn interruptible<T>(
 
 #[cfg(test)]
 mod tests {
-    use reqwest::StatusCode;
     use serde_json::{json, Value};
 
     use super::*;
@@ -203,7 +202,7 @@ mod tests {
             panic!("an object")
         };
         BrokerError::Rejected {
-            status: StatusCode::LOCKED,
+            status: 423,
             error,
             retry_after: None,
         }

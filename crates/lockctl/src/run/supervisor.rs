@@ -6,6 +6,13 @@
 //! would run out by the local monotonic clock, and the SIGKILL deadline once
 //! the command is being stopped. The lease's local deadline is counted from
 //! when the request that set it was *sent*, so it never outlasts the broker's.
+//!
+//! A run over several locks (`run --lock`) holds several leases taken at once:
+//! they are renewed together, one request each sent side by side, and share
+//! one deadline, set only by a round in which every renewal succeeded. A lost
+//! lease among them stops the command as a single lost lease does.
+
+mod round;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -48,9 +55,27 @@ pub enum Renewed {
     Failed(BrokerError),
 }
 
-/// A renewal in flight: when it was sent, the TTL it asked for, its answer.
-pub type Renewal<'a> =
-    Pin<Box<dyn Future<Output = (Instant, Duration, Result<Value, BrokerError>)> + 'a>>;
+/// What one round of renewals answered: when it was sent, the TTL it asked
+/// for, and the answer that counts (the first failure, if any; otherwise a
+/// success with the shortest TTL granted), with the lock it is about.
+pub struct Answer {
+    pub sent: Instant,
+    pub asked: Duration,
+    /// The lock whose answer `result` is: the first one on success.
+    pub lock: String,
+    pub result: Result<Value, BrokerError>,
+}
+
+/// A round of renewals in flight.
+pub type Renewal<'a> = Pin<Box<dyn Future<Output = Answer> + 'a>>;
+
+/// One lease the run holds.
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub name: String,
+    pub token: String,
+    pub fence: u64,
+}
 
 /// Where the command's exit status arrives.
 pub type Exited = oneshot::Receiver<std::io::Result<ExitStatus>>;
@@ -60,9 +85,8 @@ pub struct Supervisor<'a> {
     pub broker: &'a Broker,
     /// What is held: it picks the routes renewals and the release go to.
     pub kind: LeaseKind,
-    pub name: String,
-    pub token: String,
-    pub fence: u64,
+    /// NAME's lease first, then those of `--lock` in the order given.
+    pub leases: Vec<Lease>,
     /// The TTL each renewal asks for.
     pub ttl: Duration,
     pub verbose: bool,
@@ -86,6 +110,8 @@ pub struct Supervisor<'a> {
     pub released_by_command: bool,
     /// Renewals have been failing since this report.
     failing: bool,
+    /// The lock whose renewal failed or found its lease lost, last.
+    trouble: Option<String>,
     /// The API key id that force-released the lease, when a renewal was
     /// told so: the stop line names it instead of a plain "lost".
     forced_by: Option<String>,
@@ -98,9 +124,8 @@ pub struct Supervisor<'a> {
 /// What [`Supervisor::new`] needs beyond the broker.
 pub struct Held {
     pub kind: LeaseKind,
-    pub name: String,
-    pub token: String,
-    pub fence: u64,
+    /// At least one; NAME's first.
+    pub leases: Vec<Lease>,
     /// The TTL each renewal asks for.
     pub ttl: Duration,
     pub verbose: bool,
@@ -118,9 +143,7 @@ impl<'a> Supervisor<'a> {
         Self {
             broker,
             kind: held.kind,
-            name: held.name,
-            token: held.token,
-            fence: held.fence,
+            leases: held.leases,
             ttl: held.ttl,
             verbose: held.verbose,
             kill_after: held.kill_after,
@@ -134,6 +157,7 @@ impl<'a> Supervisor<'a> {
             forced_by: None,
             released_by_command: false,
             failing: false,
+            trouble: None,
             running: false,
             interrupted: false,
         }
@@ -142,6 +166,36 @@ impl<'a> Supervisor<'a> {
     /// The routes of the lease: the lock's, or the semaphore's for a permit.
     pub fn family(&self) -> Family {
         self.kind.family()
+    }
+
+    /// NAME's lease, which the command's LOCKBROKER_LOCK, _FENCE and _TOKEN
+    /// describe.
+    pub fn first(&self) -> &Lease {
+        &self.leases[0]
+    }
+
+    /// Whether the run holds several leases (`run --lock`).
+    pub fn several(&self) -> bool {
+        self.leases.len() > 1
+    }
+
+    /// What is held, for messages: `"a"`, or `"a" and "b"` for several.
+    pub fn shown(&self) -> String {
+        let names: Vec<&str> = self
+            .leases
+            .iter()
+            .map(|lease| lease.name.as_str())
+            .collect();
+        super::leases::shown(&names)
+    }
+
+    /// The lease a message is about: "the lease", or with several "the
+    /// lease on NAME" for the one in trouble.
+    fn the_lease(&self) -> String {
+        match &self.trouble {
+            Some(lock) if self.several() => format!("the lease on {lock:?}"),
+            _ => "the lease".to_owned(),
+        }
     }
 
     /// A request sent at `sent` left the lease with `ttl` to live: stop the
@@ -157,9 +211,9 @@ impl<'a> Supervisor<'a> {
                 if self.verbose {
                     let left = millis(hold_until.saturating_duration_since(Instant::now()));
                     eprintln!(
-                        "lockctl: no more renewals for {:?}: its --max-hold of {} ms is reached \
+                        "lockctl: no more renewals for {}: its --max-hold of {} ms is reached \
                          in {left} ms, and the command is stopped then if still running",
-                        self.name,
+                        self.shown(),
                         millis(hold)
                     );
                 }
@@ -191,20 +245,36 @@ impl<'a> Supervisor<'a> {
             ));
         }
         let (broker, family) = (self.broker, self.family());
-        let (name, token) = (self.name.clone(), self.token.clone());
+        let leases = self.leases.clone();
         let timeout = (self.ttl / 5).clamp(Duration::from_millis(250), Duration::from_secs(10));
         Some(Box::pin(async move {
             let sent = Instant::now();
-            let result = broker.extend(family, &name, &token, ttl, timeout).await;
-            (sent, ttl, result)
+            let renewals = leases
+                .iter()
+                .map(|lease| broker.extend(family, &lease.name, &lease.token, ttl, timeout));
+            let results = futures_util::future::join_all(renewals).await;
+            let names = leases.into_iter().map(|lease| lease.name);
+            let (lock, result) = round::what_counts(names.zip(results).collect());
+            Answer {
+                sent,
+                asked: ttl,
+                lock,
+                result,
+            }
         }))
     }
 
     /// Applies a renewal's answer to the deadlines.
-    pub fn apply(
-        &mut self,
-        (sent, asked, result): (Instant, Duration, Result<Value, BrokerError>),
-    ) -> Renewed {
+    pub fn apply(&mut self, answer: Answer) -> Renewed {
+        let Answer {
+            sent,
+            asked,
+            lock,
+            result,
+        } = answer;
+        if result.is_err() {
+            self.trouble = Some(lock.clone());
+        }
         match result {
             Ok(body) => {
                 let ttl = body
@@ -213,7 +283,8 @@ impl<'a> Supervisor<'a> {
                     .map_or(asked, |ms| asked.min(Duration::from_millis(ms)));
                 if self.failing {
                     self.failing = false;
-                    eprintln!("lockctl: renewed the lease on {:?} again", self.name);
+                    let leases = if self.several() { "leases" } else { "lease" };
+                    eprintln!("lockctl: renewed the {leases} on {} again", self.shown());
                 }
                 self.set_deadline(sent, ttl);
                 Renewed::Yes
@@ -236,9 +307,8 @@ impl<'a> Supervisor<'a> {
                     .stop_at
                     .map_or(0, |at| millis(at.saturating_duration_since(Instant::now())));
                 eprintln!(
-                    "lockctl: the broker's max hold for {:?} is reached: no more renewals; the \
-                     command is stopped in {left} ms, as the lease runs out, if still running",
-                    self.name
+                    "lockctl: the broker's max hold for {lock:?} is reached: no more renewals; \
+                     the command is stopped in {left} ms, as the lease runs out, if still running"
                 );
                 Renewed::AtBrokerMaxHold
             }
@@ -255,9 +325,8 @@ impl<'a> Supervisor<'a> {
                         "lockctl gives up without running the command"
                     };
                     eprintln!(
-                        "lockctl: cannot renew the lease on {:?}: {error}; retrying, and unless \
-                         a renewal succeeds within {left} ms {then}",
-                        self.name
+                        "lockctl: cannot renew the lease on {lock:?}: {error}; retrying, and \
+                         unless a renewal succeeds within {left} ms {then}"
                     );
                 }
                 let retry =
@@ -327,10 +396,18 @@ impl<'a> Supervisor<'a> {
     fn on_signal(&mut self, signal: Signal, running: &Running) {
         if signal == Signal::SIGUSR1 {
             if !self.released_by_command && self.verbose {
-                eprintln!(
-                    "lockctl: the command released {:?} itself; no more renewals",
-                    self.name
-                );
+                if self.several() {
+                    eprintln!(
+                        "lockctl: the command released one of its leases itself; no more \
+                         renewals for {}",
+                        self.shown()
+                    );
+                } else {
+                    eprintln!(
+                        "lockctl: the command released {:?} itself; no more renewals",
+                        self.first().name
+                    );
+                }
             }
             self.released_by_command = true;
             self.renew_at = None;
@@ -350,28 +427,29 @@ impl<'a> Supervisor<'a> {
         }
         let signals = format!("SIGTERM, SIGKILL after {} ms", millis(self.kill_after));
         let duplicated = "treat its work as possibly duplicated";
+        let lease = self.the_lease();
         match reason {
             StopReason::LeaseLost if self.failing => eprintln!(
-                "lockctl: the lease could not be renewed before it would expire; stopping the \
+                "lockctl: {lease} could not be renewed before it would expire; stopping the \
                  command ({signals}); {duplicated}"
             ),
             StopReason::LeaseLost => match &self.forced_by {
                 Some(id) => eprintln!(
-                    "lockctl: an operator force-released the lease (key id {id:?}); stopping the \
+                    "lockctl: an operator force-released {lease} (key id {id:?}); stopping the \
                      command ({signals}); {duplicated}"
                 ),
                 None => eprintln!(
-                    "lockctl: the lease was lost; stopping the command ({signals}); {duplicated}"
+                    "lockctl: {lease} was lost; stopping the command ({signals}); {duplicated}"
                 ),
             },
             StopReason::MaxHold => eprintln!(
-                "lockctl: --max-hold reached: {:?} has been held for {} ms; stopping the command \
+                "lockctl: --max-hold reached: {} has been held for {} ms; stopping the command \
                  ({signals})",
-                self.name,
+                self.shown(),
                 self.max_hold.map_or(0, |(hold, _)| millis(hold))
             ),
             StopReason::BrokerMaxHold => eprintln!(
-                "lockctl: the lease reached the broker's max hold and is running out; stopping \
+                "lockctl: {lease} reached the broker's max hold and is running out; stopping \
                  the command ({signals})"
             ),
         }
@@ -384,9 +462,7 @@ impl<'a> Supervisor<'a> {
 }
 
 /// The next renewal's answer, or never if none is in flight.
-pub async fn poll_renewal<'a>(
-    renewal: Option<&mut Renewal<'a>>,
-) -> (Instant, Duration, Result<Value, BrokerError>) {
+pub async fn poll_renewal<'a>(renewal: Option<&mut Renewal<'a>>) -> Answer {
     match renewal {
         Some(renewal) => renewal.await,
         None => std::future::pending().await,
