@@ -12,9 +12,7 @@ mod minimal;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use lockbroker_api::{
-    AcquireBody, ErrorResponse, LeaseResponse, ReleaseBody, SemaphoreAcquireBody,
-};
+use lockbroker_api::{AcquireBody, ErrorResponse, ReleaseBody, SemaphoreAcquireBody};
 use serde::de::DeserializeOwned;
 
 use crate::http1;
@@ -284,68 +282,49 @@ pub fn success<T: DeserializeOwned>(step: &str, status: u16, body: &[u8]) -> Res
     serde_json::from_slice(body).map_err(|e| format!("{step} body: {e}"))
 }
 
-/// One acquire over a shared HTTP client (for waiting and one-off requests,
-/// unlike [`BrokerClient`]); `Ok(None)` when busy.
+/// A client of the broker at `url` for waiting and one-off requests
+/// (unlike [`BrokerClient`], which measures): the project's own client.
+pub fn broker_client(url: &str) -> Result<lockbroker_client::Client, String> {
+    lockbroker_client::Client::builder(url)
+        .build()
+        .map_err(|e| format!("client for {url}: {e}"))
+}
+
+/// One acquire of `name` (waiting up to `wait_ms` for it); `Ok(None)` when
+/// still busy. The lease is not renewed, and is released when dropped.
 pub async fn acquire(
-    http: &reqwest::Client,
-    url: &str,
+    client: &lockbroker_client::Client,
     name: &str,
     ttl_ms: u64,
     wait_ms: u64,
-) -> Result<Option<Lease>, String> {
-    let body = AcquireBody {
-        ttl_ms: Some(ttl_ms),
-        wait_ms: Some(wait_ms),
-        ..AcquireBody::default()
+) -> Result<Option<lockbroker_client::Lease>, String> {
+    let options = lockbroker_client::AcquireOptions {
+        ttl: Duration::from_millis(ttl_ms),
+        wait: Duration::from_millis(wait_ms),
+        ..lockbroker_client::AcquireOptions::default()
     };
-    let response = http
-        .post(format!("{url}/v1/locks/{name}/acquire"))
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| format!("acquire: {e}"))?;
-    let status = response.status().as_u16();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| format!("acquire body: {e}"))?;
-    if status == 423 {
-        return Ok(None);
+    match client.lock(name).acquire(options).await {
+        Ok(lease) => Ok(Some(lease)),
+        Err(lockbroker_client::Error::Busy { .. }) => Ok(None),
+        Err(error) => Err(format!("acquire {name}: {error}")),
     }
-    let lease: LeaseResponse = success("acquire", status, &body)?;
-    Ok(Some(Lease {
-        token: lease.token,
-        fence: lease.fence,
-    }))
 }
 
-/// Releases a lease; any answer but success is an error.
-pub async fn release(
-    http: &reqwest::Client,
-    url: &str,
-    name: &str,
-    token: &str,
-) -> Result<(), String> {
-    let response = http
-        .post(format!("{url}/v1/locks/{name}/release"))
-        .json(&ReleaseBody::new(token))
-        .send()
+/// Releases a lease; any answer but a release is an error.
+pub async fn release(lease: &lockbroker_client::Lease) -> Result<(), String> {
+    lease
+        .release()
         .await
-        .map_err(|e| format!("release: {e}"))?;
-    if response.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!("release answered {}", response.status()))
-    }
+        .map(drop)
+        .map_err(|e| format!("release {}: {e}", lease.name()))
 }
 
 /// Waits up to 5 s for a broker to answer `/readyz`.
-pub async fn wait_ready(http: &reqwest::Client, url: &str) -> Result<(), String> {
+pub async fn wait_ready(url: &str) -> Result<(), String> {
+    let client = broker_client(url)?;
     for _ in 0..200 {
-        if let Ok(response) = http.get(format!("{url}/readyz")).send().await {
-            if response.status().is_success() {
-                return Ok(());
-            }
+        if client.ready().await.is_ok() {
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

@@ -45,9 +45,8 @@ pub async fn run(
         procs::broker_with(&nodes[0], &env)?,
         procs::broker_with(&nodes[0], &env)?,
     ];
-    let http = reqwest::Client::new();
     for broker in &brokers {
-        wait_ready(&http, &format!("http://127.0.0.1:{}", broker.port)).await?;
+        wait_ready(&format!("http://127.0.0.1:{}", broker.port)).await?;
     }
     let clustered = Target::Brokers {
         ports: brokers.iter().map(|b| b.port).collect::<Arc<[u16]>>(),

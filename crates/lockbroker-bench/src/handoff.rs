@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::client::{acquire, release, wait_ready, Lease};
+use lockbroker_client::{Client, Lease};
+
+use crate::client::{acquire, broker_client, release, wait_ready};
 use crate::procs::Proc;
 use crate::stats::{report, Goal, Summary, Table};
 
@@ -33,30 +35,19 @@ pub async fn run(
     rounds: usize,
     table: &mut Table,
 ) -> Result<(), String> {
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(16)
-        .build()
-        .map_err(|e| e.to_string())?;
     let url = |p: &Proc| format!("http://127.0.0.1:{}", p.port);
     for broker in [first, second] {
-        wait_ready(&http, &url(broker)).await?;
+        wait_ready(&url(broker)).await?;
     }
 
     println!(
         "handoff: {rounds} rounds each (poller: {} rounds)",
         rounds.min(50)
     );
-    let (one, two) = (url(first), url(second));
-    let mut same = measure(&http, "same", (&one, &one), rounds, Waiting::Server).await?;
-    let mut cross = measure(&http, "cross", (&one, &two), rounds, Waiting::Server).await?;
-    let mut poll = measure(
-        &http,
-        "poll",
-        (&one, &one),
-        rounds.min(50),
-        Waiting::Poll100ms,
-    )
-    .await?;
+    let (one, two) = (broker_client(&url(first))?, broker_client(&url(second))?);
+    let mut same = measure("same", (&one, &one), rounds, Waiting::Server).await?;
+    let mut cross = measure("cross", (&one, &two), rounds, Waiting::Server).await?;
+    let mut poll = measure("poll", (&one, &one), rounds.min(50), Waiting::Poll100ms).await?;
     let same = Summary::of(&mut same);
     let cross = Summary::of(&mut cross);
     let poll = Summary::of(&mut poll);
@@ -98,27 +89,25 @@ pub async fn run(
 }
 
 /// Samples `rounds` handoffs on a lock of its own; releases go to the holder's
-/// broker, waiters wait on the waiter's broker (`(holder_url, waiter_url)`).
+/// broker, waiters wait on the waiter's broker (`(holder, waiter)`).
 pub async fn measure(
-    http: &reqwest::Client,
     case: &str,
-    (holder_url, waiter_url): (&str, &str),
+    (holder, waiter): (&Client, &Client),
     rounds: usize,
     waiting: Waiting,
 ) -> Result<Vec<Duration>, String> {
     let name = format!("bench-handoff-{case}");
-    let mut held = acquire(http, holder_url, &name, HANDOFF_TTL_MS, 0)
+    let mut held = acquire(holder, &name, HANDOFF_TTL_MS, 0)
         .await?
         .ok_or("the benchmark lock is unexpectedly busy")?;
     let mut samples = Vec::with_capacity(rounds);
     // A small deterministic spread of release moments across the poll period.
     let mut phase: u64 = 7;
     for _ in 0..rounds {
-        let waiter = {
-            let http = http.clone();
-            let url = waiter_url.to_owned();
+        let waiting_for = {
+            let waiter = waiter.clone();
             let name = name.clone();
-            tokio::spawn(async move { wait_for_grant(&http, &url, &name, waiting).await })
+            tokio::spawn(async move { wait_for_grant(&waiter, &name, waiting).await })
         };
         phase = (phase * 37 + 11) % 100;
         let settle = match waiting {
@@ -126,35 +115,35 @@ pub async fn measure(
             Waiting::Poll100ms => 20 + phase,
         };
         tokio::time::sleep(Duration::from_millis(settle)).await;
-        release(http, holder_url, &name, &held.token).await?;
+        release(&held).await?;
         let released_at = Instant::now();
-        let (granted_at, lease) = waiter.await.map_err(|e| e.to_string())??;
-        if lease.fence <= held.fence {
-            return Err(format!("fence went from {} to {}", held.fence, lease.fence));
+        let (granted_at, lease) = waiting_for.await.map_err(|e| e.to_string())??;
+        if lease.fence() <= held.fence() {
+            let (before, after) = (held.fence(), lease.fence());
+            return Err(format!("fence went from {before} to {after}"));
         }
         samples.push(granted_at.saturating_duration_since(released_at));
         held = lease;
     }
-    release(http, holder_url, &name, &held.token).await?;
+    release(&held).await?;
     Ok(samples)
 }
 
 async fn wait_for_grant(
-    http: &reqwest::Client,
-    url: &str,
+    client: &Client,
     name: &str,
     waiting: Waiting,
 ) -> Result<(Instant, Lease), String> {
     match waiting {
         Waiting::Server => {
-            let lease = acquire(http, url, name, HANDOFF_TTL_MS, 10_000)
+            let lease = acquire(client, name, HANDOFF_TTL_MS, 10_000)
                 .await?
                 .ok_or("waiter timed out")?;
             Ok((Instant::now(), lease))
         }
         Waiting::Poll100ms => {
             for _ in 0..200 {
-                if let Some(lease) = acquire(http, url, name, HANDOFF_TTL_MS, 0).await? {
+                if let Some(lease) = acquire(client, name, HANDOFF_TTL_MS, 0).await? {
                     return Ok((Instant::now(), lease));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -244,7 +244,7 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
     let second = procs::broker(&redis).map_err(one)?;
     let http = reqwest::Client::new();
     for broker in [&first, &second] {
-        client::wait_ready(&http, &format!("http://127.0.0.1:{}", broker.port))
+        client::wait_ready(&format!("http://127.0.0.1:{}", broker.port))
             .await
             .map_err(one)?;
     }

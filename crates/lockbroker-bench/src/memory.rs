@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::client::{acquire, release, wait_ready, Target};
+use crate::client::{acquire, broker_client, release, wait_ready, Target};
 use crate::load;
 use crate::procs::{self, Proc};
 use crate::stats::{Goal, Table};
@@ -52,7 +52,7 @@ async fn roomy_broker(
         .no_proxy()
         .build()
         .map_err(|e| e.to_string())?;
-    wait_ready(&http, &url).await?;
+    wait_ready(&url).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     Ok((broker, url, http))
 }
@@ -163,31 +163,27 @@ async fn waiters(
     pid: u32,
     count: usize,
 ) -> Result<(f64, f64), String> {
+    let client = broker_client(url)?;
     let mut held = Vec::new();
     for i in 0..WAITED_LOCKS {
         let name = format!("bench-waited-{i}");
-        let lease = acquire(http, url, &name, HOLD_TTL_MS, 0)
+        let lease = acquire(&client, &name, HOLD_TTL_MS, 0)
             .await?
             .ok_or("a lock to wait on is unexpectedly busy")?;
-        held.push((name, lease.token, lease.fence));
+        held.push(lease);
     }
-    // One client per waiter would be a connection pool each: one client, and
-    // as many connections as requests in flight.
-    let waiter_http = reqwest::Client::builder()
-        .no_proxy()
-        .pool_max_idle_per_host(256)
-        .build()
-        .map_err(|e| e.to_string())?;
+    // One client for every waiter (a client per waiter would be a
+    // connection pool each), with as many connections as requests in flight.
     let began = Instant::now();
     let mut tasks = Vec::with_capacity(count);
     for i in 0..count {
-        let (http, url) = (waiter_http.clone(), url.to_owned());
-        let name = held[i % WAITED_LOCKS].0.clone();
+        let client = client.clone();
+        let name = held[i % WAITED_LOCKS].name().to_owned();
         tasks.push(tokio::spawn(async move {
-            let granted = acquire(&http, &url, &name, HOLD_TTL_MS, 60_000).await?;
+            let granted = acquire(&client, &name, HOLD_TTL_MS, 60_000).await?;
             let lease = granted.ok_or("a waiter timed out")?;
-            release(&http, &url, &name, &lease.token).await?;
-            Ok::<_, String>((name, lease.fence))
+            release(&lease).await?;
+            Ok::<_, String>((name, lease.fence()))
         }));
         // Paced so the connections do not overflow the listen backlog.
         if i % 250 == 249 {
@@ -212,9 +208,9 @@ async fn waiters(
     let reading = phase(&format!("{count} waiters"), pid)?;
 
     let mut floor: HashMap<String, u64> = HashMap::new();
-    for (name, token, fence) in &held {
-        release(http, url, name, token).await?;
-        floor.insert(name.clone(), *fence);
+    for lease in &held {
+        release(lease).await?;
+        floor.insert(lease.name().to_owned(), lease.fence());
     }
     let mut fences: HashMap<String, Vec<u64>> = HashMap::new();
     let drain = tokio::time::timeout(Duration::from_secs(120), async {

@@ -4,7 +4,7 @@
 //! waiters on one quorum broker. Then five nodes with one stalled (SIGSTOP:
 //! its connections open, nothing answered) beside five all up.
 
-use crate::client::{wait_ready, Target};
+use crate::client::{broker_client, wait_ready, Target};
 use crate::handoff::{measure, Waiting};
 use crate::load;
 use crate::meter::Meter;
@@ -14,9 +14,8 @@ use crate::Settings;
 
 /// Runs every quorum case against `single`, a single-mode broker.
 pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Result<(), String> {
-    let http = reqwest::Client::new();
     for nodes in [3, 5] {
-        let (_servers, broker) = start_quorum(&http, nodes).await?;
+        let (_servers, broker) = start_quorum(nodes).await?;
         let url = format!("http://127.0.0.1:{}", broker.port);
         let case = format!("quorum-{nodes}");
         let (quorum, single_target) = (
@@ -71,8 +70,9 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
             Goal::RatioAtLeast(0.5),
         );
 
+        let client = broker_client(&url)?;
         let mut handoffs =
-            measure(&http, &case, (&url, &url), settings.rounds, Waiting::Server).await?;
+            measure(&case, (&client, &client), settings.rounds, Waiting::Server).await?;
         let handoff = Summary::of(&mut handoffs);
         report("quorum", &format!("{case} handoff"), &handoff);
         table.add(
@@ -88,11 +88,10 @@ pub async fn run(single: &Proc, settings: &Settings, table: &mut Table) -> Resul
 /// Two quorum brokers over five nodes each, one with a node stopped by
 /// SIGSTOP, in alternating slices: what a stalled minority costs.
 async fn stalled(settings: &Settings, table: &mut Table) -> Result<(), String> {
-    let http = reqwest::Client::new();
     let mut brokers = Vec::new();
     let mut nodes = Vec::new();
     for _ in 0..2 {
-        let (servers, broker) = start_quorum(&http, 5).await?;
+        let (servers, broker) = start_quorum(5).await?;
         brokers.push(broker);
         nodes.push(servers);
     }
@@ -165,7 +164,7 @@ async fn measure_stalled(
 }
 
 /// `count` Redis nodes and a quorum-mode broker over them, once it is ready.
-async fn start_quorum(http: &reqwest::Client, count: usize) -> Result<(Vec<Proc>, Proc), String> {
+async fn start_quorum(count: usize) -> Result<(Vec<Proc>, Proc), String> {
     let servers = (0..count)
         .map(|_| procs::redis())
         .collect::<Result<Vec<Proc>, String>>()?;
@@ -180,7 +179,7 @@ async fn start_quorum(http: &reqwest::Client, count: usize) -> Result<(Vec<Proc>
             ("LOCKBROKER_REDIS_NODES", &urls.join(",")),
         ],
     )?;
-    wait_ready(http, &format!("http://127.0.0.1:{}", broker.port)).await?;
+    wait_ready(&format!("http://127.0.0.1:{}", broker.port)).await?;
     Ok((servers, broker))
 }
 

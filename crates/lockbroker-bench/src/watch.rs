@@ -115,9 +115,7 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
     let env = [("LOCKBROKER_HTTP_MAX_EVENT_STREAMS", max_streams.as_str())];
     let broker = procs::broker_with(redis, &env)?;
     let (port, pid) = (broker.port, broker.pid());
-    let http = reqwest::Client::builder().no_proxy().build();
-    let http = http.map_err(|e| e.to_string())?;
-    wait_ready(&http, &format!("http://127.0.0.1:{port}")).await?;
+    wait_ready(&format!("http://127.0.0.1:{port}")).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = memory("idle, no stream", pid)?;
 

@@ -1,19 +1,30 @@
-//! [`BrokerClient`]: acquire, extend, release and status over HTTP, each answer
-//! reduced to an [`Outcome`] with the local times it was sent and received.
-//! Locks (exclusive or shared leases) and semaphores (permits) take the same
-//! steps on routes of their own; a [`Kind`] or [`Space`] says which.
+//! [`BrokerClient`]: the steps the load takes, through the project's Rust
+//! client ([`lockbroker_client`]), each answer reduced to an [`Outcome`] with
+//! the local times it was sent and received; acquire-all and release-all
+//! answer one outcome per lock they concern. Locks (exclusive or shared
+//! leases) and semaphores (permits) take the same steps on routes of their
+//! own; a [`LeaseKind`] or [`Family`] says which.
+//!
+//! Every step is one request, never retried, and no lease is renewed or
+//! released behind the load's back: the checker must see every answer, and
+//! only those. Acquires and releases, single or several at once, are sent
+//! with [`Client::send_verbatim`], which keeps the broker's status and
+//! error detail; extends and status reads are the client's typed calls.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lockbroker_api::{
-    AcquireBody, ErrorCode, ErrorDetail, ErrorResponse, ExtendBody, HolderResponse, LeaseResponse,
-    LockMode, PermitResponse, ReleaseBody, ReleaseResponse, RenewalResponse, SemaphoreAcquireBody,
-    SemaphoreStatusResponse, StatusResponse,
+    AcquireAllBody, AcquireAllResponse, AcquireBody, ErrorCode, ErrorDetail, HolderResponse,
+    LeaseRefBody, LeaseResponse, LockAskBody, LockMode, PermitResponse, ReleaseAllBody,
+    ReleaseAllResponse, ReleaseAllResult, ReleaseBody, ReleaseResponse, RenewalResponse,
+    SemaphoreAcquireBody,
 };
+use lockbroker_client::{Client, Error, Family, LeaseKind, LostReason, Route, VerbatimError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde_json::{Map, Value};
 
-use crate::history::{Kind, Space};
+use crate::history::family;
 
 /// Microseconds since the Unix epoch by this machine's clock.
 pub fn now_us() -> i64 {
@@ -59,6 +70,9 @@ pub enum Outcome {
         /// `holders`, and the named lease unless it stands for the queue).
         in_the_way: Vec<u64>,
     },
+    /// `423` to an acquire-all, for a lock of it that was not the busy one:
+    /// nothing was taken (the busy lock's own answer is [`Outcome::Busy`]).
+    Refused,
     /// `409 lease_lost`: the token holds no valid lease.
     Lost,
     /// `200` to a status read.
@@ -75,9 +89,10 @@ pub enum Outcome {
         /// only then does a lease missing from it prove it is not held.
         all_listed: bool,
     },
-    /// Anything else: `status` 0 when no HTTP answer came at all.
+    /// Anything else: `status` 0 when no answer of the broker's API came
+    /// (none at all, or one that is not its API).
     Failed {
-        /// HTTP status, or 0 for a transport error.
+        /// HTTP status, or 0 when there is none of the broker's.
         status: u16,
         /// `error.code` of the body, if any.
         code: String,
@@ -103,36 +118,35 @@ pub struct Timed {
     pub outcome: Outcome,
 }
 
-/// A client for one broker's lock routes.
+/// A client for one broker's lock and semaphore routes.
 #[derive(Clone)]
 pub struct BrokerClient {
-    http: reqwest::Client,
-    base: String,
+    client: Client,
+    timeout: Duration,
 }
 
 impl BrokerClient {
     /// A client for the broker at `base` (`http://host:port`) whose requests
-    /// give up after `timeout`.
-    pub fn new(base: &str, timeout: Duration) -> Self {
-        let http = reqwest::Client::builder()
+    /// give up after `timeout` (a waiting acquire: after its wait too), or
+    /// why there can be none.
+    pub fn new(base: &str, timeout: Duration) -> Result<Self, String> {
+        let client = Client::builder(base)
             .timeout(timeout)
+            .user_agent(concat!("lockbroker-lab/", env!("CARGO_PKG_VERSION")))
             .build()
-            .unwrap_or_default();
-        Self {
-            http,
-            base: base.trim_end_matches('/').to_owned(),
-        }
+            .map_err(|e| format!("a client of {base}: {e}"))?;
+        Ok(Self { client, timeout })
     }
 
     /// The broker's base URL.
     pub fn base(&self) -> &str {
-        &self.base
+        self.client.base_url()
     }
 
     /// `POST /v1/locks/{lock}/acquire` of an exclusive lease; on a grant,
     /// the token comes back too.
     pub async fn acquire(&self, lock: &str, ttl_ms: u64, wait_ms: u64) -> (Timed, Option<String>) {
-        self.acquire_kind(lock, Kind::Exclusive, ttl_ms, wait_ms)
+        self.acquire_kind(lock, LeaseKind::Exclusive, ttl_ms, wait_ms)
             .await
     }
 
@@ -144,52 +158,46 @@ impl BrokerClient {
     pub async fn acquire_kind(
         &self,
         name: &str,
-        kind: Kind,
+        kind: LeaseKind,
         ttl_ms: u64,
         wait_ms: u64,
     ) -> (Timed, Option<String>) {
+        let route = Route::Acquire(family(kind), name);
         let mut token = None;
         let timed = match kind {
-            Kind::Exclusive | Kind::Shared => {
+            LeaseKind::Exclusive | LeaseKind::Shared => {
                 let body = AcquireBody {
-                    mode: (kind == Kind::Shared).then_some(LockMode::Shared),
+                    mode: (kind == LeaseKind::Shared).then_some(LockMode::Shared),
                     ttl_ms: Some(ttl_ms),
                     wait_ms: Some(wait_ms),
                     ..AcquireBody::default()
                 };
-                self.post(
-                    Space::Lock,
-                    name,
-                    "acquire",
-                    &body,
-                    |lease: LeaseResponse| {
-                        token = Some(lease.token);
-                        Outcome::Granted {
-                            fence: lease.fence,
-                            ttl_ms: lease.ttl_ms,
-                            expires_at_ms: lease.expires_at_ms,
-                        }
-                    },
-                )
+                self.once(route, &body, wait_ms, |lease: LeaseResponse| {
+                    token = Some(lease.token);
+                    Outcome::Granted {
+                        fence: lease.fence,
+                        ttl_ms: lease.ttl_ms,
+                        expires_at_ms: lease.expires_at_ms,
+                    }
+                })
                 .await
             }
-            Kind::Permit { limit } => {
+            LeaseKind::Permit { limit } => {
                 let body = SemaphoreAcquireBody {
                     limit: Some(u64::from(limit)),
                     ttl_ms: Some(ttl_ms),
                     wait_ms: Some(wait_ms),
                     ..SemaphoreAcquireBody::default()
                 };
-                let granted = |permit: PermitResponse| {
+                self.once(route, &body, wait_ms, |permit: PermitResponse| {
                     token = Some(permit.token);
                     Outcome::Granted {
                         fence: permit.fence,
                         ttl_ms: permit.ttl_ms,
                         expires_at_ms: permit.expires_at_ms,
                     }
-                };
-                self.post(Space::Semaphore, name, "acquire", &body, granted)
-                    .await
+                })
+                .await
             }
         };
         (timed, token)
@@ -197,31 +205,43 @@ impl BrokerClient {
 
     /// `POST /v1/locks/{lock}/extend`.
     pub async fn extend(&self, lock: &str, token: &str, ttl_ms: u64) -> Timed {
-        self.extend_in(Space::Lock, lock, token, ttl_ms).await
+        self.extend_in(Family::Locks, lock, token, ttl_ms).await
     }
 
     /// `POST /v1/{locks|semaphores}/{name}/extend`.
-    pub async fn extend_in(&self, space: Space, name: &str, token: &str, ttl_ms: u64) -> Timed {
-        let body = ExtendBody::new(token, Some(ttl_ms));
-        self.post(space, name, "extend", &body, |renewal: RenewalResponse| {
-            Outcome::Renewed {
-                fence: renewal.fence,
-                ttl_ms: renewal.ttl_ms,
-                expires_at_ms: renewal.expires_at_ms,
-            }
-        })
-        .await
+    pub async fn extend_in(&self, family: Family, name: &str, token: &str, ttl_ms: u64) -> Timed {
+        let ttl = Duration::from_millis(ttl_ms);
+        let send_us = now_us();
+        let answer = match family {
+            Family::Locks => self.client.extend(name, token, ttl).await,
+            Family::Semaphores => self.client.extend_permit(name, token, ttl).await,
+        };
+        let outcome = match answer {
+            Ok(RenewalResponse {
+                fence,
+                ttl_ms,
+                expires_at_ms,
+                ..
+            }) => Outcome::Renewed {
+                fence,
+                ttl_ms,
+                expires_at_ms,
+            },
+            Err(error) => refused(&error),
+        };
+        timed(send_us, outcome)
     }
 
     /// `POST /v1/locks/{lock}/release`.
     pub async fn release(&self, lock: &str, token: &str) -> Timed {
-        self.release_in(Space::Lock, lock, token).await
+        self.release_in(Family::Locks, lock, token).await
     }
 
     /// `POST /v1/{locks|semaphores}/{name}/release`.
-    pub async fn release_in(&self, space: Space, name: &str, token: &str) -> Timed {
+    pub async fn release_in(&self, family: Family, name: &str, token: &str) -> Timed {
+        let route = Route::Release(family, name);
         let body = ReleaseBody::new(token);
-        self.post(space, name, "release", &body, |release: ReleaseResponse| {
+        self.once(route, &body, 0, |release: ReleaseResponse| {
             Outcome::Released {
                 fence: release.fence,
             }
@@ -229,108 +249,256 @@ impl BrokerClient {
         .await
     }
 
+    /// `POST /v1/locks/acquire-all` of a lease on every lock of `locks` (each
+    /// exclusive or shared), or none: one answer per lock in the order
+    /// asked, each with the request's times. A grant answers every lock
+    /// `Granted` with its token; `423` answers the lock it names `Busy` and
+    /// the others `Refused`; any other answer (none at all included) is the
+    /// same `Failed` for every lock, whose outcome is unknown.
+    pub async fn acquire_all(
+        &self,
+        locks: &[(String, LeaseKind)],
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Vec<(Timed, Option<String>)> {
+        let body = AcquireAllBody {
+            locks: Some(
+                (locks.iter())
+                    .map(|(name, kind)| LockAskBody {
+                        name: Some(name.clone()),
+                        mode: (*kind == LeaseKind::Shared).then_some(LockMode::Shared),
+                    })
+                    .collect(),
+            ),
+            ttl_ms: Some(ttl_ms),
+            wait_ms: Some(wait_ms),
+            ..AcquireAllBody::default()
+        };
+        let send_us = now_us();
+        let answer = self.send(Route::AcquireAll, &body, wait_ms).await;
+        let answers: Vec<(Outcome, Option<String>)> = match answer {
+            Ok(body) => match decode::<AcquireAllResponse>(body) {
+                Some(AcquireAllResponse { leases })
+                    if leases.len() == locks.len()
+                        && (leases.iter().zip(locks)).all(|(l, (name, _))| l.name == *name) =>
+                {
+                    (leases.into_iter())
+                        .map(|lease| {
+                            let granted = Outcome::Granted {
+                                fence: lease.fence,
+                                ttl_ms: lease.ttl_ms,
+                                expires_at_ms: lease.expires_at_ms,
+                            };
+                            (granted, Some(lease.token))
+                        })
+                        .collect()
+                }
+                _ => locks.iter().map(|_| (not_the_api(), None)).collect(),
+            },
+            Err(error) => {
+                let (outcome, detail) = refusal(error);
+                let named = detail.and_then(|d| d.lock);
+                (locks.iter())
+                    .map(|(name, _)| match (&outcome, &named) {
+                        (Outcome::Busy { .. }, Some(lock)) if lock != name => {
+                            (Outcome::Refused, None)
+                        }
+                        (Outcome::Busy { .. }, None) => (Outcome::Refused, None),
+                        _ => (outcome.clone(), None),
+                    })
+                    .collect()
+            }
+        };
+        let recv_us = now_us();
+        (answers.into_iter())
+            .map(|(outcome, token)| {
+                let timed = Timed {
+                    send_us,
+                    recv_us,
+                    outcome,
+                };
+                (timed, token)
+            })
+            .collect()
+    }
+
+    /// `POST /v1/locks/release-all` of the lock leases `leases` (name and
+    /// token): one answer per lease in the order given, each read as a
+    /// single release's would be, with the request's times. An answer for
+    /// the whole request that is not `200` is every lease's.
+    pub async fn release_all(&self, leases: &[(&str, &str)]) -> Vec<Timed> {
+        let body = ReleaseAllBody {
+            leases: Some(
+                (leases.iter())
+                    .map(|(name, token)| LeaseRefBody {
+                        name: Some((*name).to_owned()),
+                        token: Some((*token).to_owned()),
+                    })
+                    .collect(),
+            ),
+        };
+        let send_us = now_us();
+        let outcomes: Vec<Outcome> = match self.send(Route::ReleaseAll, &body, 0).await {
+            Ok(body) => match decode::<ReleaseAllResponse>(body) {
+                Some(ReleaseAllResponse { results })
+                    if results.len() == leases.len()
+                        && (results.iter().zip(leases)).all(|(r, (name, _))| r.name == *name) =>
+                {
+                    results.into_iter().map(release_result).collect()
+                }
+                _ => leases.iter().map(|_| not_the_api()).collect(),
+            },
+            Err(error) => {
+                let (outcome, _) = refusal(error);
+                leases.iter().map(|_| outcome.clone()).collect()
+            }
+        };
+        let recv_us = now_us();
+        (outcomes.into_iter())
+            .map(|outcome| Timed {
+                send_us,
+                recv_us,
+                outcome,
+            })
+            .collect()
+    }
+
     /// `GET /v1/locks/{lock}`.
     pub async fn status(&self, lock: &str) -> Timed {
-        self.status_in(Space::Lock, lock).await
+        self.status_in(Family::Locks, lock).await
     }
 
     /// `GET /v1/{locks|semaphores}/{name}`.
-    pub async fn status_in(&self, space: Space, name: &str) -> Timed {
+    pub async fn status_in(&self, family: Family, name: &str) -> Timed {
         let send_us = now_us();
-        let sent = self
-            .http
-            .get(format!("{}/v1/{}/{name}", self.base, space.route()))
-            .send()
-            .await;
-        let outcome = match space {
-            Space::Lock => {
-                answer(sent, |status: StatusResponse| {
-                    status_outcome(
-                        status.held,
-                        status.fence,
-                        &status.holders,
-                        status.holder_count,
-                    )
-                })
-                .await
-            }
-            Space::Semaphore => {
-                answer(sent, |status: SemaphoreStatusResponse| {
+        let outcome = match family {
+            Family::Locks => match self.client.status(name).await {
+                Ok(status) => status_outcome(
+                    status.held,
+                    status.fence,
+                    &status.holders,
+                    status.holder_count,
+                ),
+                Err(error) => refused(&error),
+            },
+            Family::Semaphores => match self.client.semaphore_status(name).await {
+                Ok(status) => {
                     status_outcome(status.held > 0, status.fence, &status.holders, status.held)
-                })
-                .await
-            }
+                }
+                Err(error) => refused(&error),
+            },
         };
-        Timed {
-            send_us,
-            recv_us: now_us(),
-            outcome,
-        }
+        timed(send_us, outcome)
     }
 
     /// `GET /readyz` answered `200`.
     pub async fn ready(&self) -> bool {
-        matches!(
-            self.http.get(format!("{}/readyz", self.base)).send().await,
-            Ok(reply) if reply.status().is_success()
-        )
+        self.client.ready().await.is_ok()
     }
 
-    /// Sends `body` to the `step` route of `name` in `space`; a `200`
-    /// answer decodes as `T` and becomes an outcome through `granted`.
-    async fn post<T: DeserializeOwned>(
+    /// Sends `body` to `route` once; a `200` answer decodes as `T` and
+    /// becomes an outcome through `granted`.
+    async fn once<T: DeserializeOwned>(
         &self,
-        space: Space,
-        name: &str,
-        step: &str,
+        route: Route<'_>,
         body: &impl Serialize,
+        wait_ms: u64,
         granted: impl FnOnce(T) -> Outcome,
     ) -> Timed {
         let send_us = now_us();
-        let sent = self
-            .http
-            .post(format!("{}/v1/{}/{name}/{step}", self.base, space.route()))
-            .json(body)
-            .send()
-            .await;
-        let outcome = answer(sent, granted).await;
-        Timed {
-            send_us,
-            recv_us: now_us(),
-            outcome,
+        let outcome = match self.send(route, body, wait_ms).await {
+            Ok(body) => decode(body).map_or_else(not_the_api, granted),
+            Err(error) => refusal(error).0,
+        };
+        timed(send_us, outcome)
+    }
+
+    /// One exchange with the broker, answered as it sent it; a request that
+    /// may wait `wait_ms` in the broker gets that on top of the timeout.
+    async fn send(
+        &self,
+        route: Route<'_>,
+        body: &impl Serialize,
+        wait_ms: u64,
+    ) -> Result<Map<String, Value>, VerbatimError> {
+        let timeout = self.timeout + Duration::from_millis(wait_ms);
+        self.client.send_verbatim(route, Some(body), timeout).await
+    }
+}
+
+/// `outcome`, answered now to a request sent at `send_us`.
+fn timed(send_us: i64, outcome: Outcome) -> Timed {
+    Timed {
+        send_us,
+        recv_us: now_us(),
+        outcome,
+    }
+}
+
+/// A success body as `T`; `None` when it is not one.
+fn decode<T: DeserializeOwned>(body: Map<String, Value>) -> Option<T> {
+    serde_json::from_value(Value::Object(body)).ok()
+}
+
+/// The outcome of a verbatim call that was not a success, with the
+/// broker's error detail when it sent one: `Busy` on `423`, `Lost` on
+/// `lease_lost`, else `Failed` with the answer's status (0 when no answer
+/// of the broker's API came).
+fn refusal(error: VerbatimError) -> (Outcome, Option<ErrorDetail>) {
+    let VerbatimError::Refused { status, error, .. } = error else {
+        return (failed(0, None), None);
+    };
+    let detail: Option<ErrorDetail> = serde_json::from_value(Value::Object(error)).ok();
+    let outcome = match (status, &detail) {
+        (423, detail) => Outcome::Busy {
+            fence: detail.as_ref().and_then(|e| e.fence),
+            in_the_way: detail.as_ref().map(in_the_way).unwrap_or_default(),
+        },
+        (409, Some(detail)) if detail.code == ErrorCode::LeaseLost => Outcome::Lost,
+        (status, detail) => failed(status, detail.as_ref().map(|e| e.code)),
+    };
+    (outcome, detail)
+}
+
+/// The outcome of a typed call's error: `Lost` when the broker said
+/// `lease_lost`, else `Failed` with the status its code has (0 when no
+/// answer of the broker's API came). Extends and status reads are never
+/// busy.
+fn refused(error: &Error) -> Outcome {
+    match error {
+        Error::LeaseLost {
+            reason: LostReason::LeaseLost,
+        } => Outcome::Lost,
+        error => {
+            let code = error.code();
+            failed(code.map_or(0, ErrorCode::status), code)
         }
     }
 }
 
-/// The outcome of one answer: `granted` of its body on `200`, else what the
-/// error body says.
-async fn answer<T: DeserializeOwned>(
-    sent: reqwest::Result<reqwest::Response>,
-    granted: impl FnOnce(T) -> Outcome,
-) -> Outcome {
-    let Ok(reply) = sent else {
-        return failed(0, None);
-    };
-    let status = reply.status().as_u16();
-    let Ok(bytes) = reply.bytes().await else {
-        return failed(0, None);
-    };
-    if status == 200 {
-        return match serde_json::from_slice(&bytes) {
-            Ok(body) => granted(body),
-            Err(_) => failed(status, None),
-        };
-    }
-    let error = serde_json::from_slice::<ErrorResponse>(&bytes)
-        .ok()
-        .map(|body| body.error);
-    match (status, error) {
-        (423, error) => Outcome::Busy {
-            fence: error.as_ref().and_then(|e| e.fence),
-            in_the_way: error.as_ref().map(in_the_way).unwrap_or_default(),
-        },
-        (409, Some(error)) if error.code == ErrorCode::LeaseLost => Outcome::Lost,
-        (status, error) => failed(status, error.map(|e| e.code)),
+/// A success whose body is not the broker's API.
+fn not_the_api() -> Outcome {
+    failed(0, None)
+}
+
+/// One lease's result in a release-all answer, as a single release of it
+/// would have answered.
+fn release_result(result: ReleaseAllResult) -> Outcome {
+    match result {
+        ReleaseAllResult {
+            released: true,
+            fence: Some(fence),
+            ..
+        } => Outcome::Released { fence },
+        ReleaseAllResult {
+            error: Some(error), ..
+        } if error.code == ErrorCode::LeaseLost => Outcome::Lost,
+        ReleaseAllResult {
+            error: Some(error), ..
+        } => failed(error.code.status(), Some(error.code)),
+        // Released without its fence, or not released without why: not
+        // the broker's API.
+        ReleaseAllResult { .. } => not_the_api(),
     }
 }
 

@@ -1,7 +1,6 @@
 //! [`History`]: every request the load made and what it was told; [`check`]
 //! (in `history/check.rs`): the broker's promises, tested against that record.
 
-use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -25,61 +24,45 @@ pub enum Op {
     Release,
     /// `GET /v1/locks/{name}` or `GET /v1/semaphores/{name}`
     Status,
+    /// `POST /v1/locks/acquire-all`, as seen by one of its locks: the same
+    /// request is recorded once per lock asked, each with its own answer.
+    AcquireAll,
+    /// `POST /v1/locks/release-all`, as seen by one of its leases.
+    ReleaseAll,
 }
 
-/// Which names a name is among. A lock and a semaphore may carry the same
-/// name and are still two names, with fences and holders of their own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Space {
-    /// `/v1/locks/{name}`: exclusive and shared leases.
-    Lock,
-    /// `/v1/semaphores/{name}`: permits.
-    Semaphore,
-}
-
-impl Space {
-    /// The path segment of the space's routes.
-    pub fn route(self) -> &'static str {
+impl Op {
+    /// The step on one lock that this is (or is one lock's part of): a
+    /// lease of an acquire-all is held to what a single acquire promises,
+    /// and a release-all's result to what a single release would answer.
+    pub fn single(self) -> Self {
         match self {
-            Self::Lock => "locks",
-            Self::Semaphore => "semaphores",
+            Self::AcquireAll => Self::Acquire,
+            Self::ReleaseAll => Self::Release,
+            op => op,
         }
     }
 }
 
-impl fmt::Display for Space {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Lock => "lock",
-            Self::Semaphore => "semaphore",
-        })
+// Which names a name is among (`Family`: a lock and a semaphore may carry
+// the same name and are still two names, with fences and holders of their
+// own), and the kind of lease a request asked for or acted on (`LeaseKind`),
+// which decides what may hold the name beside it: the client's own words.
+pub use lockbroker_client::{Family, LeaseKind};
+
+/// The names a lease of `kind` is taken among.
+pub fn family(kind: LeaseKind) -> Family {
+    match kind {
+        LeaseKind::Exclusive | LeaseKind::Shared => Family::Locks,
+        LeaseKind::Permit { .. } => Family::Semaphores,
     }
 }
 
-/// The kind of lease a request asked for or acted on, which decides what
-/// may hold the name beside it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// A lock lease that nothing else holds meanwhile (the default).
-    #[default]
-    Exclusive,
-    /// A lock lease that coexists with other shared ones, never with an
-    /// exclusive one.
-    Shared,
-    /// A semaphore permit, among at most `limit` valid at once.
-    Permit {
-        /// The limit the acquire asked for.
-        limit: u32,
-    },
-}
-
-impl Kind {
-    /// The names this kind of lease is taken among.
-    pub fn space(self) -> Space {
-        match self {
-            Self::Exclusive | Self::Shared => Space::Lock,
-            Self::Permit { .. } => Space::Semaphore,
-        }
+/// What a report calls a name of `family`: `lock` or `semaphore`.
+pub fn noun(family: Family) -> &'static str {
+    match family {
+        Family::Locks => "lock",
+        Family::Semaphores => "semaphore",
     }
 }
 
@@ -88,10 +71,10 @@ impl Kind {
 pub struct Event {
     /// The load client that sent it.
     pub client: usize,
-    /// The lock or semaphore it concerned (which one: `kind`'s space).
+    /// The lock or semaphore it concerned (which one: `kind`'s family).
     pub lock: String,
     /// The kind of lease it asked for or acted on.
-    pub kind: Kind,
+    pub kind: LeaseKind,
     /// What it asked for.
     pub op: Op,
     /// The lease it was granted (acquire) or acted for (extend, release, a

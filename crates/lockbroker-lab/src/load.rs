@@ -2,17 +2,20 @@
 //! their TTL, extend, release, walk away or probe, at random, recording every
 //! answer in a [`History`]. By default every client takes exclusive leases;
 //! a [`Mix`] gives some of them shared leases of the same locks, or permits
-//! of semaphores named like the locks, which they drive the same way.
+//! of semaphores named like the locks, which they drive the same way, and
+//! may have the clients of locks take two or three at once (acquire-all)
+//! and give them back together (release-all).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::time::{sleep, Instant};
 
 use crate::client::{now_us, BrokerClient, Outcome, Timed};
-use crate::history::{Event, History, Kind, LeaseId, Op};
+use crate::history::{family, Event, Family, History, LeaseId, LeaseKind, Op};
 
 /// What the load does, and for how long.
 #[derive(Clone, Debug)]
@@ -36,7 +39,7 @@ pub struct LoadPlan {
 /// Which kinds of lease the load's clients take, out of the plan's
 /// `clients`. The default, every client exclusive, is the load as it was
 /// before shared leases and semaphores, so [`run`] keeps its callers' load.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Mix {
     /// Clients that take shared leases of the plan's locks, beside the
     /// exclusive ones: their leases must overlap only one another.
@@ -48,6 +51,11 @@ pub struct Mix {
     pub permit_clients: usize,
     /// Every semaphore's limit; 0 reads as 1, the lowest the broker takes.
     pub limit: u32,
+    /// Share of the rounds of a client of locks (exclusive or shared) that
+    /// take two or three of them at once with one acquire-all, hold them as
+    /// one, and mostly give them back with one release-all. Needs two
+    /// locks or more; 0 (the default) never does.
+    pub all_at_once_rate: f64,
 }
 
 impl Mix {
@@ -56,17 +64,17 @@ impl Mix {
     /// shared leases, and the rest exclusive leases. Kinds are contiguous
     /// while brokers go round (`i % brokers`), so each kind reaches every
     /// broker once it has as many clients as there are brokers.
-    pub fn kind_of(&self, i: usize, clients: usize) -> Kind {
+    pub fn kind_of(&self, i: usize, clients: usize) -> LeaseKind {
         let permits = self.permit_clients.min(clients);
         let shared = self.shared_clients.min(clients - permits);
         if i >= clients - permits {
-            Kind::Permit {
+            LeaseKind::Permit {
                 limit: self.limit.max(1),
             }
         } else if i >= clients - permits - shared {
-            Kind::Shared
+            LeaseKind::Shared
         } else {
-            Kind::Exclusive
+            LeaseKind::Exclusive
         }
     }
 }
@@ -92,10 +100,14 @@ pub async fn run_mixed(brokers: &[String], plan: &LoadPlan, mix: &Mix) -> (Histo
     let deadline = Instant::now() + plan.duration;
     let mut tasks = Vec::new();
     for i in 0..plan.clients {
-        let client = BrokerClient::new(&brokers[i % brokers.len()], Duration::from_secs(15));
+        // A URL that makes no client is a caller's mistake: lockbroker-check
+        // tries each before the load starts.
+        let client = BrokerClient::new(&brokers[i % brokers.len()], Duration::from_secs(15))
+            .expect("a client of every broker URL");
         let worker = Client {
             id: i,
             kind: mix.kind_of(i, plan.clients),
+            all_at_once_rate: mix.all_at_once_rate.clamp(0.0, 1.0),
             client,
             history: Arc::clone(&history),
             plan: plan.clone(),
@@ -121,7 +133,9 @@ pub async fn run_mixed(brokers: &[String], plan: &LoadPlan, mix: &Mix) -> (Histo
 struct Client {
     id: usize,
     /// The kind of lease this client takes, and so the routes it calls.
-    kind: Kind,
+    kind: LeaseKind,
+    /// Share of rounds that take several locks at once (clients of locks).
+    all_at_once_rate: f64,
     client: BrokerClient,
     history: Arc<History>,
     plan: LoadPlan,
@@ -131,10 +145,21 @@ struct Client {
 
 impl Client {
     fn record(&self, lock: &str, op: Op, lease: Option<LeaseId>, timed: &Timed) {
+        self.record_kind(lock, self.kind, op, lease, timed);
+    }
+
+    fn record_kind(
+        &self,
+        lock: &str,
+        kind: LeaseKind,
+        op: Op,
+        lease: Option<LeaseId>,
+        timed: &Timed,
+    ) {
         self.history.record(Event {
             client: self.id,
             lock: lock.to_owned(),
-            kind: self.kind,
+            kind,
             op,
             lease,
             timed: timed.clone(),
@@ -143,23 +168,48 @@ impl Client {
 
     async fn run(mut self, deadline: Instant) -> u64 {
         while Instant::now() < deadline {
-            let lock = format!(
-                "{}-{}",
-                self.plan.lock_prefix,
-                self.rng.gen_range(0..self.plan.locks.max(1))
-            );
-            let ttl = self.plan.ttl_ms;
-            let wait = if self.rng.gen_bool(0.5) {
-                0
-            } else {
-                self.rng.gen_range(0..=2 * ttl)
-            };
+            // (A load without several locks at once draws what it drew
+            // before there were any, so a seed replays it.)
+            let several = family(self.kind) == Family::Locks
+                && self.plan.locks >= 2
+                && self.all_at_once_rate > 0.0
+                && self.rng.gen_bool(self.all_at_once_rate);
+            if several {
+                // Every lock of the set must be free at once: wait longer,
+                // or most are refused.
+                let ttl = self.plan.ttl_ms;
+                let wait = if self.rng.gen_bool(0.25) {
+                    0
+                } else {
+                    self.rng.gen_range(ttl..=3 * ttl)
+                };
+                if let Some((held, granted_at)) = self.acquire_all(wait).await {
+                    self.hold_all(&held, granted_at).await;
+                }
+                continue;
+            }
+            let n = self.rng.gen_range(0..self.plan.locks.max(1));
+            let lock = self.lock_name(n);
+            let wait = self.wait_ms();
             let Some((lease, token, granted_at)) = self.acquire(&lock, wait).await else {
                 continue;
             };
             self.hold(&lock, lease, &token, granted_at).await;
         }
         self.stalls
+    }
+
+    fn lock_name(&self, n: usize) -> String {
+        format!("{}-{n}", self.plan.lock_prefix)
+    }
+
+    /// No wait half the time, else up to twice the TTL.
+    fn wait_ms(&mut self) -> u64 {
+        if self.rng.gen_bool(0.5) {
+            0
+        } else {
+            self.rng.gen_range(0..=2 * self.plan.ttl_ms)
+        }
     }
 
     /// One acquire; `None` unless granted. Backs off a little after an error
@@ -184,7 +234,7 @@ impl Client {
 
     async fn hold(&mut self, lock: &str, lease: LeaseId, token: &str, granted_at: i64) {
         let ttl = self.plan.ttl_ms;
-        let space = self.kind.space();
+        let routes = family(self.kind);
         if self.rng.gen_bool(self.plan.stall_rate.clamp(0.0, 1.0)) {
             // A holder that froze past its TTL wakes and carries on as if it
             // still held the lock; the broker must tell it otherwise.
@@ -193,15 +243,15 @@ impl Client {
                 ttl + self.rng.gen_range(10..=ttl.max(10)),
             ))
             .await;
-            let timed = self.client.extend_in(space, lock, token, 2 * ttl).await;
+            let timed = self.client.extend_in(routes, lock, token, 2 * ttl).await;
             self.record(lock, Op::Extend, Some(lease), &timed);
-            let timed = self.client.release_in(space, lock, token).await;
+            let timed = self.client.release_in(routes, lock, token).await;
             self.record(lock, Op::Release, Some(lease), &timed);
             return;
         }
         sleep(Duration::from_millis(self.rng.gen_range(0..=ttl / 4))).await;
         if self.rng.gen_bool(0.5) {
-            let timed = self.client.extend_in(space, lock, token, 2 * ttl).await;
+            let timed = self.client.extend_in(routes, lock, token, 2 * ttl).await;
             self.record(lock, Op::Extend, Some(lease), &timed);
             if matches!(timed.outcome, Outcome::Renewed { .. }) && self.rng.gen_bool(0.5) {
                 // Outlive the grant's TTL, then extend again: this only works
@@ -209,18 +259,18 @@ impl Client {
                 let past_first = granted_at + i64::try_from(ttl + 20).unwrap_or(0) * 1000;
                 let wait_us = (past_first - now_us()).max(0);
                 sleep(Duration::from_micros(wait_us.unsigned_abs())).await;
-                let timed = self.client.extend_in(space, lock, token, 2 * ttl).await;
+                let timed = self.client.extend_in(routes, lock, token, 2 * ttl).await;
                 self.record(lock, Op::Extend, Some(lease), &timed);
             }
         }
         if self.rng.gen_bool(0.3) {
-            let timed = self.client.status_in(space, lock).await;
+            let timed = self.client.status_in(routes, lock).await;
             self.record(lock, Op::Status, Some(lease), &timed);
         }
         if self.rng.gen_bool(0.1) {
             return; // Walk away: the lease expires on its own.
         }
-        let timed = self.client.release_in(space, lock, token).await;
+        let timed = self.client.release_in(routes, lock, token).await;
         self.record(lock, Op::Release, Some(lease), &timed);
         if !matches!(timed.outcome, Outcome::Released { .. }) {
             return;
@@ -228,11 +278,11 @@ impl Client {
         // Probe that the release took effect.
         match self.rng.gen_range(0..3) {
             0 => {
-                let timed = self.client.status_in(space, lock).await;
+                let timed = self.client.status_in(routes, lock).await;
                 self.record(lock, Op::Status, Some(lease), &timed);
             }
             1 => {
-                let timed = self.client.extend_in(space, lock, token, ttl).await;
+                let timed = self.client.extend_in(routes, lock, token, ttl).await;
                 self.record(lock, Op::Extend, Some(lease), &timed);
             }
             _ => {
@@ -241,11 +291,162 @@ impl Client {
                 // still held, or owed to a waiter: a busy answer must then
                 // not name the released lease.
                 if let Some((again, token, _)) = self.acquire(lock, 0).await {
-                    let timed = self.client.release_in(space, lock, &token).await;
+                    let timed = self.client.release_in(routes, lock, &token).await;
                     self.record(lock, Op::Release, Some(again), &timed);
                 }
             }
         }
+    }
+}
+
+/// One lease of an acquire-all the load holds: its lock, kind, id and token.
+struct Held {
+    lock: String,
+    kind: LeaseKind,
+    lease: LeaseId,
+    token: String,
+}
+
+impl Client {
+    /// One acquire-all of two (now and then three) of the locks, in a random
+    /// order, each of this client's kind; the leases unless refused. After a
+    /// refusal, a status read of a lock it did not name busy sometimes
+    /// checks that nothing of the request was kept.
+    async fn acquire_all(&mut self, wait_ms: u64) -> Option<(Vec<Held>, i64)> {
+        let count = if self.rng.gen_bool(0.25) { 3 } else { 2 }.min(self.plan.locks);
+        let mut locks: Vec<usize> = (0..self.plan.locks).collect();
+        locks.shuffle(&mut self.rng);
+        let asks: Vec<(String, LeaseKind)> = (locks.into_iter().take(count))
+            .map(|n| (self.lock_name(n), self.kind))
+            .collect();
+        let answers = (self.client)
+            .acquire_all(&asks, self.plan.ttl_ms, wait_ms)
+            .await;
+        let granted = (answers.iter()).all(|(timed, token)| {
+            matches!(timed.outcome, Outcome::Granted { .. }) && token.is_some()
+        });
+        let mut held = Vec::new();
+        let mut refused = None;
+        let mut failed = false;
+        let mut answered_at = 0;
+        for ((lock, kind), (timed, token)) in asks.into_iter().zip(answers) {
+            let lease = granted.then(|| self.history.new_lease());
+            self.record_kind(&lock, kind, Op::AcquireAll, lease, &timed);
+            answered_at = timed.recv_us;
+            match (lease, token) {
+                (Some(lease), Some(token)) => held.push(Held {
+                    lock,
+                    kind,
+                    lease,
+                    token,
+                }),
+                _ if timed.outcome == Outcome::Refused => refused = Some(lock),
+                _ => failed |= matches!(timed.outcome, Outcome::Failed { .. }),
+            }
+        }
+        if granted {
+            return Some((held, answered_at));
+        }
+        if failed {
+            sleep(Duration::from_millis(20)).await;
+        } else if let Some(lock) = refused.filter(|_| self.rng.gen_bool(0.5)) {
+            let timed = self.client.status(&lock).await;
+            self.record(&lock, Op::Status, None, &timed);
+        }
+        None
+    }
+
+    /// Holds the leases of one acquire-all as [`Client::hold`] holds one:
+    /// stall past the TTL now and then, extend each, read one's status,
+    /// walk away, or give them back, mostly with one release-all, then
+    /// probe that the release took effect.
+    async fn hold_all(&mut self, held: &[Held], granted_at: i64) {
+        let ttl = self.plan.ttl_ms;
+        if self.rng.gen_bool(self.plan.stall_rate.clamp(0.0, 1.0)) {
+            self.stalls += 1;
+            sleep(Duration::from_millis(
+                ttl + self.rng.gen_range(10..=ttl.max(10)),
+            ))
+            .await;
+            self.extend_all(held).await;
+            self.release_all(held).await;
+            return;
+        }
+        sleep(Duration::from_millis(self.rng.gen_range(0..=ttl / 4))).await;
+        if self.rng.gen_bool(0.5) && self.extend_all(held).await && self.rng.gen_bool(0.5) {
+            // Outlive the grant's TTL, then extend again: this only works
+            // if the first extends really moved the expiries.
+            let past_first = granted_at + i64::try_from(ttl + 20).unwrap_or(0) * 1000;
+            let wait_us = (past_first - now_us()).max(0);
+            sleep(Duration::from_micros(wait_us.unsigned_abs())).await;
+            self.extend_all(held).await;
+        }
+        if let Some(h) = held
+            .choose(&mut self.rng)
+            .filter(|_| self.rng.gen_bool(0.3))
+        {
+            let timed = self.client.status(&h.lock).await;
+            self.record_kind(&h.lock, h.kind, Op::Status, Some(h.lease), &timed);
+        }
+        if self.rng.gen_bool(0.1) {
+            return; // Walk away: the leases expire on their own.
+        }
+        let released = if self.rng.gen_bool(0.8) {
+            self.release_all(held).await
+        } else {
+            let mut released = Vec::new();
+            for h in held {
+                let timed = self.client.release(&h.lock, &h.token).await;
+                self.record_kind(&h.lock, h.kind, Op::Release, Some(h.lease), &timed);
+                released.push(matches!(timed.outcome, Outcome::Released { .. }));
+            }
+            released
+        };
+        // Probe that each release took effect.
+        for (h, released) in held.iter().zip(released) {
+            if !released {
+                continue;
+            }
+            match self.rng.gen_range(0..3) {
+                0 => {
+                    let timed = self.client.status(&h.lock).await;
+                    self.record_kind(&h.lock, h.kind, Op::Status, Some(h.lease), &timed);
+                }
+                1 => {
+                    let timed = self.client.extend(&h.lock, &h.token, ttl).await;
+                    self.record_kind(&h.lock, h.kind, Op::Extend, Some(h.lease), &timed);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Extends every lease of `held` for twice the TTL, one by one; whether
+    /// every extend was answered `Renewed`.
+    async fn extend_all(&mut self, held: &[Held]) -> bool {
+        let mut renewed = true;
+        for h in held {
+            let timed = (self.client)
+                .extend(&h.lock, &h.token, 2 * self.plan.ttl_ms)
+                .await;
+            self.record_kind(&h.lock, h.kind, Op::Extend, Some(h.lease), &timed);
+            renewed &= matches!(timed.outcome, Outcome::Renewed { .. });
+        }
+        renewed
+    }
+
+    /// One release-all of `held`, recorded per lease; which were released.
+    async fn release_all(&mut self, held: &[Held]) -> Vec<bool> {
+        let refs: Vec<(&str, &str)> = (held.iter())
+            .map(|h| (h.lock.as_str(), h.token.as_str()))
+            .collect();
+        let answers = self.client.release_all(&refs).await;
+        (held.iter().zip(answers))
+            .map(|(h, timed)| {
+                self.record_kind(&h.lock, h.kind, Op::ReleaseAll, Some(h.lease), &timed);
+                matches!(timed.outcome, Outcome::Released { .. })
+            })
+            .collect()
     }
 }
 
@@ -256,7 +457,7 @@ mod tests {
     #[test]
     fn the_default_mix_is_all_exclusive() {
         let mix = Mix::default();
-        assert!((0..8).all(|i| mix.kind_of(i, 8) == Kind::Exclusive));
+        assert!((0..8).all(|i| mix.kind_of(i, 8) == LeaseKind::Exclusive));
     }
 
     #[test]
@@ -265,15 +466,16 @@ mod tests {
             shared_clients: 2,
             permit_clients: 3,
             limit: 2,
+            ..Mix::default()
         };
-        let kinds: Vec<Kind> = (0..6).map(|i| mix.kind_of(i, 6)).collect();
-        let permit = Kind::Permit { limit: 2 };
+        let kinds: Vec<LeaseKind> = (0..6).map(|i| mix.kind_of(i, 6)).collect();
+        let permit = LeaseKind::Permit { limit: 2 };
         assert_eq!(
             kinds,
             [
-                Kind::Exclusive,
-                Kind::Shared,
-                Kind::Shared,
+                LeaseKind::Exclusive,
+                LeaseKind::Shared,
+                LeaseKind::Shared,
                 permit,
                 permit,
                 permit
@@ -284,11 +486,16 @@ mod tests {
             shared_clients: 5,
             permit_clients: 1,
             limit: 0,
+            ..Mix::default()
         };
-        let kinds: Vec<Kind> = (0..3).map(|i| greedy.kind_of(i, 3)).collect();
+        let kinds: Vec<LeaseKind> = (0..3).map(|i| greedy.kind_of(i, 3)).collect();
         assert_eq!(
             kinds,
-            [Kind::Shared, Kind::Shared, Kind::Permit { limit: 1 }]
+            [
+                LeaseKind::Shared,
+                LeaseKind::Shared,
+                LeaseKind::Permit { limit: 1 }
+            ]
         );
     }
 }

@@ -187,7 +187,7 @@ pub async fn final_value(db: &Client, table: &str) -> Result<u64, String> {
 /// Runs one worker's sections to the end.
 pub async fn run_worker(plan: &WorkerPlan) -> Result<WorkerTally, String> {
     let db = connect(&plan.pg).await?;
-    let broker = BrokerClient::new(&plan.url, Duration::from_secs(30));
+    let broker = BrokerClient::new(&plan.url, Duration::from_secs(30))?;
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let mut tally = WorkerTally::default();
     let sql = Statements::prepare(&db, &plan.table).await?;

@@ -347,7 +347,7 @@ impl Stack {
             stack.urls.push(format!("http://127.0.0.1:{port}"));
         }
         for url in &stack.urls {
-            let client = BrokerClient::new(url, Duration::from_secs(2));
+            let client = BrokerClient::new(url, Duration::from_secs(2))?;
             let deadline = Instant::now() + Duration::from_secs(20);
             while !client.ready().await {
                 if Instant::now() > deadline {

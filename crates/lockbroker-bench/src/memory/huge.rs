@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use lockbroker_api::{AcquireBody, LeaseResponse, ReleaseBody, ReleaseResponse};
 
 use super::{phase, roomy_broker, waiting_gauge, HOLD_TTL_MS, WAITED_LOCKS};
-use crate::client::{acquire, release, success};
+use crate::client::{acquire, broker_client, release, success};
 use crate::http1;
 use crate::procs::{self, Proc};
 use crate::stats::{Goal, Table};
@@ -60,13 +60,14 @@ pub async fn run(redis: &Proc, count: usize, table: &mut Table) -> Result<(), St
     .await?;
     check_files("the broker", &broker.pid().to_string(), needed)?;
 
+    let client = broker_client(&url)?;
     let mut held = Vec::new();
     for i in 0..WAITED_LOCKS {
         let name = format!("bench-huge-{i}");
-        let lease = acquire(&http, &url, &name, HOLD_TTL_MS, 0)
+        let lease = acquire(&client, &name, HOLD_TTL_MS, 0)
             .await?
             .ok_or("a lock to wait on is unexpectedly busy")?;
-        held.push((name, lease.token, lease.fence));
+        held.push((name, lease));
     }
     let body = AcquireBody {
         ttl_ms: Some(HOLD_TTL_MS),
@@ -137,8 +138,8 @@ pub async fn run(redis: &Proc, count: usize, table: &mut Table) -> Result<(), St
         Goal::AtMost(GOAL_MIB),
     );
 
-    for (name, token, _) in &held {
-        release(&http, &url, name, token).await?;
+    for (_, lease) in &held {
+        release(lease).await?;
     }
     let mut fences: HashMap<usize, Vec<u64>> = HashMap::new();
     let drain = tokio::time::timeout(DRAIN, async {
@@ -154,7 +155,7 @@ pub async fn run(redis: &Proc, count: usize, table: &mut Table) -> Result<(), St
     for (lock, mut list) in fences {
         list.sort_unstable();
         let distinct = list.windows(2).all(|w| w[0] < w[1]);
-        if !distinct || list.first().is_some_and(|&f| f <= held[lock].2) {
+        if !distinct || list.first().is_some_and(|&f| f <= held[lock].1.fence()) {
             return Err(format!(
                 "fences of {} are not all new and distinct",
                 held[lock].0

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lockbroker_lab::args::Args;
+use lockbroker_lab::check_against;
+use lockbroker_lab::client::{now_us, BrokerClient};
 use lockbroker_lab::history::{Backend, Drift};
 use lockbroker_lab::load::{self, LoadPlan, Mix};
 use lockbroker_lab::stack::{broker_binary, Stack};
-use lockbroker_lab::{check_against, client::now_us};
 
 const USAGE: &str = "\
 lockbroker-check: load a broker with stalling clients and check the history
@@ -45,8 +46,12 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --permits N        of the clients, N take permits of semaphores named like the
                      locks (default 0)
   --limit L          the semaphores' limit (default 2)
+  --all-at-once R    share of the rounds of clients of locks that take two or
+                     three locks at once (acquire-all) and give them back
+                     together (release-all) (default 0, or 0.3 with --mix)
   --mix              a mixed load: a third of the clients shared, a third on
-                     semaphores (unless --shared or --permits say otherwise)
+                     semaphores (unless --shared or --permits say otherwise),
+                     and some rounds on several locks at once
   --seed N           seed for the clients' choices (default: the time)";
 
 fn main() -> ExitCode {
@@ -80,6 +85,7 @@ fn main() -> ExitCode {
         "shared",
         "permits",
         "limit",
+        "all-at-once",
         "mix",
         "seed",
     ];
@@ -122,20 +128,24 @@ async fn run(args: &Args) -> Result<bool, String> {
     if plan.clients == 0 || plan.ttl_ms < 20 {
         return Err("--clients must be at least 1 and --ttl-ms at least 20".into());
     }
-    let third = if args.flag("mix") {
-        plan.clients / 3
+    let (third, all_at_once) = if args.flag("mix") {
+        (plan.clients / 3, 0.3)
     } else {
-        0
+        (0, 0.0)
     };
     let mix = Mix {
         shared_clients: args.get("shared", third)?,
         permit_clients: args.get("permits", third)?,
         limit: args.get("limit", 2)?,
+        all_at_once_rate: args.get("all-at-once", all_at_once)?,
     };
     if mix.limit == 0 || mix.shared_clients + mix.permit_clients > plan.clients {
         return Err(
             "--limit must be at least 1, and --shared plus --permits at most --clients".into(),
         );
+    }
+    if !(0.0..=1.0).contains(&mix.all_at_once_rate) {
+        return Err("--all-at-once must be between 0 and 1".into());
     }
     let mut urls: Vec<String> = args
         .raw("url")
@@ -211,6 +221,9 @@ async fn run(args: &Args) -> Result<bool, String> {
              failover; fences grow across it"
         );
     }
+    for url in &urls {
+        BrokerClient::new(url, Duration::from_secs(15))?;
+    }
     let (history, stats) = load::run_mixed(&urls, &plan, &mix).await;
     if let Some(chaos) = chaos {
         let (faults, chaos_stack) = chaos.await.map_err(|e| e.to_string())??;
@@ -239,11 +252,19 @@ async fn run(args: &Args) -> Result<bool, String> {
 /// The load's clients by kind, as the summary prints them.
 fn clients(plan: &LoadPlan, mix: &Mix) -> String {
     let exclusive = plan.clients - mix.shared_clients - mix.permit_clients;
+    let several = if mix.all_at_once_rate > 0.0 {
+        format!(
+            ", {:.0}% of the rounds on locks taking several at once",
+            mix.all_at_once_rate * 100.0
+        )
+    } else {
+        String::new()
+    };
     if exclusive == plan.clients {
-        return format!("{} clients", plan.clients);
+        return format!("{} clients{several}", plan.clients);
     }
     format!(
-        "{} clients ({exclusive} exclusive, {} shared, {} on semaphores of limit {})",
+        "{} clients ({exclusive} exclusive, {} shared, {} on semaphores of limit {}){several}",
         plan.clients, mix.shared_clients, mix.permit_clients, mix.limit
     )
 }

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 
-use super::{Event, Op, Space};
+use super::{family, noun, Event, Family, Op};
 use crate::client::Outcome;
 
 mod backend;
@@ -47,7 +47,22 @@ pub fn check(events: &[Event]) -> Report {
 /// 4. an acknowledged extend took effect: no other lease is granted before
 ///    the new expiry, and the holder can still extend after the old one;
 /// 5. no step says a valid lease is lost, and none succeeds on a lease that
-///    had certainly expired.
+///    had certainly expired;
+/// 6. every lease a busy answer says is in the way, and every holder a
+///    status read lists, was granted: a grant returned its fence, or an
+///    acquire of that name whose answer never came (or came as an error)
+///    was sent before the read was answered and may have taken it, or an
+///    acquire-all of that name was in flight during the read and may have
+///    held it for a moment. A quorum that showed a node's own fence for a
+///    grant in flight, or named the lease of an acquire it then rolled
+///    back, breaks this rule, and so does a refused acquire-all whose lease
+///    a read sent after its answer still sees.
+///
+/// An acquire-all is recorded once per lock it asked for: each lease it
+/// granted is held to every rule above as a single grant's, each
+/// release-all result as a single release of that lease, and an
+/// acquire-all with no answer is an acquire of unknown outcome of each of
+/// its locks.
 ///
 /// In quorum mode a lease promises exclusivity from its grant's answer to
 /// its `expires_at_ms` (the allowance already taken off), so rule 2 dates
@@ -106,7 +121,7 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     let mut steps: HashMap<super::LeaseId, Vec<&Event>> = HashMap::new();
     let mut leases: Vec<Lease<'_>> = Vec::new();
     for e in &events {
-        match (e.op, &e.timed.outcome, e.lease) {
+        match (e.op.single(), &e.timed.outcome, e.lease) {
             (
                 Op::Acquire,
                 Outcome::Granted {
@@ -163,7 +178,7 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     let v = &mut report.violations;
 
     // Every grant's fence exceeds every fence of its name already seen.
-    let mut seen: HashMap<(Space, &str), Vec<(i64, u64)>> = HashMap::new();
+    let mut seen: HashMap<(Family, &str), Vec<(i64, u64)>> = HashMap::new();
     for e in &events {
         let fence = match e.timed.outcome {
             Outcome::Granted { fence, .. }
@@ -173,7 +188,7 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
             _ => None,
         };
         if let Some(fence) = fence {
-            seen.entry((e.kind.space(), &e.lock))
+            seen.entry((family(e.kind), &e.lock))
                 .or_default()
                 .push((e.timed.recv_us, fence));
         }
@@ -190,7 +205,7 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
             if max >= lease.fence {
                 v.push(format!(
                     "{} {}: {} was granted after fence {max} had already been seen",
-                    lease.kind.space(),
+                    noun(family(lease.kind)),
                     lease.lock,
                     lease.label()
                 ));
@@ -202,13 +217,14 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     // the leases a busy answer says are in the way are judged: the fence it
     // names for an earlier waiter in the queue is the last one issued, which
     // may well be a released lease's.
-    let by_fence: HashMap<((Space, &str), u64), &Lease<'_>> =
+    let by_fence: HashMap<((Family, &str), u64), &Lease<'_>> =
         leases.iter().map(|l| ((l.name(), l.fence), l)).collect();
     for e in &events {
-        let (Op::Acquire, Outcome::Busy { in_the_way, .. }) = (e.op, &e.timed.outcome) else {
+        let (Op::Acquire, Outcome::Busy { in_the_way, .. }) = (e.op.single(), &e.timed.outcome)
+        else {
             continue;
         };
-        let name = (e.kind.space(), e.lock.as_str());
+        let name = (family(e.kind), e.lock.as_str());
         for fence in in_the_way {
             let Some(holder) = by_fence.get(&(name, *fence)) else {
                 continue;
@@ -219,13 +235,14 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
             } else if released.is_some() {
                 v.push(format!(
                     "{} {}: an acquire sent after {} was released was told that lease is in its way",
-                    name.0,
+                    noun(name.0),
                     e.lock,
                     holder.label()
                 ));
             }
         }
     }
+    never_granted_leases_shown(&events, &leases, &mut report.violations);
     if report.stats.undone_by_failover > 0 {
         report.notes.push(format!(
             "{} step{} broke exclusivity or an acknowledged release across a failover: what \
@@ -239,6 +256,66 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
         ));
     }
     report
+}
+
+/// Rule 6: a read names only leases some grant may have made.
+///
+/// An acquire-all answered (granted or refused) may also have taken a lock
+/// of it for a moment and given it back, a lease no answer returns: a read
+/// of that lock whose window overlaps the acquire-all's may show it. A read
+/// sent after the answer arrived may not: what a refused acquire-all took
+/// was given back before it answered.
+fn never_granted_leases_shown(events: &[&Event], leases: &[Lease<'_>], v: &mut Vec<String>) {
+    let granted: std::collections::HashSet<((Family, &str), u64)> =
+        leases.iter().map(|l| (l.name(), l.fence)).collect();
+    // The earliest send of an acquire per name whose outcome is unknown
+    // (an acquire-all with no answer, on each of its locks).
+    let mut unsettled: HashMap<(Family, &str), i64> = HashMap::new();
+    // The answered acquire-alls per name.
+    let mut all_at_once: HashMap<(Family, &str), Vec<&Event>> = HashMap::new();
+    for e in events {
+        let name = (family(e.kind), e.lock.as_str());
+        match (e.op, &e.timed.outcome) {
+            (Op::Acquire | Op::AcquireAll, Outcome::Failed { .. }) => {
+                let first = unsettled.entry(name).or_insert(e.timed.send_us);
+                *first = (*first).min(e.timed.send_us);
+            }
+            (Op::AcquireAll, _) => all_at_once.entry(name).or_default().push(e),
+            _ => {}
+        }
+    }
+    for e in events {
+        let (shown, what) = match &e.timed.outcome {
+            Outcome::Busy { in_the_way, .. } if e.op.single() == Op::Acquire => {
+                (in_the_way, "a busy answer said a lease was in the way")
+            }
+            Outcome::Status { holders, .. } => (holders, "a status read listed a holder"),
+            _ => continue,
+        };
+        let name = (family(e.kind), e.lock.as_str());
+        let maybe_unseen = unsettled
+            .get(&name)
+            .is_some_and(|sent| *sent < e.timed.recv_us);
+        // Another acquire-all than the read itself, in flight during it.
+        let taken_for_a_moment = all_at_once.get(&name).is_some_and(|others| {
+            others.iter().any(|other| {
+                !std::ptr::eq(*other, *e)
+                    && other.timed.send_us < e.timed.recv_us
+                    && e.timed.send_us < other.timed.recv_us
+            })
+        });
+        for fence in shown {
+            if !granted.contains(&(name, *fence)) && !maybe_unseen && !taken_for_a_moment {
+                v.push(format!(
+                    "{} {}: {what} with fence {fence}, which no grant returned, no acquire \
+                     of unknown outcome could have taken, and no acquire-all in flight \
+                     could have held for a moment",
+                    noun(name.0),
+                    e.lock
+                ));
+            }
+        }
+    }
 }
 
 #[cfg(test)]

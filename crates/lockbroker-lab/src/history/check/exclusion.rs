@@ -14,35 +14,38 @@ use std::collections::HashMap;
 
 use super::lease::Lease;
 use super::{Backend, Report};
-use crate::history::{Kind, Space};
+use crate::history::{family, noun, Family, LeaseKind};
 
 /// Judges every name's leases and counts names and concurrency for the
 /// summary.
 pub(super) fn judge(leases: &[Lease<'_>], backend: &Backend, report: &mut Report) {
-    let mut by_name: HashMap<(Space, &str), Vec<&Lease<'_>>> = HashMap::new();
+    let mut by_name: HashMap<(Family, &str), Vec<&Lease<'_>>> = HashMap::new();
     for lease in leases {
         by_name.entry(lease.name()).or_default().push(lease);
     }
     let stats = &mut report.stats;
-    stats.locks = by_name.keys().filter(|(s, _)| *s == Space::Lock).count();
+    stats.locks = by_name.keys().filter(|(s, _)| *s == Family::Locks).count();
     stats.semaphores = by_name.len() - stats.locks;
-    stats.shared_leases = leases.iter().filter(|l| l.kind == Kind::Shared).count();
+    stats.shared_leases = leases
+        .iter()
+        .filter(|l| l.kind == LeaseKind::Shared)
+        .count();
     stats.permits = leases
         .iter()
-        .filter(|l| l.kind.space() == Space::Semaphore)
+        .filter(|l| family(l.kind) == Family::Semaphores)
         .count();
-    for ((space, name), list) in &mut by_name {
-        let name = format!("{space} {name}");
+    for ((names, name), list) in &mut by_name {
+        let name = format!("{} {name}", noun(*names));
         list.sort_by(|a, b| (a.fence.cmp(&b.fence)).then(a.start.lower.total_cmp(&b.start.lower)));
         fence_order(&name, list, report);
-        match space {
-            Space::Lock => {
+        match names {
+            Family::Locks => {
                 exclusivity(&name, list, backend, report);
-                let shared = list.iter().copied().filter(|l| l.kind == Kind::Shared);
+                let shared = list.iter().copied().filter(|l| l.kind == LeaseKind::Shared);
                 let most = most_at_once(shared.collect(), |_, _| {});
                 report.stats.most_shared_at_once = report.stats.most_shared_at_once.max(most);
             }
-            Space::Semaphore => {
+            Family::Semaphores => {
                 let most = most_at_once(list.clone(), |permit, valid| {
                     permit_limit(&name, permit, valid, backend, report);
                 });
@@ -85,8 +88,8 @@ fn exclusivity(name: &str, by_fence: &[&Lease<'_>], backend: &Backend, report: &
     let mut latest_exclusive_end: Option<&Lease<'_>> = None;
     for &b in by_fence {
         let excluding = match b.kind {
-            Kind::Shared => latest_exclusive_end,
-            Kind::Exclusive | Kind::Permit { .. } => latest_end,
+            LeaseKind::Shared => latest_exclusive_end,
+            LeaseKind::Exclusive | LeaseKind::Permit { .. } => latest_end,
         };
         let overlaps =
             |a: &&Lease<'_>| b.start.upper <= a.end_lower && a.start.upper <= b.end_lower;
@@ -107,7 +110,7 @@ fn exclusivity(name: &str, by_fence: &[&Lease<'_>], backend: &Backend, report: &
         if later(latest_end) {
             latest_end = Some(b);
         }
-        if b.kind == Kind::Exclusive && later(latest_exclusive_end) {
+        if b.kind == LeaseKind::Exclusive && later(latest_exclusive_end) {
             latest_exclusive_end = Some(b);
         }
     }
@@ -127,8 +130,8 @@ fn permit_limit(
     report: &mut Report,
 ) {
     let limit_of = |l: &Lease<'_>| match l.kind {
-        Kind::Permit { limit } => usize::try_from(limit).unwrap_or(usize::MAX),
-        Kind::Exclusive | Kind::Shared => 1,
+        LeaseKind::Permit { limit } => usize::try_from(limit).unwrap_or(usize::MAX),
+        LeaseKind::Exclusive | LeaseKind::Shared => 1,
     };
     let limit = valid
         .iter()

@@ -7,7 +7,7 @@ use std::fmt;
 use super::report::Stats;
 use super::Backend;
 use crate::client::{Outcome, Timed};
-use crate::history::{Event, Kind, LeaseId, Op, Space};
+use crate::history::{family, noun, Event, Family, LeaseId, LeaseKind, Op};
 
 /// Local µs to ms.
 pub(super) fn ms(us: i64) -> f64 {
@@ -68,7 +68,7 @@ pub(super) struct Lease<'a> {
     pub id: LeaseId,
     /// The lock's or semaphore's name; `kind` says which.
     pub lock: &'a str,
-    pub kind: Kind,
+    pub kind: LeaseKind,
     pub fence: u64,
     pub start: Start,
     pub grant: &'a Timed,
@@ -83,17 +83,17 @@ pub(super) struct Lease<'a> {
 impl<'a> Lease<'a> {
     /// The name the lease holds: a lock and a semaphore may share a name
     /// and still have fences and holders of their own.
-    pub fn name(&self) -> (Space, &'a str) {
-        (self.kind.space(), self.lock)
+    pub fn name(&self) -> (Family, &'a str) {
+        (family(self.kind), self.lock)
     }
 
     /// How a violation names the lease among others of its name: by fence,
     /// with its kind when a lock's leases may be of either.
     pub fn label(&self) -> String {
         match self.kind {
-            Kind::Exclusive => format!("fence {}", self.fence),
-            Kind::Shared => format!("shared fence {}", self.fence),
-            Kind::Permit { .. } => format!("permit fence {}", self.fence),
+            LeaseKind::Exclusive => format!("fence {}", self.fence),
+            LeaseKind::Shared => format!("shared fence {}", self.fence),
+            LeaseKind::Permit { .. } => format!("permit fence {}", self.fence),
         }
     }
 }
@@ -139,10 +139,16 @@ impl Context<'_> {
 }
 
 /// Walks one lease's extends, releases and status reads in order, checking
-/// each against what must be true of the lease at that moment, and settles
+/// each against what must be true of the lease at that moment (a
+/// release-all's result for the lease as a release of it alone), and settles
 /// the lease's `end_lower` and `released_ack`.
 pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'_>) {
-    let name = format!("{} {} {}", lease.kind.space(), lease.lock, lease.label());
+    let name = format!(
+        "{} {} {}",
+        noun(family(lease.kind)),
+        lease.lock,
+        lease.label()
+    );
     let (lo, hi) = cx.offset;
     let quorum = cx.backend.is_quorum();
     // The lease is certainly valid until `certain_end` (Redis ms) unless a
@@ -164,7 +170,7 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                 .released_ack
                 .is_some_and(|r| cx.backend.failed_over_between(r, t.recv_us));
         let valid_at_recv = release_sent.is_none() && recv + hi < certain_end - 1.0;
-        match (e.op, &t.outcome) {
+        match (e.op.single(), &t.outcome) {
             (
                 Op::Extend,
                 Outcome::Renewed {
@@ -247,7 +253,7 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                 // fence issued; a shared lease or a permit need not, so only
                 // the listed holders show it, and only a complete list shows
                 // it is missing.
-                let exclusive = lease.kind == Kind::Exclusive;
+                let exclusive = lease.kind == LeaseKind::Exclusive;
                 let shows_lease = holders.contains(&lease.fence)
                     || (exclusive && *held && *fence == Some(lease.fence));
                 let shows_absence = !shows_lease && (exclusive || *all_listed);

@@ -9,7 +9,8 @@ use crate::history::Op;
 /// Counts of what happened, for the summary.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Requests by step and answer kind.
+    /// Requests by step and answer kind (an acquire-all or release-all
+    /// once per lock it concerned).
     pub outcomes: BTreeMap<(Op, &'static str), u64>,
     /// Distinct locks.
     pub locks: usize,
@@ -79,7 +80,15 @@ impl fmt::Display for Report {
                 s.most_permits_at_once
             )?;
         }
-        for op in [Op::Acquire, Op::Extend, Op::Release, Op::Status] {
+        let ops = [
+            Op::Acquire,
+            Op::AcquireAll,
+            Op::Extend,
+            Op::Release,
+            Op::ReleaseAll,
+            Op::Status,
+        ];
+        for op in ops {
             let parts: Vec<String> = s
                 .outcomes
                 .iter()
@@ -87,7 +96,7 @@ impl fmt::Display for Report {
                 .map(|((_, kind), n)| format!("{kind} {n}"))
                 .collect();
             if !parts.is_empty() {
-                writeln!(f, "{:<8} {}", format!("{op:?}:"), parts.join(", "))?;
+                writeln!(f, "{:<11} {}", format!("{op:?}:"), parts.join(", "))?;
             }
         }
         writeln!(
@@ -122,6 +131,7 @@ pub(super) fn kind(outcome: &Outcome) -> &'static str {
         Outcome::Renewed { .. } => "renewed",
         Outcome::Released { .. } => "released",
         Outcome::Busy { .. } => "busy",
+        Outcome::Refused => "refused",
         Outcome::Lost => "lease_lost",
         Outcome::Status { .. } => "status",
         Outcome::Failed { status: 503, .. } => "unavailable",

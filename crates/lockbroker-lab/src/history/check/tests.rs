@@ -2,16 +2,17 @@
 
 use super::*;
 use crate::client::Timed;
-use crate::history::Kind;
+use crate::history::LeaseKind;
 
 mod mixed;
+mod multi;
 
 /// An answer the broker gave `at_ms` (local = Redis clock), 1 ms round trip.
 fn event(op: Op, lease: u64, at_ms: i64, outcome: Outcome) -> Event {
     Event {
         client: 0,
         lock: "job".into(),
-        kind: Kind::Exclusive,
+        kind: LeaseKind::Exclusive,
         op,
         lease: Some(lease),
         timed: Timed {
@@ -282,4 +283,57 @@ fn in_sentinel_mode_a_release_may_be_undone_only_by_a_failover() {
     let report = check_against(&events, &sentinel(&[1_030_000]));
     assert!(report.ok(), "{report}");
     assert_eq!(report.stats.undone_by_failover, 1);
+}
+
+#[test]
+fn a_status_holder_or_busy_lease_that_no_grant_returned_is_a_violation() {
+    let busy = Outcome::Busy {
+        fence: Some(12),
+        in_the_way: vec![12],
+    };
+    // Read by a client that holds no lease: only rule 6 judges it.
+    let reader = |at, outcome| Event {
+        lease: None,
+        ..event(Op::Status, 9, at, outcome)
+    };
+    let events = [
+        grant(0, 1_000, 10, 100),
+        reader(1_010, status(&[10, 11], 11)),
+        Event {
+            lease: None,
+            ..event(Op::Acquire, 9, 1_020, busy)
+        },
+    ];
+    let report = check(&events);
+    assert_eq!(report.violations.len(), 2, "{report}");
+    assert!(
+        report.violations[0].contains("status read listed a holder with fence 11"),
+        "{report}"
+    );
+    assert!(
+        report.violations[1].contains("busy answer said a lease was in the way with fence 12"),
+        "{report}"
+    );
+    let granted_only = [grant(0, 1_000, 10, 100), reader(1_010, status(&[10], 10))];
+    assert!(check(&granted_only).ok(), "{}", check(&granted_only));
+}
+
+#[test]
+fn a_lease_shown_after_an_acquire_of_unknown_outcome_may_be_its_grant() {
+    let unknown = Outcome::Failed {
+        status: 503,
+        code: "backend_unavailable".into(),
+    };
+    let events = [
+        Event {
+            lease: None,
+            ..event(Op::Acquire, 9, 1_000, unknown)
+        },
+        Event {
+            lease: None,
+            ..event(Op::Status, 8, 1_010, status(&[11], 11))
+        },
+    ];
+    let report = check(&events);
+    assert!(report.ok(), "{report}");
 }

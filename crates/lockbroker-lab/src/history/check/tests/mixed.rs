@@ -4,15 +4,15 @@
 use super::{event, grant, sentinel, status};
 use crate::client::Outcome;
 use crate::history::check::{check, check_against};
-use crate::history::{Event, Kind, Op};
+use crate::history::{Event, LeaseKind, Op};
 
-/// `event` as a step of a lease of `kind` (on the name "job" of its space).
-fn as_kind(kind: Kind, e: Event) -> Event {
+/// `event` as a step of a lease of `kind` (on the name "job" of its family).
+fn as_kind(kind: LeaseKind, e: Event) -> Event {
     Event { kind, ..e }
 }
 
 fn shared(lease: u64, at_ms: i64, fence: u64) -> Event {
-    as_kind(Kind::Shared, grant(lease, at_ms, fence, 100))
+    as_kind(LeaseKind::Shared, grant(lease, at_ms, fence, 100))
 }
 
 fn exclusive(lease: u64, at_ms: i64, fence: u64) -> Event {
@@ -20,10 +20,10 @@ fn exclusive(lease: u64, at_ms: i64, fence: u64) -> Event {
 }
 
 fn permit(lease: u64, at_ms: i64, fence: u64, limit: u32) -> Event {
-    as_kind(Kind::Permit { limit }, grant(lease, at_ms, fence, 100))
+    as_kind(LeaseKind::Permit { limit }, grant(lease, at_ms, fence, 100))
 }
 
-fn released(kind: Kind, lease: u64, at_ms: i64, fence: u64) -> Event {
+fn released(kind: LeaseKind, lease: u64, at_ms: i64, fence: u64) -> Event {
     as_kind(
         kind,
         event(Op::Release, lease, at_ms, Outcome::Released { fence }),
@@ -32,7 +32,7 @@ fn released(kind: Kind, lease: u64, at_ms: i64, fence: u64) -> Event {
 
 /// A refused acquire (no lease) whose answer names `fence` and lists the
 /// leases `in_the_way`.
-fn busy(kind: Kind, at_ms: i64, fence: u64, in_the_way: &[u64]) -> Event {
+fn busy(kind: LeaseKind, at_ms: i64, fence: u64, in_the_way: &[u64]) -> Event {
     let outcome = Outcome::Busy {
         fence: Some(fence),
         in_the_way: in_the_way.to_vec(),
@@ -43,7 +43,7 @@ fn busy(kind: Kind, at_ms: i64, fence: u64, in_the_way: &[u64]) -> Event {
     }
 }
 
-const LIMIT_2: Kind = Kind::Permit { limit: 2 };
+const LIMIT_2: LeaseKind = LeaseKind::Permit { limit: 2 };
 
 #[test]
 fn limit_plus_one_overlapping_permits_is_a_violation() {
@@ -123,7 +123,7 @@ fn an_exclusive_lease_after_shared_ones_waits_for_the_last_of_them() {
     let events = [
         shared(0, 1_000, 10),
         shared(1, 1_040, 11),
-        released(Kind::Shared, 0, 1_050, 10),
+        released(LeaseKind::Shared, 0, 1_050, 10),
         exclusive(2, 1_100, 12),
     ];
     let report = check(&events);
@@ -138,7 +138,7 @@ fn an_exclusive_lease_after_shared_ones_waits_for_the_last_of_them() {
 fn a_fence_going_backwards_across_kinds_is_a_violation() {
     let events = [
         exclusive(0, 1_000, 10),
-        released(Kind::Exclusive, 0, 1_050, 10),
+        released(LeaseKind::Exclusive, 0, 1_050, 10),
         shared(1, 1_200, 9),
     ];
     let report = check(&events);
@@ -167,7 +167,7 @@ fn a_lock_and_a_semaphore_of_one_name_are_two_names() {
     let events = [
         exclusive(0, 1_000, 10),
         permit(1, 1_010, 3, 1),
-        released(Kind::Exclusive, 0, 1_030, 10),
+        released(LeaseKind::Exclusive, 0, 1_030, 10),
         shared(2, 1_040, 11),
         permit(3, 1_200, 4, 1),
     ];
@@ -180,16 +180,16 @@ fn a_lock_and_a_semaphore_of_one_name_are_two_names() {
 fn a_released_lease_in_the_way_is_a_violation_but_the_queue_stand_in_is_not() {
     let events = [
         shared(0, 1_000, 10),
-        released(Kind::Shared, 0, 1_010, 10),
+        released(LeaseKind::Shared, 0, 1_010, 10),
         // An earlier waiter is owed the lock: the answer names the last
         // fence issued, the released lease's, as no lease in the way.
-        busy(Kind::Shared, 1_020, 10, &[]),
+        busy(LeaseKind::Shared, 1_020, 10, &[]),
     ];
     let report = check(&events);
     assert!(report.ok(), "{report}");
 
     let mut blocked = events.to_vec();
-    blocked.push(busy(Kind::Exclusive, 1_030, 10, &[10]));
+    blocked.push(busy(LeaseKind::Exclusive, 1_030, 10, &[10]));
     let report = check(&blocked);
     assert_eq!(report.violations.len(), 1, "{report}");
     assert!(report.violations[0].contains("in its way"), "{report}");
@@ -207,11 +207,11 @@ fn a_released_lease_in_the_way_is_a_violation_but_the_queue_stand_in_is_not() {
 #[test]
 fn a_shared_lease_shows_in_the_holders_not_in_the_last_fence() {
     let as_shared =
-        |lease, at, outcome| as_kind(Kind::Shared, event(Op::Status, lease, at, outcome));
+        |lease, at, outcome| as_kind(LeaseKind::Shared, event(Op::Status, lease, at, outcome));
     let events = [
         shared(0, 1_000, 10),
         shared(1, 1_005, 11),
-        released(Kind::Shared, 1, 1_010, 11),
+        released(LeaseKind::Shared, 1, 1_010, 11),
         // Held by fence 10 while the last fence issued is the released 11.
         as_shared(1, 1_020, status(&[10], 11)),
         as_shared(0, 1_030, status(&[10], 11)),
@@ -224,8 +224,11 @@ fn a_shared_lease_shows_in_the_holders_not_in_the_last_fence() {
     let mut missing = events.to_vec();
     missing.push(as_shared(0, 1_040, status(&[12], 12)));
     let report = check(&missing);
-    assert_eq!(report.violations.len(), 1, "{report}");
-    assert!(report.violations[0].contains("did not show"), "{report}");
+    let unshown = report
+        .violations
+        .iter()
+        .filter(|v| v.contains("did not show"));
+    assert_eq!(unshown.count(), 1, "{report}");
 
     // From a list cut short, its absence proves nothing.
     let mut cut = events.to_vec();
@@ -233,8 +236,9 @@ fn a_shared_lease_shows_in_the_holders_not_in_the_last_fence() {
     if let Outcome::Status { all_listed, .. } = &mut partial {
         *all_listed = false;
     }
+    cut.push(shared(2, 1_035, 12));
     cut.push(as_shared(0, 1_040, partial));
-    assert!(check(&cut).ok());
+    assert!(check(&cut).ok(), "{}", check(&cut));
 }
 
 #[test]
@@ -259,18 +263,21 @@ fn a_clean_mixed_history_passes() {
         shared(0, 1_000, 10),
         shared(1, 1_010, 11),
         as_kind(
-            Kind::Shared,
+            LeaseKind::Shared,
             event(Op::Status, 1, 1_020, status(&[10, 11], 11)),
         ),
-        released(Kind::Shared, 0, 1_030, 10),
-        busy(Kind::Exclusive, 1_035, 11, &[11]),
-        released(Kind::Shared, 1, 1_040, 11),
+        released(LeaseKind::Shared, 0, 1_030, 10),
+        busy(LeaseKind::Exclusive, 1_035, 11, &[11]),
+        released(LeaseKind::Shared, 1, 1_040, 11),
         // Then an exclusive lease, extended and released.
         exclusive(2, 1_050, 12),
         event(Op::Extend, 2, 1_070, renewed),
-        busy(Kind::Shared, 1_080, 12, &[12]),
-        released(Kind::Exclusive, 2, 1_200, 12),
-        as_kind(Kind::Shared, event(Op::Extend, 1, 1_210, Outcome::Lost)),
+        busy(LeaseKind::Shared, 1_080, 12, &[12]),
+        released(LeaseKind::Exclusive, 2, 1_200, 12),
+        as_kind(
+            LeaseKind::Shared,
+            event(Op::Extend, 1, 1_210, Outcome::Lost),
+        ),
         shared(3, 1_210, 13),
         // Semaphore "job", limit 2: up to two permits at once.
         permit(4, 1_000, 1, 2),
