@@ -40,34 +40,48 @@ if [ "${1:-}" != "--rust" ]; then
   suite "python client" clients/python/run-tests.sh -q
   suite "go client" clients/go/run-tests.sh
   suite "typescript client" clients/typescript/run-tests.sh
+  # The shared client scenarios again with every test broker in quorum mode
+  # (LOCKBROKER_TEST_MODE=quorum: the test's Redis and two more that the
+  # client's harness starts), so a client that mishandles quorum mode's
+  # answers fails its own tests.
+  suite "python client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
+    clients/python/run-tests.sh -q tests/test_scenarios.py
+  suite "go client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
+    clients/go/run-tests.sh -run '^TestScenarios$'
+  suite "typescript client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
+    clients/typescript/run-tests.sh test/scenarios.test.ts
   suite "examples" examples/run.sh
   suite "deploy files" deploy/validate.sh
   suite "schemathesis" scripts/schemathesis.sh
   suite "reliability" scripts/reliability-ci.sh
 fi
 suite "rust" cargo nextest run --workspace --no-fail-fast --test-threads "$threads"
+# nextest runs no doc examples: the Rust client's must still compile.
+suite "rust doc examples" cargo test --workspace --doc
 # The API suite again with every test broker in quorum mode (the test's Redis
 # and two more, shared by every broker the test starts on it). Left out: tests
 # of one node's own behaviour (its script counts, a TLS Redis, a grant slowed
 # by a proxy in front of it, which the other two nodes decide without).
-suite "rust, quorum mode" env LOCKBROKER_TEST_MODE=quorum cargo nextest run -p lockbroker-tests \
-  --no-fail-fast --test-threads "$threads" -E 'test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks)::/)
-    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|too_little_validity/)'
+# The shared client scenarios run there too, through the Rust client.
+suite "rust, quorum mode" env LOCKBROKER_TEST_MODE=quorum cargo nextest run --workspace \
+  --no-fail-fast --test-threads "$threads" -E '(package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock)::/)
+    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|too_little_validity/)))
+    | (package(lockbroker-client) & test(/^scenarios::/))'
 # The API suite again in sentinel mode: every test broker finds the test's
 # Redis through a Sentinel started for it, and follows it through the outages
 # the fault tests cause. Left out: a TLS Redis (the test Sentinel speaks TCP).
-suite "rust, sentinel mode" env LOCKBROKER_TEST_MODE=sentinel cargo nextest run -p lockbroker-tests \
-  --no-fail-fast --test-threads "$threads" -E 'test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|fences|faults|outage|observability|keys)::/)
-    - test(/reaches_redis_over_tls/)'
+suite "rust, sentinel mode" env LOCKBROKER_TEST_MODE=sentinel cargo nextest run --workspace \
+  --no-fail-fast --test-threads "$threads" -E 'package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|fences|faults|outage|observability|keys)::/)
+    - test(/reaches_redis_over_tls/))'
 # The API suite again in cluster mode: every test's Redis is a cluster node,
 # joined with two more into a cluster of three primaries by
 # `redis-cli --cluster create`. Left out: tests of one node's own behaviour
 # (its script counts, a TLS Redis), a proxy in front of one node (cluster
 # clients reach every node at the address the cluster gives), and brokers
 # started outside the harness, which run in single mode.
-suite "rust, cluster mode" env LOCKBROKER_TEST_MODE=cluster cargo nextest run -p lockbroker-tests \
-  --no-fail-fast --test-threads "$threads" -E 'test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks)::/)
-    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|too_little_validity|serves_https|sigterm_answers/)'
+suite "rust, cluster mode" env LOCKBROKER_TEST_MODE=cluster cargo nextest run --workspace \
+  --no-fail-fast --test-threads "$threads" -E 'package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock)::/)
+    - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|too_little_validity|serves_https|sigterm_answers/))'
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED suites: ${failed[*]}" >&2

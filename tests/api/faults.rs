@@ -284,7 +284,7 @@ async fn a_broker_killed_mid_load_leaves_leases_a_second_broker_serves() {
     let redis = RedisServer::start();
     let settings = test_settings(&redis);
     let (mut first, base) = spawn_broker(&redis, &settings.redis.key_prefix);
-    let client = BrokerClient::new(&base, Duration::from_secs(10));
+    let client = BrokerClient::new(&base, Duration::from_secs(10)).expect("client");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !client.ready().await {
         assert!(Instant::now() < deadline, "the broker never became ready");
@@ -359,7 +359,7 @@ async fn two_brokers_on_one_redis_never_grant_a_lock_twice() {
     );
     // Each broker granted some of them.
     for base in &urls {
-        let client = BrokerClient::new(base, Duration::from_secs(10));
+        let client = BrokerClient::new(base, Duration::from_secs(10)).expect("client");
         let (timed, token) = client.acquire("after", 1_000, 2_000).await;
         assert!(
             matches!(timed.outcome, Outcome::Granted { .. }),
@@ -386,6 +386,7 @@ async fn a_mixed_load_of_shared_leases_and_permits_keeps_its_promises_through_a_
         shared_clients: 5,
         permit_clients: 5,
         limit: 2,
+        ..Mix::default()
     };
     let load = tokio::spawn(async move { load::run_mixed(&urls, &plan, &mix).await });
     tokio::time::sleep(Duration::from_millis(2_000)).await;

@@ -136,8 +136,10 @@ async fn without_api_keys_the_holder_hears_an_operator_force_released_it() {
     }
 
     // A lease that merely expired carries no force_released_by.
-    let short = app.acquire("short", 100).await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Long enough that a slow grant on a loaded machine still leaves the
+    // lease the validity it must have on arrival.
+    let short = app.acquire("short", 400).await;
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
     let lost = app.extend("short", &short.token(), 1_000).await;
     assert_eq!(lost.code(), "lease_lost", "{}", lost.body);
     assert!(

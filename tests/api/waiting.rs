@@ -385,6 +385,12 @@ async fn a_grant_that_arrives_with_too_little_validity_is_released_not_handed_ou
         late.body
     );
     assert_eq!(late.code(), "backend_unavailable");
+    let message = late.error().message;
+    assert!(
+        message.starts_with("the lock store granted \"job\" but answered so late")
+            && message.contains("the grant was given back, so nothing is held"),
+        "{message}"
+    );
     let roomy = app.acquire("other", 10_000).await;
     assert_eq!(
         roomy.status,

@@ -240,8 +240,8 @@ async fn workload(app: &Arc<TestApp>) {
     let waited = waiter.await.expect("waiter");
     assert_eq!(waited.status, StatusCode::OK, "{}", waited.body);
     app.release("nightly-report", &waited.token()).await;
-    let stale = app.acquire("jobs:stale", 100).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let stale = app.acquire("jobs:stale", 400).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(
         app.extend("jobs:stale", &stale.token(), 1_000).await.code(),
         "lease_lost"

@@ -1,12 +1,14 @@
 //! A stalled node (SIGSTOP: its connections stay open, nothing answers)
 //! costs a quorum nothing: every step is answered by the nodes that answer,
-//! and the stalled node is set straight once it runs again.
+//! and the stalled node is set straight once it runs again. A black-holed
+//! network (connections open, every byte dropped) is the same to the quorum.
 
 use std::time::{Duration, Instant};
 
 use lockbroker_core::{LockName, LockStore, ReleaseOutcome, Ttl};
 use lockbroker_redis::quorum::QuorumStore;
 use lockbroker_redis::KeyLayout;
+use lockbroker_tests::proxy::Proxy;
 use lockbroker_tests::RedisServer;
 
 use super::{granted, name, try_acquire, Quorum};
@@ -227,4 +229,72 @@ async fn undecided(quorum: &Quorum, store: &QuorumStore, text: &str) -> LockName
     let key = KeyLayout::new(quorum.prefix.clone()).lease(&lock);
     quorum.servers[1].conn().cmd(&["DEL", &key]);
     lock
+}
+
+#[tokio::test]
+async fn a_blackholed_node_is_not_waited_for_and_serves_again_once_its_network_is_back() {
+    // Connections to the third node stay open and every byte is dropped: a
+    // black-holed network, which no connection error reveals.
+    let mut quorum = Quorum {
+        node_timeout: Duration::from_secs(3),
+        ..Quorum::start(3)
+    };
+    let proxy = Proxy::start(quorum.servers[2].port()).await;
+    quorum.urls[2] = proxy.url();
+    let store = every_node_known(quorum.connect().await).await;
+    let lock = name("blackholed");
+    proxy.blackhole();
+
+    let (fence, token, _) = granted(&store, &lock, 30_000).await;
+    // Once a step timed out there, the node is known slow.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while store.node_counts().slow != [false, false, true] {
+        assert!(Instant::now() < deadline, "the node never counted as slow");
+        let _ = store.status(&lock).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let started = Instant::now();
+    let refused = try_acquire(&store, &lock, 30_000).await.expect("answer");
+    let status = store.status(&lock).await.expect("status");
+    let ttl = Ttl::parse("ttl_ms", 30_000, u64::MAX).expect("ttl");
+    let extended = store.extend(&lock, &token, ttl, 0).await;
+    let released = store.release(&lock, &token).await.expect("release");
+    let (next, next_token, _) = granted(&store, &lock, 30_000).await;
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed < Duration::from_millis(1_500),
+        "five steps waited {elapsed:?}"
+    );
+    assert_eq!(refused, Err(fence.get()), "busy, naming the holder");
+    assert!(status.held && status.fence == Some(fence), "{status:?}");
+    assert!(extended.is_ok(), "{extended:?}");
+    assert!(
+        matches!(released, ReleaseOutcome::Released(_)),
+        "{released:?}"
+    );
+    assert!(next > fence, "{next:?} after {fence:?}");
+
+    // The network back, the node answers in time and counts again; it keeps
+    // no copy of a lease with a fence the grant did not return.
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while store.node_counts().slow != [false, false, false] {
+        assert!(Instant::now() < deadline, "the node stayed slow");
+        let _ = store.status(&lock).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let copy = copy_on(&quorum.servers[2], &quorum.prefix, &lock);
+    assert!(
+        copy.is_none() || copy == Some((next_token.expose().to_owned(), next.get())),
+        "{copy:?}"
+    );
+    store.release(&lock, &next_token).await.expect("release");
+    let (last, last_token, _) = granted(&store, &lock, 30_000).await;
+    assert!(last > next, "{last:?} after {next:?}");
+    eventually("the node is sent the grant again", || {
+        copy_on(&quorum.servers[2], &quorum.prefix, &lock)
+            == Some((last_token.expose().to_owned(), last.get()))
+    })
+    .await;
 }
