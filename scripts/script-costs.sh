@@ -5,8 +5,8 @@
 # bench's `thin` target: SET NX PX, INCR) costs beside it: the table "What a lock cycle
 # costs Redis" in docs/performance.md. Starts a redis-server of its own on
 # a free loopback port, loads each script body below with the acquire's 8
-# keys and 17 arguments, runs redis-benchmark on it (random lock names, so
-# each call grants a fresh lock) and prints the µs per call from INFO
+# keys and the 9 arguments of an acquire that names an owner, runs
+# redis-benchmark on it (random lock names, so each call grants a fresh lock) and prints the µs per call from INFO
 # commandstats.
 #   scripts/script-costs.sh [calls per body, default 300000]
 set -euo pipefail
@@ -59,7 +59,7 @@ for body in "$dir"/*.lua; do
     'lb:{l__rand_int__}:lease' 'lb:{l__rand_int__}:fence' 'lb:{l__rand_int__}:queue' \
     'lb:{l__rand_int__}:qexp' 'lb:{l__rand_int__}:holders' 'lb:{l__rand_int__}:hleases' \
     'lb:{l__rand_int__}:horizon' 'lb:{l__rand_int__}:epoch' \
-    tok__rand_int__ 100 owner '' 0 100 0 '' 30000 lb:wake b1 l__rand_int__ '' '' '' '' '' \
+    tok__rand_int__ 100 0 100 0 lb:wake b1 l__rand_int__ owner \
     >/dev/null
   usec="$(redis-cli -p "$port" INFO commandstats | sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')"
   name="$(basename "$body" .lua)"
@@ -70,7 +70,7 @@ redis-benchmark -p "$port" -c 8 -n "$calls" -r 100000000 -q FCALL "${library}_ac
   'lb:{l__rand_int__}:lease' 'lb:{l__rand_int__}:fence' 'lb:{l__rand_int__}:queue' \
   'lb:{l__rand_int__}:qexp' 'lb:{l__rand_int__}:holders' 'lb:{l__rand_int__}:hleases' \
   'lb:{l__rand_int__}:horizon' 'lb:{l__rand_int__}:epoch' \
-  tok__rand_int__ 100 owner '' 0 100 0 '' 30000 lb:wake b1 l__rand_int__ '' '' '' '' '' \
+  tok__rand_int__ 100 0 100 0 lb:wake b1 l__rand_int__ owner \
   >/dev/null
 usec="$(redis-cli -p "$port" INFO commandstats | sed -n 's/^cmdstat_fcall:.*usec_per_call=\([0-9.]*\).*/\1/p')"
 printf '%-55s %s\n' "the broker's acquire, FCALL of its library" "$usec"

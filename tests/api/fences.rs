@@ -3,8 +3,15 @@
 
 use std::time::Duration;
 
+use lockbroker_tests::app::test_settings;
 use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::StatusCode;
+
+/// Milliseconds since the Unix epoch, by this machine's clock (Redis's).
+fn unix_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    i64::try_from(since.expect("clock").as_millis()).expect("ms")
+}
 
 /// Acquires `name`, retrying while the broker reconnects after a Redis outage.
 async fn acquire_when_back(app: &TestApp, name: &str) -> u64 {
@@ -92,20 +99,74 @@ async fn the_fence_is_remembered_for_the_idle_period_in_the_locks_one_key() {
     app.release("job", &lease.token()).await;
 
     // One key per lock: the lease hash keeps the last fence (`f`) for the
-    // idle period past the grant, released or not; there is no fence key.
+    // idle period past the grant, released or not, and an eighth of it
+    // more, so that the grants after it need not set its expiry again;
+    // there is no fence key.
     let key = format!("{}:{{job}}:lease", app.prefix);
     let mut conn = redis.conn();
-    let ttl_ms = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    let first_ttl_ms = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
     let week_ms = 7 * 24 * 3600 * 1000;
     assert!(
-        ttl_ms > week_ms - 60_000 && ttl_ms <= week_ms,
-        "lease hash PTTL {ttl_ms}"
+        first_ttl_ms > week_ms + week_ms / 8 - 60_000 && first_ttl_ms <= week_ms + week_ms / 8,
+        "lease hash PTTL {first_ttl_ms}"
     );
     let kept = conn.cmd(&["HGET", &key, "f"]);
     assert_eq!(kept.as_text(), Some(lease.fence().to_string().as_str()));
     let pattern = format!("{}:{{job}}:*", app.prefix);
     let keys = conn.cmd(&["KEYS", &pattern]);
     assert_eq!(keys.as_array().len(), 1, "{keys:?}");
+
+    // The next grant finds the recorded expiry far enough off and leaves
+    // it; one whose record fell short of the idle period sets it again.
+    let again = app.acquire("job", 5_000).await;
+    app.release("job", &again.token()).await;
+    let second_ttl_ms = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    assert!(
+        second_ttl_ms <= first_ttl_ms && second_ttl_ms > week_ms,
+        "lease hash PTTL {second_ttl_ms} after {first_ttl_ms}"
+    );
+    conn.cmd(&["PEXPIRE", &key, &(week_ms / 2).to_string()]);
+    conn.cmd(&["HSET", &key, "ke", &(unix_ms() + week_ms / 2).to_string()]);
+    let third = app.acquire("job", 5_000).await;
+    assert_eq!(third.status, StatusCode::OK);
+    let third_ttl_ms = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    assert!(
+        third_ttl_ms > week_ms + week_ms / 8 - 60_000,
+        "lease hash PTTL {third_ttl_ms} after a record that fell short"
+    );
+}
+
+#[tokio::test]
+async fn a_lease_near_the_idle_period_sets_its_keys_expiry_at_every_grant() {
+    let redis = RedisServer::start();
+    let mut settings = test_settings(&redis);
+    settings.redis.fence_idle_ms = 20_000;
+    settings.redis.release_memo_ms = 500;
+    settings.locks.max_ttl_ms = 20_000;
+    let app = TestApp::spawn_with(settings).await;
+    let key = format!("{}:{{near}}:lease", app.prefix);
+    let mut conn = redis.conn();
+
+    // 19 s of lease and an eighth of 20 s of slack exceed the idle
+    // period: no expiry is recorded, and the key lives exactly as long as
+    // the lease needs.
+    let long = app.acquire("near", 19_000).await;
+    let pttl = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    assert!(pttl > 19_000 && pttl <= 20_000, "PTTL {pttl}");
+    assert_eq!(conn.cmd(&["HGET", &key, "ke"]).as_text(), Some(""));
+    app.release("near", &long.token()).await;
+
+    // A short lease records its key's expiry; the long one after it sets
+    // it again rather than trust a record made for a shorter need.
+    let short = app.acquire("near", 1_000).await;
+    app.release("near", &short.token()).await;
+    assert!(conn.cmd(&["HGET", &key, "ke"]).as_text().is_some_and(|ke| !ke.is_empty()));
+    conn.cmd(&["PEXPIRE", &key, "20000"]);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let long = app.acquire("near", 19_000).await;
+    assert_eq!(long.status, StatusCode::OK);
+    let pttl = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    assert!(pttl > 19_000, "PTTL {pttl}: the key must outlive the lease");
 }
 
 #[tokio::test]

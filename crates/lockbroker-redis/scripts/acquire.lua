@@ -5,14 +5,18 @@
 -- KEYS[3] fair queue  KEYS[4] queue expiries
 -- KEYS[5] shared holders  KEYS[6] shared holder leases (holders.lua)
 -- KEYS[7] lease horizon  KEYS[8] epoch hash (quorum mode only)
--- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] owner ('' for none)
--- ARGV[4] request_id ('' for none)  ARGV[5] lock_delay_ms  ARGV[6] fence_idle_ms
--- ARGV[7] fence floor: the highest fence the calling broker has seen; in
+--
+-- ARGV[1..8] are always sent: ARGV[1] token  ARGV[2] ttl_ms
+-- ARGV[3] lock_delay_ms  ARGV[4] fence_idle_ms
+-- ARGV[5] fence floor: the highest fence the calling broker has seen; in
 --         quorum mode the round's proposal, which the fence must be exactly
 --         one above (every granting node then issues the same fence)
--- ARGV[8] fair waiter id ('' for none)  ARGV[9] queue entry ttl_ms
--- ARGV[10] wake channel  ARGV[11] calling broker id  ARGV[12] lock name
--- ARGV[13] principal: who asks ('' for a broker without API keys)
+-- ARGV[6] wake channel  ARGV[7] calling broker id  ARGV[8] lock name
+-- ARGV[9..17] are what most requests leave empty; the broker leaves off
+-- every empty one at the end (a missing one reads as ''):
+-- ARGV[9] owner  ARGV[10] request_id
+-- ARGV[11] principal: who asks ('' for a broker without API keys)
+-- ARGV[12] fair waiter id  ARGV[13] queue entry ttl_ms
 -- ARGV[14] the fair waiter's arrival in Unix µs, its place in the queue ('' to
 --          use this Redis's clock: one server, one clock; a quorum passes the
 --          broker's, so every node's copy of the queue has the same order)
@@ -25,13 +29,16 @@
 --          answer then marks the lease (field w), so that its release is
 --          announced to every broker; releases nobody waits for are not.
 -- ARGV[17] '1' when the caller joins the queue whenever it is turned away (a
---          fair waiter); a waiter that is not fair (ARGV[8] set, this '')
+--          fair waiter); a waiter that is not fair (ARGV[12] set, this '')
 --          joins only when the queue exists or shared leases are in the way,
 --          so no newer shared request passes a waiting exclusive one.
 --
--- Returns {1, token, fence, ttl_ms, expires_at_ms, owner, floor_raised} when
---         granted (floor_raised 1 when the broker's floor, not Redis's counter
---         or clock, set the fence; absent for a request that already held it),
+-- Returns {1, fence, expires_at_ms, floor_raised} when granted to this
+--         request (floor_raised 1 when the broker's floor, not Redis's
+--         counter or clock, set the fence; its token, TTL and owner are the
+--         request's), {2, token, fence, expires_in_ms, expires_at_ms, owner}
+--         when the same request already holds the lease (re-sent, or retried
+--         with its request_id),
 --         {0, owner, fence, expires_in_ms, available_in_ms, queue_position,
 --         what is in the way} when busy (queue_position -1 for a caller not
 --         in the queue; what: 'exclusive' for a lease or its lock-delay,
@@ -46,44 +53,44 @@
 -- The lease hash holds: token, fence, owner, rid, by (principal), acq (acquired at, ms),
 -- exp (valid until, ms), delay (lock_delay_ms), rel ('1' once released) and
 -- w ('1' once a caller waits for it to end), beside the lock's release memos
--- (memos.lua) and f, the last fence issued for the name (of any kind of
--- lease: hold.lua keeps it here too). An expired lease keeps the lock
+-- (memos.lua), f, the last fence issued for the name (of any kind of
+-- lease: hold.lua keeps it here too), and ke, the key's recorded expiry
+-- (lease_hash_expiry, memos.lua). An expired lease keeps the lock
 -- unavailable until exp + delay (its lock-delay); a released one frees it at
--- once. The key lives fence_idle_ms past the last grant (so the fence
+-- once. The key lives at least fence_idle_ms past the last grant (so the fence
 -- outlives every lease), or longer while a lease, its lock-delay or a memo
 -- needs it: one key per lock, however often it changes hands.
 --
--- The common case (no shared holders, no fair queue) costs one TIME, one
--- HMGET, one EXISTS of both, one HSET and one PEXPIRE.
+-- The common case (no shared holders, no fair queue, the same owner as the
+-- lease before) costs one TIME, one HMGET, one EXISTS of both and one HSET
+-- of the fields that change; a PEXPIRE about once per eighth of
+-- fence_idle_ms.
 
 local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local delay, fence_idle, floor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
-local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+local token, ttl, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fence_idle, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
+local channel, broker_id, name = ARGV[6], ARGV[7], ARGV[8]
+local owner, rid, principal = ARGV[9] or '', ARGV[10] or '', ARGV[11] or ''
+local waiter_id, entry_ttl = ARGV[12] or '', tonumber(ARGV[13] or '0')
 
 local now_us, now_ms = clock()
 local arrival_us = tonumber(ARGV[14]) or now_us
 local epoch_id = ARGV[15] or ''
-local waits = ARGV[16] == '1'
+local waits, always_queues = ARGV[16] == '1', ARGV[17] == '1'
 
-local standing = quorum_standing(KEYS[8], epoch_id, now_ms)
-if not standing then
-  return {-1}
-end
--- After a restart without data, the fences issued before it (readmit.lua).
-floor = math.max(floor, standing[1])
-local node_max = standing[2]
-
--- A waiter that is turned away keeps (or takes) its place in the queue: a
--- fair one always, another once a queue exists or shared leases block it.
-local function wait_in_line(blocked_by_shared)
-  return queue_place(queue_key, expiry_key, waiter_id, ARGV[17] == '1', blocked_by_shared,
-    arrival_us, now_ms, entry_ttl)
+-- Quorum mode: the node must be in good standing; after a restart without
+-- data, its fences start above those issued before it (readmit.lua).
+local node_max = 0
+if epoch_id ~= '' then
+  local standing = quorum_standing(KEYS[8], epoch_id, now_ms)
+  if not standing then
+    return {-1}
+  end
+  floor, node_max = math.max(floor, standing[1]), standing[2]
 end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'rid', 'exp', 'rel', 'by', 'w',
-  'delay', 'mu', 'f')
+  'delay', 'mu', 'f', 'ke')
 if cur[1] and cur[6] ~= '1' then
   local exp = tonumber(cur[5])
   local available_in = exp + tonumber(cur[9] or '0') - now_ms
@@ -94,17 +101,20 @@ if cur[1] and cur[6] ~= '1' then
     -- so another API key cannot obtain the token by guessing it.
     local same_retry = rid ~= '' and cur[4] == rid and cur[3] == owner and (cur[7] or '') == principal
     if cur[1] == token or same_retry then
-      return {1, cur[1], tonumber(cur[2]), exp - now_ms, exp, cur[3]}
+      return {2, cur[1], tonumber(cur[2]), exp - now_ms, exp, cur[3]}
     end
     if waits and cur[8] ~= '1' then
       redis.call('HSET', lease_key, 'w', '1')
     end
-    return {0, cur[3], tonumber(cur[2]), exp - now_ms, available_in, wait_in_line(), 'exclusive'}
   end
-  -- Expired unreleased: the lock-delay keeps the lock unavailable until the key
-  -- itself expires.
+  -- Held, or expired unreleased while its lock-delay keeps the lock
+  -- unavailable until the key itself expires. A waiter that is turned away
+  -- keeps (or takes) its place in the queue (queue_place): a fair one
+  -- always, another once a queue exists or shared leases block it.
   if available_in > 0 then
-    return {0, cur[3], tonumber(cur[2]), 0, available_in, wait_in_line(), 'exclusive'}
+    local place = queue_place(queue_key, expiry_key, waiter_id, always_queues, false, arrival_us,
+      now_ms, entry_ttl)
+    return {0, cur[3], tonumber(cur[2]), math.max(exp - now_ms, 0), available_in, place, 'exclusive'}
   end
 end
 
@@ -121,7 +131,9 @@ if others > 0 then
     if waits then
       redis.call('HSET', KEYS[6], '#w', '1')
     end
-    local busy = {0, '', last, 0, tonumber(until_ms) - now_ms, wait_in_line(true), 'holders'}
+    local place = queue_place(queue_key, expiry_key, waiter_id, always_queues, true, arrival_us,
+      now_ms, entry_ttl)
+    local busy = {0, '', last, 0, tonumber(until_ms) - now_ms, place, 'holders'}
     local shown = holders_view(KEYS[5], KEYS[6], now_ms, 20)
     if #shown > 0 then
       busy[2], busy[3], busy[4] = shown[1], shown[2], shown[3]
@@ -134,31 +146,58 @@ if others > 0 then
   -- The lock is free. Once fair waiters queue for it, they go first, in
   -- arrival order, whoever else asks.
   if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
-    return {0, '', last, 0, 0, wait_in_line(), 'queue'}
+    local place = queue_place(queue_key, expiry_key, waiter_id, always_queues, false, arrival_us,
+      now_ms, entry_ttl)
+    return {0, '', last, 0, 0, place, 'queue'}
   end
 end
 
 -- The fence exceeds the last one issued, the time in microseconds and the
 -- broker's floor, so it grows even when Redis lost the counter.
 local fence, fence_text, floor_raised = issue_fence(last, now_us, floor)
-if epoch_id ~= '' and fence ~= tonumber(ARGV[7]) + 1 then
+if epoch_id ~= '' and fence ~= tonumber(ARGV[5]) + 1 then
   return {-2, fence}
 end
 local exp = now_ms + ttl
 
 -- A released or expired lease's hash may still be there: this grant
--- overwrites every field of a lease (clearing rel and w), and keeps the
--- lock's release memos (memos.lua).
-redis.call('HSET', lease_key,
-  'token', token, 'fence', fence_text, 'f', fence_text, 'owner', owner, 'rid', rid,
-  'by', principal, 'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp),
-  'delay', string.format('%d', delay), 'rel', '', 'w', '')
-redis.call('PEXPIRE', lease_key,
-  keep_ms_with_memos(math.max(ttl + delay, fence_idle), cur[10], now_ms))
+-- overwrites every field of a lease that differs (clearing rel and w), and
+-- keeps the lock's release memos (memos.lua). A lock taken again and again
+-- by one owner rewrites only its token, fence and times.
+local fields = {'token', token, 'fence', fence_text, 'f', fence_text,
+  'acq', string.format('%d', now_ms), 'exp', string.format('%d', exp)}
+local n = #fields
+if cur[3] ~= owner then
+  fields[n + 1], fields[n + 2], n = 'owner', owner, n + 2
+end
+if cur[4] ~= rid then
+  fields[n + 1], fields[n + 2], n = 'rid', rid, n + 2
+end
+if cur[7] ~= principal then
+  fields[n + 1], fields[n + 2], n = 'by', principal, n + 2
+end
+if cur[9] ~= ARGV[3] then
+  fields[n + 1], fields[n + 2], n = 'delay', ARGV[3], n + 2
+end
+if cur[6] == '1' then
+  fields[n + 1], fields[n + 2], n = 'rel', '', n + 2
+end
+if cur[8] == '1' then
+  fields[n + 1], fields[n + 2], n = 'w', '', n + 2
+end
+local expire_ms, ke = lease_hash_expiry(cur[12], cur[11] ~= false, ttl + delay, cur[10],
+  fence_idle, now_ms)
+if expire_ms then
+  fields[n + 1], fields[n + 2] = 'ke', ke
+end
+redis.call('HSET', lease_key, unpack(fields))
+if expire_ms then
+  redis.call('PEXPIRE', lease_key, expire_ms)
+end
 if epoch_id ~= '' then
   record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max)
 end
 if others > 0 then
   queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
 end
-return {1, token, fence, ttl, exp, owner, floor_raised}
+return {1, fence, exp, floor_raised}

@@ -45,11 +45,15 @@ else
   end
   redis.call('HSET', lease_key, 'fence', fence_text)
 end
-local marks = redis.call('HMGET', lease_key, 'f', 'mu')
+local marks = redis.call('HMGET', lease_key, 'f', 'mu', 'ke')
 if fence > last_fence(marks[1], nil, fence_key) then
+  local expire_ms, ke = lease_hash_expiry(marks[3], marks[1] ~= false,
+    tonumber(cur[2]) + tonumber(cur[4]) - now_ms, marks[2], fence_idle, now_ms)
   redis.call('HSET', lease_key, 'f', fence_text)
-  redis.call('PEXPIRE', lease_key, keep_ms_with_memos(math.max(fence_idle,
-    tonumber(cur[2]) + tonumber(cur[4]) - now_ms), marks[2], now_ms))
+  if expire_ms then
+    redis.call('HSET', lease_key, 'ke', ke)
+    redis.call('PEXPIRE', lease_key, expire_ms)
+  end
 end
 if fence > tonumber(epoch[4] or '0') then
   redis.call('HSET', epoch_key, 'max', fence_text)

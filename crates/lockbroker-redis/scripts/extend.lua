@@ -23,7 +23,7 @@ local fence_idle = tonumber(ARGV[4])
 local _, now_ms = clock()
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'acq', 'exp', 'delay', 'rel',
-  'mu')
+  'mu', 'f', 'ke')
 if not cur[1] then
   return {0}
 end
@@ -51,9 +51,14 @@ if max_hold > 0 and new_exp > tonumber(cur[4]) + max_hold then
   return {-1, exp - now_ms}
 end
 
-redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
-redis.call('PEXPIRE', lease_key,
-  keep_ms_with_memos(math.max(ttl + tonumber(cur[6]), fence_idle), cur[8], now_ms))
+local expire_ms, ke = lease_hash_expiry(cur[10], cur[9] ~= false, ttl + tonumber(cur[6]), cur[8],
+  fence_idle, now_ms)
+if expire_ms then
+  redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp), 'ke', ke)
+  redis.call('PEXPIRE', lease_key, expire_ms)
+else
+  redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
+end
 if KEYS[2] then
   raise_horizon(KEYS[2], new_exp + tonumber(cur[6]))
 end

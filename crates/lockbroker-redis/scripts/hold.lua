@@ -7,7 +7,7 @@
 --         (acquire.lua)  KEYS[3] queue  KEYS[4] queue expiries
 -- KEYS[5] holders  KEYS[6] holder leases  KEYS[7] released holders
 -- KEYS[8] lease horizon  KEYS[9] epoch hash (quorum mode only)
--- ARGV[1..16] as acquire.lua
+-- ARGV[1..16] as acquire.lua, always all sent
 -- ARGV[17] '1' when the caller joins the queue whenever it is turned away
 --          (every waiting shared or permit request does)
 -- ARGV[18] the semaphore's limit ('' for a shared lease: no limit)
@@ -17,10 +17,11 @@
 
 local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders_key, members_key, released_key = KEYS[5], KEYS[6], KEYS[7]
-local token, ttl, owner, rid = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local delay, fence_idle, floor = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-local waiter_id, entry_ttl = ARGV[8], tonumber(ARGV[9])
-local channel, broker_id, name, principal = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+local token, ttl, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local fence_idle, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
+local channel, broker_id, name = ARGV[6], ARGV[7], ARGV[8]
+local owner, rid, principal = ARGV[9], ARGV[10], ARGV[11]
+local waiter_id, entry_ttl = ARGV[12], tonumber(ARGV[13])
 local limit = tonumber(ARGV[18])
 
 local now_us, now_ms = clock()
@@ -53,7 +54,7 @@ if rid ~= '' then
 end
 local held = holder_read(members_key, mine)
 if held and held.x ~= '1' and tonumber(held.e) > now_ms and (mine == token or held.o == owner) then
-  return {1, mine, tonumber(held.f), tonumber(held.e) - now_ms, tonumber(held.e), held.o}
+  return {2, mine, tonumber(held.f), tonumber(held.e) - now_ms, tonumber(held.e), held.o}
 end
 
 local function wait_in_line()
@@ -63,7 +64,7 @@ end
 
 -- A valid exclusive lease, or its lock-delay, is in the way.
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'w', 'delay', 'f',
-  'mu')
+  'mu', 'ke')
 if cur[1] and cur[5] ~= '1' then
   local exp = tonumber(cur[4])
   local available_in = exp + tonumber(cur[7] or '0') - now_ms
@@ -121,10 +122,15 @@ end
 keep_for(holders_key, ttl + delay)
 keep_for(members_key, ttl + delay)
 -- The name's last fence, kept fence_idle_ms as acquire.lua keeps it.
-redis.call('HSET', lease_key, 'f', fence_text)
-redis.call('PEXPIRE', lease_key, keep_ms_with_memos(fence_idle, cur[9], now_ms))
+local expire_ms, ke = lease_hash_expiry(cur[10], cur[8] ~= false, 0, cur[9], fence_idle, now_ms)
+if expire_ms then
+  redis.call('HSET', lease_key, 'f', fence_text, 'ke', ke)
+  redis.call('PEXPIRE', lease_key, expire_ms)
+else
+  redis.call('HSET', lease_key, 'f', fence_text)
+end
 if epoch_id ~= '' then
   record_grant(KEYS[8], KEYS[9], exp + delay, fence, node_max)
 end
 queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
-return {1, token, fence, ttl, exp, owner, floor_raised}
+return {1, fence, exp, floor_raised}

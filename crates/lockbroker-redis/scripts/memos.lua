@@ -55,3 +55,34 @@ end
 local function keep_ms_with_memos(keep_ms, memo_until, now_ms)
   return math.max(keep_ms, (tonumber(memo_until) or 0) - now_ms)
 end
+
+-- How long the lease hash must live for a lease that needs the lock
+-- `lease_ms` from `now_ms` (TTL plus lock-delay), for its memos (until
+-- `memo_until`) and for the name's last fence (`fence_idle` ms), without a
+-- `PEXPIRE` on every grant and extend: the hash's expiry is set an eighth of
+-- `fence_idle` beyond what is needed and recorded (field `ke`), and set
+-- again only once the record falls short. Returns nil when the record
+-- covers the need; else the expiry to set, in ms from now, and the text to
+-- record in `ke` ('' for none). The caller writes `ke` with its `HSET`, then
+-- sets the expiry: the `HSET` may be what creates the key.
+--
+-- Every script of this library that sets the hash's expiry sets it from
+-- here, so it never falls below `ke`. A broker of an older version sets it
+-- without recording it, but always at least `fence_idle` past its own
+-- write, after `ke` was recorded; so a record is trusted only while its
+-- slack cannot have run out (the lease needs at most `fence_idle` less the
+-- slack), and it is made only for such leases. A hash without the name's
+-- last fence (`f`, `has_fence` false) was written by a broker that lets a
+-- release shorten the hash to its memo time: it gets its expiry every time.
+local function lease_hash_expiry(ke, has_fence, lease_ms, memo_until, fence_idle, now_ms)
+  local slack = math.floor(fence_idle / 8)
+  local need = keep_ms_with_memos(math.max(lease_ms, fence_idle), memo_until, now_ms)
+  local fits = need == fence_idle and lease_ms + slack <= fence_idle
+  if has_fence and fits and (tonumber(ke) or 0) >= now_ms + need then
+    return nil
+  end
+  if not fits then
+    return need, ''
+  end
+  return need + slack, string.format('%d', now_ms + need + slack)
+end

@@ -114,7 +114,7 @@ fn decode_extended(reply: &mut Reply) -> Result<ExtendOutcome, StoreError> {
 }
 
 /// A reply code no script answers with: a protocol error, never a guess.
-fn unknown_code(step: &str, code: i64) -> StoreError {
+pub(super) fn unknown_code(step: &str, code: i64) -> StoreError {
     StoreError::Protocol(format!("unknown {step} reply code {code}"))
 }
 

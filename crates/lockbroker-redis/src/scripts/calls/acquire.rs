@@ -7,6 +7,11 @@ use lockbroker_core::{
 };
 
 use super::super::{Reply, ScriptCall, ScriptContext, ScriptName};
+use super::unknown_code;
+
+/// The arguments `acquire.lua` is always sent; the rest go only up to the
+/// last that is not empty.
+const ALWAYS_SENT: usize = 8;
 
 /// `acquire.lua`: grants the lock or reports what is in the way.
 pub struct AcquireCall<'a> {
@@ -57,33 +62,26 @@ impl AcquireCall<'_> {
         }
         all
     }
-}
 
-impl ScriptCall for AcquireCall<'_> {
-    type Output = Acquired;
-    const SCRIPT: ScriptName = ScriptName::Acquire;
-
-    fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        self.keys_with(context, false)
-    }
-
-    fn args(&self, context: &ScriptContext) -> Vec<String> {
+    /// Every argument, in `acquire.lua`'s order: the eight always needed,
+    /// then those most requests leave empty.
+    fn all_args(&self, context: &ScriptContext) -> Vec<String> {
         let params = self.params;
         let fair = params.fair;
         vec![
             params.token.expose().to_owned(),
             params.ttl.as_millis().to_string(),
-            params.owner.map_or("", |o| o.as_str()).to_owned(),
-            params.request_id.map_or("", |r| r.as_str()).to_owned(),
             params.lock_delay.as_millis().to_string(),
             context.fence_idle_ms.to_string(),
             self.fence_floor.to_string(),
-            fair.map_or("", |f| f.waiter_id).to_owned(),
-            fair.map_or(0, |f| f.entry_ttl_ms).to_string(),
             context.wake_channel_of(params.name),
             context.broker_id.clone(),
             params.name.wire(),
+            params.owner.map_or("", |o| o.as_str()).to_owned(),
+            params.request_id.map_or("", |r| r.as_str()).to_owned(),
             params.principal.as_str().to_owned(),
+            fair.map_or("", |f| f.waiter_id).to_owned(),
+            fair.map_or(String::new(), |f| f.entry_ttl_ms.to_string()),
             // One server orders its queue by its own clock; the copies on a
             // quorum's nodes all order by the broker's, so they agree.
             match fair {
@@ -100,9 +98,29 @@ impl ScriptCall for AcquireCall<'_> {
             .to_owned(),
         ]
     }
+}
+
+impl ScriptCall for AcquireCall<'_> {
+    type Output = Acquired;
+    const SCRIPT: ScriptName = ScriptName::Acquire;
+
+    fn keys(&self, context: &ScriptContext) -> Vec<String> {
+        self.keys_with(context, false)
+    }
+
+    /// The arguments without the empty ones at the end: Redis turns every
+    /// argument into a Lua string on every call, and most requests name no
+    /// owner, request id or waiter.
+    fn args(&self, context: &ScriptContext) -> Vec<String> {
+        let mut args = self.all_args(context);
+        while args.len() > ALWAYS_SENT && args.last().is_some_and(String::is_empty) {
+            args.pop();
+        }
+        args
+    }
 
     fn decode(&self, reply: &mut Reply) -> Result<Acquired, StoreError> {
-        decode_acquired(self.params.name, reply)
+        decode_acquired(self.params, reply)
     }
 }
 
@@ -115,19 +133,20 @@ impl ScriptCall for HoldCall<'_> {
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
-        let mut args = self.0.args(context);
+        let mut args = self.0.all_args(context);
         args.push(self.0.params.limit.map_or(String::new(), |l| l.to_string()));
         args
     }
 
     fn decode(&self, reply: &mut Reply) -> Result<Acquired, StoreError> {
-        decode_acquired(self.0.params.name, reply)
+        decode_acquired(self.0.params, reply)
     }
 }
 
 /// Reads a grant, a busy answer, a limit conflict or a refusal by a node
-/// out of good standing.
-fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, StoreError> {
+/// out of good standing, of the request `params`.
+fn decode_acquired(params: &AcquireParams<'_>, reply: &mut Reply) -> Result<Acquired, StoreError> {
+    let name = params.name;
     let outcome = match reply.int()? {
         -1 => {
             return Err(StoreError::Unavailable(
@@ -145,7 +164,29 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
             limit: u32::try_from(reply.uint()?)
                 .map_err(|_| StoreError::Protocol("limit out of range".into()))?,
         },
+        // Granted to this request: its own token, TTL and owner.
         1 => {
+            let fence = Fence::new(reply.uint()?);
+            let expires_at_ms = reply.uint()?;
+            let floor_raised = reply.int()? == 1;
+            let ttl_ms = params.ttl.as_millis();
+            let lease = Lease {
+                name: name.clone(),
+                token: params.token.clone(),
+                fence,
+                ttl_ms,
+                expires_at_ms,
+                validity_ms: ttl_ms,
+                owner: params.owner.map(|owner| owner.as_str().to_owned()),
+            };
+            return Ok(Acquired {
+                outcome: AcquireOutcome::Granted(lease),
+                floor_raised,
+                fence_ahead: None,
+            });
+        }
+        // Held already by the same request, re-sent: the lease as it stands.
+        2 => {
             let token = LeaseToken::parse(&reply.text()?)
                 .map_err(|_| StoreError::Protocol("stored token is malformed".into()))?;
             let fence = Fence::new(reply.uint()?);
@@ -159,15 +200,13 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
                 validity_ms: ttl_ms,
                 owner: reply.optional_text()?,
             };
-            // A re-sent acquire answers without the flag: it raised nothing.
-            let floor_raised = reply.has_more() && reply.int()? == 1;
             return Ok(Acquired {
                 outcome: AcquireOutcome::Granted(lease),
-                floor_raised,
+                floor_raised: false,
                 fence_ahead: None,
             });
         }
-        _ => {
+        0 => {
             let holder = read_holder(reply, LeaseKind::Exclusive)?;
             let queue_position = u64::try_from(reply.int()?).ok();
             let blockers = match reply.text()?.as_str() {
@@ -176,7 +215,7 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
                     holders: read_holders(reply, holder_kind(name))?,
                     ..Blockers::queue(holder.fence)
                 },
-                _ => {
+                "holders" => {
                     let kind = holder_kind(name);
                     let holders = read_holders(reply, kind)?;
                     Blockers {
@@ -188,12 +227,18 @@ fn decode_acquired(name: &LockName, reply: &mut Reply) -> Result<Acquired, Store
                         limit: None,
                     }
                 }
+                other => {
+                    return Err(StoreError::Protocol(format!(
+                        "unknown acquire blocker {other:?}"
+                    )))
+                }
             };
             AcquireOutcome::Busy {
                 blockers,
                 queue_position,
             }
         }
+        other => return Err(unknown_code("acquire", other)),
     };
     Ok(Acquired {
         outcome,

@@ -73,7 +73,7 @@ const FAIR: FairEntry<'static> = FairEntry {
 };
 
 #[test]
-fn an_exclusive_acquire_sends_the_locks_keys_and_seventeen_arguments() {
+fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_given() {
     let request = Request::new(Space::Lock);
     let params = request.params(LeaseKind::Exclusive, None);
     let call = AcquireCall {
@@ -98,22 +98,33 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_seventeen_arguments() {
         strings(&[
             TOKEN,
             "30000",
-            "worker-1",
-            "r-7",
             "500",
             "604800000",
             "42",
-            "",
-            "0",
             "lb:wake",
             "b1",
             "job",
+            "worker-1",
+            "r-7",
             "ops",
-            "",
-            "",
-            "",
-            "",
         ])
+    );
+}
+
+#[test]
+fn an_acquire_that_names_nothing_optional_sends_eight_arguments() {
+    let request = Request::new(Space::Lock);
+    let mut params = request.params(LeaseKind::Exclusive, None);
+    let anonymous = Principal::ANONYMOUS;
+    (params.owner, params.request_id, params.principal) = (None, None, &anonymous);
+    let call = AcquireCall {
+        params: &params,
+        fence_floor: 0,
+        epoch: None,
+    };
+    assert_eq!(
+        call.args(&context(false)),
+        strings(&[TOKEN, "30000", "500", "604800000", "0", "lb:wake", "b1", "job"])
     );
 }
 
@@ -134,17 +145,17 @@ fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
         strings(&[
             TOKEN,
             "30000",
-            "worker-1",
-            "r-7",
             "500",
             "604800000",
             "0",
-            "w-1",
-            "4000",
             "lb:wake",
             "b1",
             "job",
+            "worker-1",
+            "r-7",
             "ops",
+            "w-1",
+            "4000",
             "1700000000000000",
             "e-9",
             "1",
@@ -176,8 +187,8 @@ fn a_permit_adds_the_released_holders_key_and_its_limit() {
         ])
     );
     let args = call.args(&context);
-    assert_eq!(args.len(), 18);
-    assert_eq!(args[17], "3");
+    assert_eq!(args.len(), 18, "every argument, the empty ones too, then the limit");
+    assert_eq!((args[12].as_str(), args[17].as_str()), ("", "3"));
 }
 
 #[test]
