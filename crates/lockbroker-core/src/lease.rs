@@ -150,7 +150,7 @@ const TOKEN_BYTES: usize = 16;
 pub struct LeaseToken(String);
 
 impl LeaseToken {
-    /// A fresh token: 128 bits from the operating system's CSPRNG, as lowercase hex.
+    /// A fresh token: 128 bits from a CSPRNG, as lowercase hex ([`random_hex`]).
     pub fn generate() -> Self {
         Self(random_hex::<TOKEN_BYTES>())
     }
@@ -216,10 +216,12 @@ pub fn unix_micros() -> u64 {
         })
 }
 
-/// `N` bytes from the operating system's CSPRNG as lowercase hex.
+/// `N` bytes from the thread's CSPRNG as lowercase hex: ChaCha, seeded and
+/// regularly reseeded from the operating system's generator, so a token
+/// costs no system call of its own.
 pub fn random_hex<const N: usize>() -> String {
     let mut bytes = [0u8; N];
-    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    rand::thread_rng().fill_bytes(&mut bytes);
     let mut text = String::with_capacity(N * 2);
     for byte in bytes {
         text.push(HEX[usize::from(byte >> 4)] as char);
