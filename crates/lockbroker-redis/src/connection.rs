@@ -20,12 +20,20 @@ use fred::types::config::{
 use fred::types::Builder;
 use lockbroker_core::StoreError;
 
+/// The pool size when every step waits for replicas and none is given: a
+/// connection is held for each step's replication round trip.
+pub const REPLICA_ACK_POOL_SIZE: usize = 4;
+
 /// How the store reaches Redis and lays out its keys.
 #[derive(Clone, Debug)]
 pub struct RedisSettings {
     /// `redis://[user:password@]host:port/db`; `rediss://` for TLS.
     pub url: String,
-    /// Connections in the pool; each pipelines many commands.
+    /// Connections in the pool; each pipelines many commands. One serves
+    /// best (every step batched with the others in one write and one
+    /// read, on both sides) unless steps wait for replicas: fred sends
+    /// nothing else on a connection while its `WAIT` is outstanding
+    /// ([`REPLICA_ACK_POOL_SIZE`]).
     pub pool_size: usize,
     /// Longest wait for any one command's answer before failing closed.
     pub command_timeout: Duration,
@@ -96,7 +104,7 @@ impl Default for RedisSettings {
     fn default() -> Self {
         Self {
             url: "redis://127.0.0.1:6379/0".to_owned(),
-            pool_size: 4,
+            pool_size: 1,
             command_timeout: Duration::from_secs(1),
             max_commands_in_flight: 10_000,
             connect_timeout: Duration::from_secs(1),

@@ -34,7 +34,9 @@ pub mod store;
 pub mod topology;
 pub mod wakes;
 
-pub use connection::{ClusterSettings, RedisAuth, RedisSettings, ReplicaAck, SentinelSettings};
+pub use connection::{
+    ClusterSettings, RedisAuth, RedisSettings, ReplicaAck, SentinelSettings, REPLICA_ACK_POOL_SIZE,
+};
 pub use keys::KeyLayout;
 pub use mode::RedisStore;
 pub use store::{QuorumEvent, RedisLockStore, StoreObserver};

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use lockbroker_redis::quorum::Drift;
-use lockbroker_redis::RedisSettings;
+use lockbroker_redis::{RedisSettings, REPLICA_ACK_POOL_SIZE};
 use serde::{Deserialize, Serialize};
 
 use super::schema::{as_ms, empty_is_none};
@@ -16,7 +16,8 @@ use super::schema::{as_ms, empty_is_none};
 pub struct RedisConfig {
     /// `redis://[user:password@]host:port/db` (`LOCKBROKER_REDIS_URL`).
     pub url: String,
-    /// Connections in the pool.
+    /// Connections in the pool (per node in quorum mode); `0`, the default,
+    /// for the broker's choice ([`RedisConfig::pool_size`]).
     pub pool_size: usize,
     /// Longest wait for one Redis answer before answering `503`.
     pub command_timeout_ms: u64,
@@ -93,6 +94,20 @@ pub enum RedisMode {
     Cluster,
 }
 
+impl RedisConfig {
+    /// The connections of the pool: as set, else one (every step batched
+    /// with the others into one write and one read, on both sides), or
+    /// [`REPLICA_ACK_POOL_SIZE`] when every step waits for replicas (fred
+    /// sends nothing else on a connection while its `WAIT` is outstanding).
+    pub fn pool_size(&self) -> usize {
+        match self.pool_size {
+            0 if self.min_replicas_acked > 0 => REPLICA_ACK_POOL_SIZE,
+            0 => 1,
+            size => size,
+        }
+    }
+}
+
 impl RedisMode {
     /// The mode as `redis.mode` spells it.
     pub fn as_str(self) -> &'static str {
@@ -111,7 +126,7 @@ impl Default for RedisConfig {
         let redis = RedisSettings::default();
         Self {
             url: redis.url,
-            pool_size: redis.pool_size,
+            pool_size: 0,
             command_timeout_ms: as_ms(redis.command_timeout),
             max_commands_in_flight: redis.max_commands_in_flight,
             connect_timeout_ms: as_ms(redis.connect_timeout),

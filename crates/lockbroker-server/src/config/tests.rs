@@ -280,3 +280,23 @@ fn debug_output_hides_redis_secrets() {
     let text = format!("{settings:?}");
     assert!(!text.contains("s3cret"), "{text}");
 }
+
+#[test]
+fn the_pool_is_one_connection_unless_steps_wait_for_replicas_or_a_size_is_set() {
+    let pool = |pairs: &[(&str, &str)]| {
+        Settings::load(None, env(pairs))
+            .map(|settings| settings.redis_settings().pool_size)
+            .map_err(|error| error.to_string())
+    };
+    assert_eq!(pool(&[]), Ok(1));
+    let waits = [
+        ("LOCKBROKER_REDIS_MODE", "sentinel"),
+        ("LOCKBROKER_REDIS_SENTINELS", "127.0.0.1:26379"),
+        ("LOCKBROKER_REDIS_SERVICE_NAME", "main"),
+        ("LOCKBROKER_REDIS_MIN_REPLICAS_ACKED", "1"),
+    ];
+    assert_eq!(pool(&waits), Ok(4));
+    assert_eq!(pool(&[("LOCKBROKER_REDIS_POOL_SIZE", "8")]), Ok(8));
+    let too_many = pool(&[("LOCKBROKER_REDIS_POOL_SIZE", "65")]).expect_err("refused");
+    assert!(too_many.contains("redis.pool_size"), "{too_many}");
+}

@@ -92,8 +92,10 @@ impl Settings {
         if redis.command_timeout_ms == 0 || redis.connect_timeout_ms == 0 {
             return Err(invalid("redis timeouts must be at least 1 ms"));
         }
-        if !(1..=64).contains(&redis.pool_size) {
-            return Err(invalid("redis.pool_size must be between 1 and 64"));
+        if redis.pool_size > 64 {
+            return Err(invalid(
+                "redis.pool_size must be between 1 and 64, or 0 for the broker's choice",
+            ));
         }
         if !(100..=1_000_000).contains(&redis.max_commands_in_flight) {
             return Err(invalid(
@@ -261,7 +263,7 @@ impl Settings {
                 Some(seed) if cluster => seed.clone(),
                 _ => redis.url.clone(),
             },
-            pool_size: redis.pool_size,
+            pool_size: redis.pool_size(),
             command_timeout: millis(redis.command_timeout_ms),
             max_commands_in_flight: redis.max_commands_in_flight,
             connect_timeout: millis(redis.connect_timeout_ms),
