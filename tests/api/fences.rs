@@ -160,7 +160,10 @@ async fn a_lease_near_the_idle_period_sets_its_keys_expiry_at_every_grant() {
     // it again rather than trust a record made for a shorter need.
     let short = app.acquire("near", 1_000).await;
     app.release("near", &short.token()).await;
-    assert!(conn.cmd(&["HGET", &key, "ke"]).as_text().is_some_and(|ke| !ke.is_empty()));
+    assert!(conn
+        .cmd(&["HGET", &key, "ke"])
+        .as_text()
+        .is_some_and(|ke| !ke.is_empty()));
     conn.cmd(&["PEXPIRE", &key, "20000"]);
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let long = app.acquire("near", 19_000).await;

@@ -216,9 +216,8 @@ pub fn unix_micros() -> u64 {
         })
 }
 
-/// `N` bytes from the thread's CSPRNG as lowercase hex: ChaCha, seeded and
-/// regularly reseeded from the operating system's generator, so a token
-/// costs no system call of its own.
+/// `N` bytes from the thread's CSPRNG (ChaCha, seeded and reseeded from the
+/// operating system's) as lowercase hex: a token costs no system call.
 pub fn random_hex<const N: usize>() -> String {
     let mut bytes = [0u8; N];
     rand::thread_rng().fill_bytes(&mut bytes);

@@ -124,7 +124,16 @@ fn an_acquire_that_names_nothing_optional_sends_eight_arguments() {
     };
     assert_eq!(
         call.args(&context(false)),
-        strings(&[TOKEN, "30000", "500", "604800000", "0", "lb:wake", "b1", "job"])
+        strings(&[
+            TOKEN,
+            "30000",
+            "500",
+            "604800000",
+            "0",
+            "lb:wake",
+            "b1",
+            "job"
+        ])
     );
 }
 
@@ -187,7 +196,11 @@ fn a_permit_adds_the_released_holders_key_and_its_limit() {
         ])
     );
     let args = call.args(&context);
-    assert_eq!(args.len(), 18, "every argument, the empty ones too, then the limit");
+    assert_eq!(
+        args.len(),
+        18,
+        "every argument, the empty ones too, then the limit"
+    );
     assert_eq!((args[12].as_str(), args[17].as_str()), ("", "3"));
 }
 
