@@ -173,6 +173,35 @@ async fn a_lease_near_the_idle_period_sets_its_keys_expiry_at_every_grant() {
 }
 
 #[tokio::test]
+async fn a_hash_without_its_fence_gets_its_expiry_from_every_grant_whatever_it_records() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    // A hash as a broker that kept the fence in a key of its own left it: a
+    // released lease, no `f`, shortened by that broker's release to its
+    // memo time. A recorded expiry far off must not be trusted for it.
+    let key = format!("{}:{{older}}:lease", app.prefix);
+    let mut conn = redis.conn();
+    let now = unix_ms().to_string();
+    let far = (unix_ms() + 30 * 24 * 3600 * 1000).to_string();
+    conn.cmd(&[
+        "HSET",
+        &key,
+        "token",
+        "0123456789abcdef0123456789abcdef",
+        "fence",
+        "7",
+    ]);
+    conn.cmd(&["HSET", &key, "exp", &now, "rel", "1", "ke", &far]);
+    conn.cmd(&["PEXPIRE", &key, "30000"]);
+
+    let lease = app.acquire("older", 5_000).await;
+    assert_eq!(lease.status, StatusCode::OK);
+    let week_ms = 7 * 24 * 3600 * 1000;
+    let pttl = conn.cmd(&["PTTL", &key]).as_int().expect("PTTL");
+    assert!(pttl > week_ms, "PTTL {pttl}: the hash now keeps the fence");
+}
+
+#[tokio::test]
 async fn a_last_fence_kept_in_the_fence_key_of_older_brokers_is_honoured() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
