@@ -29,6 +29,22 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// The eight arguments every acquire of [`Request`] sends, with `floor`,
+/// then `optional` (the ones it gives, up to the last).
+fn acquire_args(floor: &str, optional: &[&str]) -> Vec<String> {
+    let always = [
+        TOKEN,
+        "30000",
+        "500",
+        "604800000",
+        floor,
+        "lb:wake",
+        "b1",
+        "job",
+    ];
+    strings(&[&always[..], optional].concat())
+}
+
 struct Request {
     name: LockName,
     token: LeaseToken,
@@ -95,19 +111,7 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_gi
     );
     assert_eq!(
         call.args(&context),
-        strings(&[
-            TOKEN,
-            "30000",
-            "500",
-            "604800000",
-            "42",
-            "lb:wake",
-            "b1",
-            "job",
-            "worker-1",
-            "r-7",
-            "ops",
-        ])
+        acquire_args("42", &["worker-1", "r-7", "ops"])
     );
 }
 
@@ -122,19 +126,7 @@ fn an_acquire_that_names_nothing_optional_sends_eight_arguments() {
         fence_floor: 0,
         epoch: None,
     };
-    assert_eq!(
-        call.args(&context(false)),
-        strings(&[
-            TOKEN,
-            "30000",
-            "500",
-            "604800000",
-            "0",
-            "lb:wake",
-            "b1",
-            "job"
-        ])
-    );
+    assert_eq!(call.args(&context(false)), acquire_args("0", &[]));
 }
 
 #[test]
@@ -151,25 +143,20 @@ fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
     assert_eq!(keys[6..], strings(&["lb:horizon", "lb:epoch"]));
     assert_eq!(
         call.args(&context),
-        strings(&[
-            TOKEN,
-            "30000",
-            "500",
-            "604800000",
+        acquire_args(
             "0",
-            "lb:wake",
-            "b1",
-            "job",
-            "worker-1",
-            "r-7",
-            "ops",
-            "w-1",
-            "4000",
-            "1700000000000000",
-            "e-9",
-            "1",
-            "1",
-        ])
+            &[
+                "worker-1",
+                "r-7",
+                "ops",
+                "w-1",
+                "4000",
+                "1700000000000000",
+                "e-9",
+                "1",
+                "1"
+            ]
+        )
     );
 }
 
