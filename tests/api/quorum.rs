@@ -104,6 +104,7 @@ impl Backend for Quorum {
 }
 
 mod contended;
+mod holders;
 mod stalled;
 
 mod conformance {
@@ -328,9 +329,9 @@ impl Quorum {
     async fn marks_become(&self, lock: &LockName, fence: Fence) {
         let deadline = Instant::now() + Duration::from_secs(10);
         let want = Some(fence.get().to_string());
-        while (0..self.servers.len()).any(|at| self.fence_mark(at, lock.as_str()) != want) {
+        while (0..self.servers.len()).any(|at| self.fence_mark(at, lock) != want) {
             let marks: Vec<_> = (0..self.servers.len())
-                .map(|at| self.fence_mark(at, lock.as_str()))
+                .map(|at| self.fence_mark(at, lock))
                 .collect();
             assert!(Instant::now() < deadline, "marks {marks:?}, not {fence:?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -339,8 +340,8 @@ impl Quorum {
 
     /// The last fence node `at` keeps for lock `name` (the `f` field of its
     /// lease hash).
-    fn fence_mark(&self, at: usize, name: &str) -> Option<String> {
-        let key = format!("{}:{{{name}}}:lease", self.prefix);
+    fn fence_mark(&self, at: usize, name: &LockName) -> Option<String> {
+        let key = lockbroker_redis::KeyLayout::new(self.prefix.clone()).lease(name);
         let reply = self.servers[at].conn().cmd(&["HGET", &key, "f"]);
         reply.as_text().map(str::to_owned)
     }
@@ -371,7 +372,7 @@ async fn every_copy_carries_the_granted_fence_and_a_node_ahead_costs_one_more_ro
     assert!(fence.get() > ahead + 1, "{fence:?}");
     assert_eq!(counts.write_backs.load(Ordering::Relaxed), 0);
     for at in 0..2 {
-        let mark = quorum.fence_mark(at, "quorum-agree");
+        let mark = quorum.fence_mark(at, &lock);
         assert_eq!(mark, Some(fence.get().to_string()), "node {at}");
     }
     // Running again, node 2 runs both rounds: the first undone, the second

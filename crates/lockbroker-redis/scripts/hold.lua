@@ -12,8 +12,9 @@
 --          (every waiting shared or permit request does)
 -- ARGV[18] the semaphore's limit ('' for a shared lease: no limit)
 --
--- Returns as acquire.lua, and {-3, limit} when permits take places under
--- another limit.
+-- Returns as acquire.lua ({-2, fence} included: a quorum node whose fence
+-- runs ahead of the proposal grants nothing), and {-3, limit} when permits
+-- take places under another limit.
 
 local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders_key, members_key, released_key = KEYS[5], KEYS[6], KEYS[7]
@@ -105,7 +106,15 @@ if not queue_lets_in(queue_key, expiry_key, waiter_id, now_ms) then
   return busy
 end
 
+-- In quorum mode the fence is exactly one above the round's proposal, as
+-- for an exclusive lease (acquire.lua): every copy of a lease then carries
+-- the fence its grant returns, even while the grant is being decided, so
+-- no read ever counts one lease's copies under two fences, or two leases'
+-- copies under one.
 local fence, fence_text, floor_raised = issue_fence(last, now_us, floor)
+if epoch_id ~= '' and fence ~= tonumber(ARGV[5]) + 1 then
+  return {-2, fence}
+end
 local exp = now_ms + ttl
 
 redis.call('ZREM', released_key, token)

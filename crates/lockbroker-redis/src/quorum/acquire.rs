@@ -46,11 +46,11 @@ struct Proposal {
     lock_delay: LockDelay,
     fair: Option<(String, FairEntry<'static>)>,
     waits: bool,
-    /// The round's fence proposal. An exclusive lease is granted with
+    /// The round's fence proposal. A lease of any kind is granted with
     /// exactly one above it on every node, or not at all on a node whose own
-    /// fence runs ahead (acquire.lua): every copy carries the fence the
-    /// grant returns, and a status never shows another. A shared lease or a
-    /// permit gets a fence above it, the highest being written back.
+    /// fence runs ahead (acquire.lua, hold.lua): every copy carries the fence
+    /// the grant returns, from the moment it is made, and neither a status
+    /// nor a busy answer ever shows another.
     fence: u64,
 }
 

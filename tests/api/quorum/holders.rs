@@ -1,0 +1,85 @@
+//! Quorum mode: shared leases and permits, the leases many holders of one
+//! name hold at once.
+
+use std::sync::atomic::Ordering;
+
+use lockbroker_core::lease::unix_micros;
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, Lease, LeaseKind, LeaseToken, LockDelay, LockName, LockStore,
+    Principal, Space, Ttl,
+};
+use lockbroker_redis::quorum::QuorumStore;
+use lockbroker_redis::KeyLayout;
+
+use super::Quorum;
+
+/// A shared lease or a permit (of a semaphore of `limit`) on `lock`.
+async fn hold(store: &QuorumStore, lock: &LockName, kind: LeaseKind, limit: Option<u32>) -> Lease {
+    let outcome = store
+        .acquire(AcquireParams {
+            name: lock,
+            kind,
+            limit,
+            token: &LeaseToken::generate_for(kind),
+            ttl: Ttl::parse("ttl_ms", 5_000, u64::MAX).expect("ttl"),
+            owner: None,
+            request_id: None,
+            principal: &Principal::ANONYMOUS,
+            lock_delay: LockDelay::default(),
+            fair: None,
+            waits: false,
+        })
+        .await;
+    match outcome {
+        Ok(AcquireOutcome::Granted(lease)) => lease,
+        other => panic!("expected a grant: {other:?}"),
+    }
+}
+
+/// Whether node `at` keeps a copy of `lease` with exactly its fence.
+fn copy_carries(quorum: &Quorum, at: usize, lock: &LockName, lease: &Lease) -> bool {
+    let key = KeyLayout::new(quorum.prefix.clone()).members(lock);
+    let reply = quorum.servers[at].conn().cmd(&["HGETALL", &key]);
+    let fence = format!("\"f\":\"{}\"", lease.fence.get());
+    let stored = reply.as_array();
+    stored.chunks(2).any(|field| {
+        field[0].as_text() == Some(lease.token.expose())
+            && field[1]
+                .as_text()
+                .is_some_and(|lease| lease.contains(&fence))
+    })
+}
+
+#[tokio::test]
+async fn every_copy_of_a_shared_lease_or_permit_carries_its_fence_from_the_start() {
+    let quorum = Quorum::start(3);
+    let (store, counts) = quorum.observed().await;
+    let kinds = [
+        (LeaseKind::Shared, None, Space::Lock),
+        (LeaseKind::Permit, Some(1), Space::Semaphore),
+    ];
+    for (kind, limit, space) in kinds {
+        let lock = LockName::parse_in(space, "quorum-holders-ahead").expect("name");
+        // Node 1's mark runs far ahead (another holder's grant reached it
+        // alone), and node 2 stalls, so the grant needs node 1. Granting
+        // there with a fence of its own would leave node 0's copy under
+        // another fence until written back, for any read to count apart:
+        // node 1 refuses instead, and the next round proposes above it.
+        let ahead = unix_micros() + 1_000_000_000_000;
+        let key = KeyLayout::new(quorum.prefix.clone()).lease(&lock);
+        (quorum.servers[1].conn()).cmd(&["HSET", &key, "f", &ahead.to_string()]);
+        quorum.servers[2].pause();
+        let lease = hold(&store, &lock, kind, limit).await;
+        assert!(lease.fence.get() > ahead + 1, "{kind:?}: {:?}", lease.fence);
+        assert_eq!(counts.write_backs.load(Ordering::Relaxed), 0, "{kind:?}");
+        for at in 0..2 {
+            assert!(
+                copy_carries(&quorum, at, &lock, &lease),
+                "{kind:?} on node {at}"
+            );
+        }
+        quorum.servers[2].resume();
+        quorum.marks_become(&lock, lease.fence).await;
+        store.release(&lock, &lease.token).await.expect("release");
+    }
+}
