@@ -15,7 +15,7 @@ use lockbroker_tests::proxy::Proxy;
 use super::{name, Quorum};
 
 /// How many acquires race in each round, and how many rounds.
-const CONTENDERS: usize = 16;
+pub(super) const CONTENDERS: usize = 16;
 const ROUNDS: usize = 20;
 
 /// How much later a broker's commands reach the nodes it is not near.

@@ -2,7 +2,9 @@
 //! name hold at once.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Lease, LeaseKind, LeaseToken, LockDelay, LockName, LockStore,
@@ -11,7 +13,16 @@ use lockbroker_core::{
 use lockbroker_redis::quorum::QuorumStore;
 use lockbroker_redis::KeyLayout;
 
+use super::contended::CONTENDERS;
 use super::Quorum;
+
+/// The racing permits' semaphore limit: on five nodes, each permit needs
+/// four of them. Sixteen racing from two brokers, two win each round and
+/// fourteen are told who holds the places.
+const LIMIT: u32 = 2;
+
+/// How many times the permits race.
+const ROUNDS: usize = 20;
 
 /// A shared lease or a permit (of a semaphore of `limit`) on `lock`.
 async fn hold(store: &QuorumStore, lock: &LockName, kind: LeaseKind, limit: Option<u32>) -> Lease {
@@ -81,5 +92,68 @@ async fn every_copy_of_a_shared_lease_or_permit_carries_its_fence_from_the_start
         quorum.servers[2].resume();
         quorum.marks_become(&lock, lease.fence).await;
         store.release(&lock, &lease.token).await.expect("release");
+    }
+}
+
+#[tokio::test]
+async fn racing_permits_never_name_a_holder_whose_grant_did_not_return_its_fence() {
+    let quorum = Quorum::start(5);
+    let brokers = Arc::new([quorum.connect().await, quorum.connect().await]);
+    let semaphore = LockName::parse_in(Space::Semaphore, "quorum-racing-permits").expect("name");
+    for round in 0..ROUNDS {
+        let answers = join_all((0..CONTENDERS).map(|at| {
+            let (brokers, semaphore) = (Arc::clone(&brokers), semaphore.clone());
+            async move {
+                let broker = &brokers[at % brokers.len()];
+                let permit = LeaseToken::generate_for(LeaseKind::Permit);
+                (broker.acquire(AcquireParams {
+                    name: &semaphore,
+                    kind: LeaseKind::Permit,
+                    limit: Some(LIMIT),
+                    token: &permit,
+                    ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
+                    owner: None,
+                    request_id: None,
+                    principal: &Principal::ANONYMOUS,
+                    lock_delay: LockDelay::default(),
+                    fair: None,
+                    waits: false,
+                }))
+                .await
+                .expect("every node answers")
+            }
+        }))
+        .await;
+        let granted: Vec<&Lease> = (answers.iter())
+            .filter_map(|answer| match answer {
+                AcquireOutcome::Granted(lease) => Some(lease),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            granted.len() <= LIMIT as usize,
+            "round {round}: {answers:?}"
+        );
+        // Whatever a busy answer names or lists is a permit some grant of
+        // this round returned, with the fence that grant returned.
+        for answer in &answers {
+            let AcquireOutcome::Busy { blockers, .. } = answer else {
+                continue;
+            };
+            let named = std::iter::once(&blockers.holder).chain(&blockers.holders);
+            for holder in named {
+                assert!(
+                    granted.iter().any(|lease| lease.fence == holder.fence),
+                    "round {round}: {:?} names a permit no grant returned: {answers:?}",
+                    holder.fence
+                );
+            }
+        }
+        for lease in granted {
+            brokers[0]
+                .release(&semaphore, &lease.token)
+                .await
+                .expect("release");
+        }
     }
 }
