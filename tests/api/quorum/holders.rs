@@ -2,7 +2,6 @@
 //! name hold at once.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
@@ -24,15 +23,22 @@ const LIMIT: u32 = 2;
 /// How many times the permits race.
 const ROUNDS: usize = 20;
 
-/// A shared lease or a permit (of a semaphore of `limit`) on `lock`.
-async fn hold(store: &QuorumStore, lock: &LockName, kind: LeaseKind, limit: Option<u32>) -> Lease {
+/// One try at a shared lease or a permit (of a semaphore of `limit`) on
+/// `lock`, with a fresh token.
+async fn try_hold(
+    store: &QuorumStore,
+    lock: &LockName,
+    kind: LeaseKind,
+    limit: Option<u32>,
+) -> AcquireOutcome {
+    let token = LeaseToken::generate_for(kind);
     let outcome = store
         .acquire(AcquireParams {
             name: lock,
             kind,
             limit,
-            token: &LeaseToken::generate_for(kind),
-            ttl: Ttl::parse("ttl_ms", 5_000, u64::MAX).expect("ttl"),
+            token: &token,
+            ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
             owner: None,
             request_id: None,
             principal: &Principal::ANONYMOUS,
@@ -41,8 +47,13 @@ async fn hold(store: &QuorumStore, lock: &LockName, kind: LeaseKind, limit: Opti
             waits: false,
         })
         .await;
-    match outcome {
-        Ok(AcquireOutcome::Granted(lease)) => lease,
+    outcome.expect("the quorum answers")
+}
+
+/// A shared lease or a permit that must be granted.
+async fn hold(store: &QuorumStore, lock: &LockName, kind: LeaseKind, limit: Option<u32>) -> Lease {
+    match try_hold(store, lock, kind, limit).await {
+        AcquireOutcome::Granted(lease) => lease,
         other => panic!("expected a grant: {other:?}"),
     }
 }
@@ -98,30 +109,12 @@ async fn every_copy_of_a_shared_lease_or_permit_carries_its_fence_from_the_start
 #[tokio::test]
 async fn racing_permits_never_name_a_holder_whose_grant_did_not_return_its_fence() {
     let quorum = Quorum::start(5);
-    let brokers = Arc::new([quorum.connect().await, quorum.connect().await]);
+    let brokers = [quorum.connect().await, quorum.connect().await];
     let semaphore = LockName::parse_in(Space::Semaphore, "quorum-racing-permits").expect("name");
     for round in 0..ROUNDS {
         let answers = join_all((0..CONTENDERS).map(|at| {
-            let (brokers, semaphore) = (Arc::clone(&brokers), semaphore.clone());
-            async move {
-                let broker = &brokers[at % brokers.len()];
-                let permit = LeaseToken::generate_for(LeaseKind::Permit);
-                (broker.acquire(AcquireParams {
-                    name: &semaphore,
-                    kind: LeaseKind::Permit,
-                    limit: Some(LIMIT),
-                    token: &permit,
-                    ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
-                    owner: None,
-                    request_id: None,
-                    principal: &Principal::ANONYMOUS,
-                    lock_delay: LockDelay::default(),
-                    fair: None,
-                    waits: false,
-                }))
-                .await
-                .expect("every node answers")
-            }
+            let broker = &brokers[at % brokers.len()];
+            try_hold(broker, &semaphore, LeaseKind::Permit, Some(LIMIT))
         }))
         .await;
         let granted: Vec<&Lease> = (answers.iter())
