@@ -13,13 +13,13 @@
 //! lease among them stops the command as a single lost lease does.
 
 mod round;
+mod stopping;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -27,10 +27,6 @@ use super::process::Running;
 use super::signals::Signals;
 use crate::client::{Broker, BrokerError, Family, LeaseKind};
 use crate::duration::millis;
-
-/// How long to wait, after a renewal found the lease gone, for the command's
-/// own "I released it" (SIGUSR1) that may have raced the renewal.
-const RELEASED_BY_COMMAND_GRACE: Duration = Duration::from_millis(300);
 
 /// Why lockctl stops the command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,85 +375,6 @@ impl<'a> Supervisor<'a> {
                 }
             }
         }
-    }
-
-    /// After a renewal found the lease gone: was it the command's own release?
-    async fn wait_for_own_release(&mut self, running: &Running, signals: &mut Signals) -> bool {
-        let deadline = tokio::time::Instant::now() + RELEASED_BY_COMMAND_GRACE;
-        while !self.released_by_command {
-            match tokio::time::timeout_at(deadline, signals.recv()).await {
-                Ok(signal) => self.on_signal(signal, running),
-                Err(_) => break,
-            }
-        }
-        self.released_by_command
-    }
-
-    fn on_signal(&mut self, signal: Signal, running: &Running) {
-        if signal == Signal::SIGUSR1 {
-            if !self.released_by_command && self.verbose {
-                if self.several() {
-                    eprintln!(
-                        "lockctl: the command released one of its leases itself; no more \
-                         renewals for {}",
-                        self.shown()
-                    );
-                } else {
-                    eprintln!(
-                        "lockctl: the command released {:?} itself; no more renewals",
-                        self.first().name
-                    );
-                }
-            }
-            self.released_by_command = true;
-            self.renew_at = None;
-            self.stop_at = None;
-            return;
-        }
-        self.interrupted = true;
-        if self.verbose {
-            eprintln!("lockctl: passing {signal} on to the command");
-        }
-        running.signal(signal);
-    }
-
-    fn begin_stop(&mut self, reason: StopReason, running: &Running) {
-        if self.stopping.is_some() {
-            return;
-        }
-        let signals = format!("SIGTERM, SIGKILL after {} ms", millis(self.kill_after));
-        let duplicated = "treat its work as possibly duplicated";
-        let lease = self.the_lease();
-        match reason {
-            StopReason::LeaseLost if self.failing => eprintln!(
-                "lockctl: {lease} could not be renewed before it would expire; stopping the \
-                 command ({signals}); {duplicated}"
-            ),
-            StopReason::LeaseLost => match &self.forced_by {
-                Some(id) => eprintln!(
-                    "lockctl: an operator force-released {lease} (key id {id:?}); stopping the \
-                     command ({signals}); {duplicated}"
-                ),
-                None => eprintln!(
-                    "lockctl: {lease} was lost; stopping the command ({signals}); {duplicated}"
-                ),
-            },
-            StopReason::MaxHold => eprintln!(
-                "lockctl: --max-hold reached: {} has been held for {} ms; stopping the command \
-                 ({signals})",
-                self.shown(),
-                self.max_hold.map_or(0, |(hold, _)| millis(hold))
-            ),
-            StopReason::BrokerMaxHold => eprintln!(
-                "lockctl: {lease} reached the broker's max hold and is running out; stopping \
-                 the command ({signals})"
-            ),
-        }
-        self.stopping = Some(reason);
-        self.renew_at = None;
-        self.stop_at = None;
-        self.kill_at = Some(Instant::now() + self.kill_after);
-        running.signal(Signal::SIGTERM);
     }
 }
 
