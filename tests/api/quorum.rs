@@ -117,6 +117,33 @@ fn name(text: &str) -> LockName {
     LockName::parse(text).expect("valid name")
 }
 
+/// A plain acquire of `lock` (a lease of `kind`, among at most `limit` for
+/// a permit): no owner, request id, lock-delay or queue, and no wait.
+fn plain<'a>(
+    lock: &'a LockName,
+    kind: LeaseKind,
+    limit: Option<u32>,
+    token: &'a LeaseToken,
+    ttl_ms: u64,
+) -> AcquireParams<'a> {
+    AcquireParams {
+        name: lock,
+        kind,
+        limit,
+        token,
+        ttl: Ttl::parse("ttl_ms", ttl_ms, u64::MAX).expect("ttl"),
+        owner: None,
+        request_id: None,
+        principal: &ANONYMOUS,
+        lock_delay: LockDelay::default(),
+        fair: None,
+        waits: false,
+    }
+}
+
+/// Who asks in these tests: a broker without API keys.
+static ANONYMOUS: Principal = Principal::ANONYMOUS;
+
 /// One acquire of `lock` with a fresh token; the fence when granted.
 async fn try_acquire(
     store: &QuorumStore,
@@ -124,21 +151,8 @@ async fn try_acquire(
     ttl_ms: u64,
 ) -> Result<Result<(Fence, LeaseToken, u64), u64>, StoreError> {
     let token = LeaseToken::generate();
-    let outcome = store
-        .acquire(AcquireParams {
-            name: lock,
-            kind: LeaseKind::Exclusive,
-            limit: None,
-            token: &token,
-            ttl: Ttl::parse("ttl_ms", ttl_ms, u64::MAX).expect("ttl"),
-            owner: None,
-            request_id: None,
-            principal: &Principal::ANONYMOUS,
-            lock_delay: LockDelay::default(),
-            fair: None,
-            waits: false,
-        })
-        .await?;
+    let params = plain(lock, LeaseKind::Exclusive, None, &token, ttl_ms);
+    let outcome = store.acquire(params).await?;
     Ok(match outcome {
         AcquireOutcome::Granted(lease) => Ok((lease.fence, lease.token, lease.validity_ms)),
         AcquireOutcome::Busy { blockers, .. } => Err(blockers.holder.fence.get()),

@@ -5,14 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use lockbroker_core::{
-    AcquireOutcome, AcquireParams, LeaseKind, LeaseToken, LockDelay, LockStore, Principal, Ttl,
-};
+use lockbroker_core::{AcquireOutcome, LeaseKind, LeaseToken, LockStore};
 
 use lockbroker_redis::quorum::QuorumStore;
 use lockbroker_tests::proxy::Proxy;
 
-use super::{name, Quorum};
+use super::{name, plain, Quorum};
 
 /// How many acquires race in each round, and how many rounds.
 pub(super) const CONTENDERS: usize = 16;
@@ -66,20 +64,8 @@ async fn split_votes_end_in_one_grant_and_never_name_a_holder_no_majority_held()
             let (brokers, lock) = (Arc::clone(&brokers), lock.clone());
             async move {
                 let token = LeaseToken::generate();
-                let outcome = brokers[at % brokers.len()]
-                    .acquire(AcquireParams {
-                        name: &lock,
-                        kind: LeaseKind::Exclusive,
-                        limit: None,
-                        token: &token,
-                        ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
-                        owner: None,
-                        request_id: None,
-                        principal: &Principal::ANONYMOUS,
-                        lock_delay: LockDelay::default(),
-                        fair: None,
-                        waits: false,
-                    })
+                let params = plain(&lock, LeaseKind::Exclusive, None, &token, 10_000);
+                let outcome = (brokers[at % brokers.len()].acquire(params))
                     .await
                     .expect("every node answers");
                 match outcome {

@@ -5,15 +5,12 @@ use std::sync::atomic::Ordering;
 
 use futures_util::future::join_all;
 use lockbroker_core::lease::unix_micros;
-use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Lease, LeaseKind, LeaseToken, LockDelay, LockName, LockStore,
-    Principal, Space, Ttl,
-};
+use lockbroker_core::{AcquireOutcome, Lease, LeaseKind, LeaseToken, LockName, LockStore, Space};
 use lockbroker_redis::quorum::QuorumStore;
 use lockbroker_redis::KeyLayout;
 
 use super::contended::CONTENDERS;
-use super::Quorum;
+use super::{plain, Quorum};
 
 /// The racing permits' semaphore limit: on five nodes, each permit needs
 /// four of them. Sixteen racing from two brokers, two win most rounds and
@@ -33,19 +30,7 @@ async fn try_hold(
 ) -> AcquireOutcome {
     let token = LeaseToken::generate_for(kind);
     let outcome = store
-        .acquire(AcquireParams {
-            name: lock,
-            kind,
-            limit,
-            token: &token,
-            ttl: Ttl::parse("ttl_ms", 10_000, u64::MAX).expect("ttl"),
-            owner: None,
-            request_id: None,
-            principal: &Principal::ANONYMOUS,
-            lock_delay: LockDelay::default(),
-            fair: None,
-            waits: false,
-        })
+        .acquire(plain(lock, kind, limit, &token, 10_000))
         .await;
     outcome.expect("the quorum answers")
 }
