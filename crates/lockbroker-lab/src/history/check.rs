@@ -51,7 +51,8 @@ pub fn check(events: &[Event]) -> Report {
 /// 6. every lease a busy answer says is in the way, and every holder a
 ///    status read lists, was granted: a grant returned its fence, or an
 ///    acquire of that name whose answer never came (or came as an error)
-///    was sent before the read was answered and may have taken it, or an
+///    was sent before the read was answered and may have taken it (and its
+///    lease may still have lasted, a TTL past a late grant), or an
 ///    acquire-all of that name was in flight during the read and may have
 ///    held it for a moment. A quorum that showed a node's own fence for a
 ///    grant in flight, or named the lease of an acquire it then rolled
@@ -242,7 +243,7 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
             }
         }
     }
-    never_granted_leases_shown(&events, &leases, &mut report.violations);
+    never_granted_leases_shown(&events, &leases, backend, &mut report.violations);
     if report.stats.undone_by_failover > 0 {
         report.notes.push(format!(
             "{} step{} broke exclusivity or an acknowledged release across a failover: what \
@@ -258,27 +259,65 @@ pub fn check_against(events: &[Event], backend: &Backend) -> Report {
     report
 }
 
+/// How long after its answer an acquire of unknown outcome may still have
+/// been granted (single, cluster and quorum mode): a quorum settles a node
+/// that answered late within its timeout, and a cluster client follows a
+/// moved slot within its command timeout.
+const LATE_GRANT_US: i64 = 1_000_000;
+
+/// When an acquire of unknown outcome may have held a lease: from its send
+/// until `until_us`, or with no end.
+struct Unsettled {
+    sent_us: i64,
+    until_us: Option<i64>,
+}
+
 /// Rule 6: a read names only leases some grant may have made.
+///
+/// An acquire of unknown outcome (no answer, or an error) may have taken a
+/// lease no answer returns. That lease lasts at most a TTL (the longest any
+/// grant of the history had), from no later than [`LATE_GRANT_US`] after
+/// the answer; a read overlapping that window may show it. Without an
+/// answer at all, or in sentinel mode (where the Redis client may run a
+/// command again after a failover, long after its answer), it may show it
+/// at any later time.
 ///
 /// An acquire-all answered (granted or refused) may also have taken a lock
 /// of it for a moment and given it back, a lease no answer returns: a read
 /// of that lock whose window overlaps the acquire-all's may show it. A read
 /// sent after the answer arrived may not: what a refused acquire-all took
 /// was given back before it answered.
-fn never_granted_leases_shown(events: &[&Event], leases: &[Lease<'_>], v: &mut Vec<String>) {
+fn never_granted_leases_shown(
+    events: &[&Event],
+    leases: &[Lease<'_>],
+    backend: &Backend,
+    v: &mut Vec<String>,
+) {
     let granted: std::collections::HashSet<((Family, &str), u64)> =
         leases.iter().map(|l| (l.name(), l.fence)).collect();
-    // The earliest send of an acquire per name whose outcome is unknown
-    // (an acquire-all with no answer, on each of its locks).
-    let mut unsettled: HashMap<(Family, &str), i64> = HashMap::new();
+    let longest_ttl_us = (events.iter())
+        .filter_map(|e| match e.timed.outcome {
+            Outcome::Granted { ttl_ms, .. } => Some(ttl_ms),
+            _ => None,
+        })
+        .max()
+        .map(|ms| i64::try_from(ms.saturating_mul(1_000)).unwrap_or(i64::MAX));
+    let mut unsettled: HashMap<(Family, &str), Vec<Unsettled>> = HashMap::new();
     // The answered acquire-alls per name.
     let mut all_at_once: HashMap<(Family, &str), Vec<&Event>> = HashMap::new();
     for e in events {
         let name = (family(e.kind), e.lock.as_str());
         match (e.op, &e.timed.outcome) {
-            (Op::Acquire | Op::AcquireAll, Outcome::Failed { .. }) => {
-                let first = unsettled.entry(name).or_insert(e.timed.send_us);
-                *first = (*first).min(e.timed.send_us);
+            (Op::Acquire | Op::AcquireAll, Outcome::Failed { status, .. }) => {
+                let answered = *status != 0 && !backend.may_run_steps_late();
+                let until = longest_ttl_us
+                    .filter(|_| answered)
+                    .map(|ttl| e.timed.recv_us + LATE_GRANT_US + ttl);
+                let window = Unsettled {
+                    sent_us: e.timed.send_us,
+                    until_us: until,
+                };
+                unsettled.entry(name).or_default().push(window);
             }
             (Op::AcquireAll, _) => all_at_once.entry(name).or_default().push(e),
             _ => {}
@@ -293,9 +332,12 @@ fn never_granted_leases_shown(events: &[&Event], leases: &[Lease<'_>], v: &mut V
             _ => continue,
         };
         let name = (family(e.kind), e.lock.as_str());
-        let maybe_unseen = unsettled
-            .get(&name)
-            .is_some_and(|sent| *sent < e.timed.recv_us);
+        let maybe_unseen = unsettled.get(&name).is_some_and(|windows| {
+            (windows.iter()).any(|w| {
+                w.sent_us < e.timed.recv_us
+                    && w.until_us.is_none_or(|until| e.timed.send_us < until)
+            })
+        });
         // Another acquire-all than the read itself, in flight during it.
         let taken_for_a_moment = all_at_once.get(&name).is_some_and(|others| {
             others.iter().any(|other| {

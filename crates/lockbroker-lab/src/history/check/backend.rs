@@ -99,6 +99,15 @@ impl Backend {
         }
     }
 
+    /// Whether a step the broker gave up on may still run on Redis long
+    /// after its answer: in sentinel mode the Redis client sends the
+    /// commands of a dropped connection again to the new primary, seconds
+    /// later. Elsewhere a step's commands run before its answer, or within
+    /// a node's timeout of it.
+    pub(super) fn may_run_steps_late(&self) -> bool {
+        matches!(self, Self::Sentinel { .. })
+    }
+
     /// Whether the primary may have failed over between the local instants
     /// `from_us` and `to_us` (sentinel mode): what the old primary
     /// acknowledged, a grant or a release, may then be undone.

@@ -337,3 +337,41 @@ fn a_lease_shown_after_an_acquire_of_unknown_outcome_may_be_its_grant() {
     let report = check(&events);
     assert!(report.ok(), "{report}");
 }
+
+#[test]
+fn an_acquire_of_unknown_outcome_explains_a_holder_only_until_its_lease_would_end() {
+    // A grant on another lock says how long a lease lasts: 100 ms.
+    let other = Event {
+        lock: "other".into(),
+        ..grant(0, 1_000, 10, 100)
+    };
+    let failed = |status| Event {
+        lease: None,
+        ..event(
+            Op::Acquire,
+            1,
+            1_000,
+            Outcome::Failed {
+                status,
+                code: String::new(),
+            },
+        )
+    };
+    let read = |at_ms| Event {
+        lease: None,
+        ..event(Op::Status, 2, at_ms, status(&[11], 11))
+    };
+    // Answered 503 at 1.001 s: it may have taken fence 11 until a TTL past
+    // a late grant, no later.
+    let soon = [other.clone(), failed(503), read(1_500)];
+    assert!(check(&soon).ok(), "{}", check(&soon));
+    let later = [other.clone(), failed(503), read(3_000)];
+    let report = check(&later);
+    assert_eq!(report.violations.len(), 1, "{report}");
+    assert!(report.violations[0].contains("fence 11"), "{report}");
+    // Without an answer, or where the Redis client may run it again after
+    // a failover, it may have been granted at any later time.
+    let unanswered = [other.clone(), failed(0), read(3_000)];
+    assert!(check(&unanswered).ok(), "{}", check(&unanswered));
+    assert!(check_against(&later, &sentinel(&[])).ok());
+}
