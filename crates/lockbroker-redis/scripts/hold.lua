@@ -109,8 +109,7 @@ end
 -- In quorum mode the fence is exactly one above the round's proposal, as
 -- for an exclusive lease (acquire.lua): every copy of a lease then carries
 -- the fence its grant returns, even while the grant is being decided, so
--- no read ever counts one lease's copies under two fences, or two leases'
--- copies under one.
+-- no read ever counts one lease's copies under two fences.
 local fence, fence_text, floor_raised = issue_fence(last, now_us, floor)
 if epoch_id ~= '' and fence ~= tonumber(ARGV[5]) + 1 then
   return {-2, fence}
