@@ -195,16 +195,28 @@ impl Votes {
                 })
                 .count()
         };
-        let stands = |holder: &Holder| {
-            let needed = match holder.mode {
-                LeaseKind::Permit => self.needed,
-                _ => self.majority,
-            };
-            reporting(holder.fence) >= needed
+        let needed_for = |holder: &Holder| match holder.mode {
+            LeaseKind::Permit => self.needed,
+            _ => self.majority,
+        };
+        let stands = |holder: &Holder| reporting(holder.fence) >= needed_for(holder);
+        // Still valid only as a majority says: right after a release that a
+        // majority applied, a node that applies it late still reports the
+        // lease valid, while the others report its fence as the last one
+        // issued, standing for the queue's turn (acquire.lua).
+        let valid = |holder: &Holder| {
+            let reports = (self.busy.iter())
+                .filter(|(b, _)| b.holder.fence == holder.fence && b.holder.expires_in_ms > 0)
+                .count();
+            holder.expires_in_ms > 0 && reports >= needed_for(holder)
         };
         let in_the_way = (self.busy.iter())
             .filter(|(blockers, _)| stands(&blockers.holder))
-            .max_by_key(|(blockers, _)| (blockers.holder.expires_in_ms > 0, blockers.holder.fence));
+            .max_by_key(|(blockers, _)| {
+                let holder = &blockers.holder;
+                let valid = valid(holder);
+                (valid, holder.fence, valid || holder.expires_in_ms == 0)
+            });
         if let Some((blockers, _)) = in_the_way {
             let mut blockers = blockers.clone();
             blockers.holders.retain(|holder| stands(holder));

@@ -145,6 +145,32 @@ fn a_split_vote_names_no_holder_that_no_majority_reports() {
 }
 
 #[test]
+fn a_lease_one_node_still_holds_after_a_majority_released_it_is_not_named_valid() {
+    // Nodes 0 and 1 applied the release: the lock is free there, owed to
+    // the queue, and its last fence stands in for the queue's turn. Node 2
+    // applies the release late and still reports the lease valid.
+    let stand_in = || busy(9, 0);
+    let token = LeaseToken::generate();
+    for late_at in 0..3 {
+        let mut answers = vec![stand_in(), stand_in()];
+        answers.insert(late_at, busy(9, 9_997));
+        match acquire(answers, 2, 2, &token).busy_answer() {
+            Ok(AcquireOutcome::Busy { blockers, .. }) => {
+                assert_eq!(blockers.holder.fence.get(), 9);
+                assert_eq!(blockers.holder.expires_in_ms, 0, "late node at {late_at}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // A lease a majority reports valid is named valid.
+    let answers = vec![busy(9, 9_997), stand_in(), busy(9, 9_990)];
+    match acquire(answers, 2, 2, &token).busy_answer() {
+        Ok(AcquireOutcome::Busy { blockers, .. }) => assert!(blockers.holder.expires_in_ms > 0),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_permit_counts_the_grants_it_needs_and_names_the_count_truthfully() {
     let token = LeaseToken::generate_for(LeaseKind::Permit);
     // A permit of limit 2 on 3 nodes needs all 3; a majority (2) is not enough.
