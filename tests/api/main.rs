@@ -26,6 +26,7 @@ mod retries;
 mod security;
 mod semaphores;
 mod sentinel;
+mod sessions;
 mod transcripts;
 mod ui;
 mod validation;

@@ -7,8 +7,10 @@ use lockbroker_api::{
     AcquireAllBody, AcquireAllResponse, AcquireBody, ErrorCode, ErrorDetail, ErrorResponse,
     ExtendBody, ForceReleaseResponse, HealthResponse, HealthStatus, HolderResponse, LeaseRefBody,
     LeaseResponse, ListQuery, ListResponse, LockAskBody, LockMode, PermitResponse, ReleaseAllBody,
-    ReleaseAllResponse, ReleaseAllResult, ReleaseBody, ReleaseResponse, RenewalResponse,
-    SemaphoreAcquireBody, SemaphoreListResponse, SemaphoreStatusResponse, StatusResponse,
+    ReleaseAllResponse, ReleaseAllResult, ReleaseBody, ReleaseResponse, RenewalResponse, Secret,
+    SemaphoreAcquireBody, SemaphoreListResponse, SemaphoreStatusResponse, SessionClosedResponse,
+    SessionLeaseRef, SessionOpenBody, SessionRenewalResponse, SessionResponse,
+    SessionStatusResponse, SessionTokenBody, StatusResponse,
 };
 use lockbroker_server::http::served_routes;
 use serde::Serialize;
@@ -292,6 +294,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         request_id: Some("r".into()),
         lock_delay_ms: Some(0),
         fair: Some(true),
+        session: Some(Secret("s".into())),
     };
     check_request(
         "AcquireRequest",
@@ -307,6 +310,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         request_id: Some("r".into()),
         lock_delay_ms: Some(0),
         fair: Some(true),
+        session: Some(Secret("s".into())),
     };
     let smallest = SemaphoreAcquireBody {
         limit: Some(3),
@@ -349,6 +353,7 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         owner: Some("w".into()),
         request_id: Some("r".into()),
         lock_delay_ms: Some(0),
+        session: Some(Secret("s".into())),
     };
     let smallest = AcquireAllBody {
         locks: Some(vec![ask(None)]),
@@ -408,6 +413,90 @@ fn the_api_types_have_the_fields_of_the_spec_schemas() {
         &schemas["ReleaseAllResponse"],
         &results,
         &results,
+    );
+}
+
+#[test]
+fn the_session_types_have_the_fields_of_the_spec_schemas() {
+    let spec = spec();
+    let schemas = &spec["components"]["schemas"];
+    let open = SessionOpenBody {
+        ttl_ms: Some(1),
+        owner: Some("w".into()),
+        lock_delay_ms: Some(0),
+    };
+    check_request(
+        "SessionOpenRequest",
+        &schemas["SessionOpenRequest"],
+        &open,
+        &SessionOpenBody::default(),
+    );
+    let token = SessionTokenBody::new("t0k3n");
+    check_request(
+        "SessionTokenRequest",
+        &schemas["SessionTokenRequest"],
+        &token,
+        &token,
+    );
+    let session = |owner: Option<&str>| SessionResponse {
+        id: "0123456789abcdef".into(),
+        token: "t0k3n".into(),
+        ttl_ms: 1,
+        expires_at_ms: 1,
+        validity_ms: 1,
+        lock_delay_ms: 0,
+        owner: owner.map(str::to_owned),
+    };
+    check_response(
+        "Session",
+        &schemas["Session"],
+        &session(Some("w")),
+        &session(None),
+    );
+    let ended = SessionLeaseRef {
+        name: "job".into(),
+        space: "lock".into(),
+    };
+    check_response(
+        "SessionLeaseRef",
+        &schemas["SessionLeaseRef"],
+        &ended,
+        &ended,
+    );
+    let renewal = SessionRenewalResponse {
+        id: "0123456789abcdef".into(),
+        ttl_ms: 1,
+        expires_at_ms: 1,
+        validity_ms: 1,
+        leases: 2,
+        ended: vec![ended],
+    };
+    check_response(
+        "SessionRenewal",
+        &schemas["SessionRenewal"],
+        &renewal,
+        &renewal,
+    );
+    let closed = SessionClosedResponse {
+        id: "0123456789abcdef".into(),
+        closed: true,
+        leases_released: 2,
+    };
+    check_response("SessionClosed", &schemas["SessionClosed"], &closed, &closed);
+    let state = |open: bool| SessionStatusResponse {
+        id: "0123456789abcdef".into(),
+        open,
+        owner: open.then(|| "w".to_owned()),
+        expires_in_ms: 1,
+        ttl_ms: open.then_some(1),
+        lock_delay_ms: open.then_some(0),
+        leases: 2,
+    };
+    check_response(
+        "SessionStatus",
+        &schemas["SessionStatus"],
+        &state(true),
+        &state(false),
     );
 }
 

@@ -11,6 +11,7 @@ const RUN: &[&str] = &[
     "docs/election.md",
     "docs/multi-lock.md",
     "docs/semaphores.md",
+    "docs/sessions.md",
 ];
 
 /// Runs every transcript of `file` in one shell session against a broker of
@@ -67,6 +68,11 @@ async fn election_doc_runs_as_documented() {
 #[tokio::test]
 async fn multi_lock_doc_runs_as_documented() {
     runs_as_documented("docs/multi-lock.md").await;
+}
+
+#[tokio::test]
+async fn sessions_doc_runs_as_documented() {
+    runs_as_documented("docs/sessions.md").await;
 }
 
 #[tokio::test]

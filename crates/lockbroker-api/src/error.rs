@@ -104,10 +104,17 @@ pub enum ErrorCode {
     /// `409`: no lease holds the lock, but other acquires in flight took the
     /// nodes' votes (quorum mode); try again after `Retry-After`.
     Contended,
+    /// `409`: the session named is not open: it expired, was closed, or the
+    /// token is not its. Every lease it held has ended.
+    SessionLost,
+    /// `409`: the session holds as many leases as one session may.
+    SessionFull,
     /// `429`: this broker already has as many waiting acquires as it allows.
     TooManyWaiters,
     /// `429`: the API key sent more requests than its rate limit allows.
     RateLimited,
+    /// `429`: the API key holds as many sessions open as one key may.
+    TooManySessions,
     /// `429`: this broker already has as many event streams open as it allows.
     TooManyStreams,
     /// `401`: no API key, or one the broker does not accept.
@@ -144,15 +151,18 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of the spec's list.
-    pub const ALL: [ErrorCode; 22] = [
+    pub const ALL: [ErrorCode; 25] = [
         Self::InvalidRequest,
         Self::LockBusy,
         Self::LeaseLost,
         Self::MaxHoldExceeded,
         Self::LimitConflict,
         Self::Contended,
+        Self::SessionLost,
+        Self::SessionFull,
         Self::TooManyWaiters,
         Self::RateLimited,
+        Self::TooManySessions,
         Self::TooManyStreams,
         Self::Unauthorized,
         Self::Forbidden,
@@ -178,8 +188,11 @@ impl ErrorCode {
             Self::MaxHoldExceeded => "max_hold_exceeded",
             Self::LimitConflict => "limit_conflict",
             Self::Contended => "contended",
+            Self::SessionLost => "session_lost",
+            Self::SessionFull => "session_full",
             Self::TooManyWaiters => "too_many_waiters",
             Self::RateLimited => "rate_limited",
+            Self::TooManySessions => "too_many_sessions",
             Self::TooManyStreams => "too_many_streams",
             Self::Unauthorized => "unauthorized",
             Self::Forbidden => "forbidden",
@@ -206,12 +219,20 @@ impl ErrorCode {
             Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::RequestTimeout => 408,
-            Self::LeaseLost | Self::MaxHoldExceeded | Self::LimitConflict | Self::Contended => 409,
+            Self::LeaseLost
+            | Self::MaxHoldExceeded
+            | Self::LimitConflict
+            | Self::Contended
+            | Self::SessionLost
+            | Self::SessionFull => 409,
             Self::PayloadTooLarge => 413,
             Self::UnsupportedMediaType => 415,
             Self::UriTooLong => 414,
             Self::LockBusy => 423,
-            Self::TooManyWaiters | Self::RateLimited | Self::TooManyStreams => 429,
+            Self::TooManyWaiters
+            | Self::RateLimited
+            | Self::TooManySessions
+            | Self::TooManyStreams => 429,
             Self::HeadersTooLarge => 431,
             Self::Internal => 500,
             Self::BackendUnavailable | Self::ShuttingDown | Self::Overloaded => 503,

@@ -11,6 +11,7 @@
 //!   the operators' listing.
 //! - [`response`]: leases, renewals, releases, lock states, listing pages,
 //!   force releases and probe answers.
+//! - [`session`]: the bodies and answers of sessions.
 //! - [`error`]: the `{"error": {...}}` body and [`ErrorCode`], every code with
 //!   its HTTP status.
 //! - [`sse`]: the event streams' Server-Sent Events framing, read from bytes
@@ -22,18 +23,23 @@
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod session;
 pub mod sse;
 
 pub use error::{ErrorCode, ErrorDetail, ErrorResponse};
 pub use request::{
     AcquireAllBody, AcquireBody, ExtendBody, LeaseRefBody, ListQuery, LockAskBody, LockMode,
-    ReleaseAllBody, ReleaseBody, SemaphoreAcquireBody,
+    ReleaseAllBody, ReleaseBody, Secret, SemaphoreAcquireBody,
 };
 pub use response::{
     AcquireAllResponse, FenceCheckResponse, ForceReleaseResponse, HealthResponse, HealthStatus,
     HolderResponse, LeaseResponse, ListResponse, PermitResponse, ReleaseAllResponse,
     ReleaseAllResult, ReleaseResponse, RenewalResponse, SemaphoreListResponse,
     SemaphoreStatusResponse, StatusResponse,
+};
+pub use session::{
+    SessionClosedResponse, SessionLeaseRef, SessionOpenBody, SessionRenewalResponse,
+    SessionResponse, SessionStatusResponse, SessionTokenBody,
 };
 
 #[cfg(test)]

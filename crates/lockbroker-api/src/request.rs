@@ -13,6 +13,18 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// A secret a request carries (a session's token): sent as a plain JSON
+/// string, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
 /// The kind of lease a lock acquire asks for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -47,6 +59,11 @@ pub struct AcquireBody {
     /// With `wait_ms` > 0, wait in the lock's queue shared by every broker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fair: Option<bool>,
+    /// The token of a session to hold the lease under, instead of a TTL
+    /// and lock-delay of its own: the lease stays valid while the session
+    /// does. A secret: its `Debug` never shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<Secret>,
     /// `exclusive` (when absent) or `shared`. Last of the fields, so that a
     /// short JSON array still fails as a whole body (see above), not on it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -80,6 +97,11 @@ pub struct SemaphoreAcquireBody {
     /// wait in the semaphore's queue shared by every broker.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fair: Option<bool>,
+    /// The token of a session to hold the lease under, instead of a TTL
+    /// and lock-delay of its own: the lease stays valid while the session
+    /// does. A secret: its `Debug` never shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<Secret>,
 }
 
 /// Body of `POST /v1/locks/{name}/extend` (`ExtendRequest` in the spec).
@@ -199,6 +221,11 @@ pub struct AcquireAllBody {
     /// How long each lock stays unavailable if its lease expires unreleased.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lock_delay_ms: Option<u64>,
+    /// The token of a session to hold the lease under, instead of a TTL
+    /// and lock-delay of its own: the lease stays valid while the session
+    /// does. A secret: its `Debug` never shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<Secret>,
 }
 
 /// One lease of `POST /v1/locks/release-all` (`LeaseRef` in the spec).

@@ -7,7 +7,7 @@
 //! its own, so cases may share one backend process.
 //!
 //! The cases live in sibling modules by topic (one lease's life, waiting,
-//! listing, many holders); the macro's list is the one place that says
+//! listing, many holders, sessions); the macro's list is the one place that says
 //! which of them every backend runs.
 
 use std::future::Future;
@@ -18,6 +18,7 @@ mod forced;
 mod holders;
 mod leases;
 mod listing;
+mod sessions;
 mod waiting;
 
 pub use fencing::*;
@@ -25,6 +26,7 @@ pub use forced::*;
 pub use holders::*;
 pub use leases::*;
 pub use listing::*;
+pub use sessions::*;
 pub use waiting::*;
 
 use crate::name::LockName;
@@ -83,7 +85,9 @@ macro_rules! store_conformance {
             permits_expire_extend_and_retry_like_leases,
             freed_places_are_announced_and_force_release_ends_them_all,
             a_place_release_is_remembered_across_the_next_grants,
-            listing_shows_semaphores_apart_from_locks
+            listing_shows_semaphores_apart_from_locks,
+            a_session_record_takes_leases_only_while_its_lease_is_valid,
+            an_expired_session_takes_no_lease_and_keeps_its_record
         );
     };
     (@cases $backend:expr; $($case:ident),*) => {

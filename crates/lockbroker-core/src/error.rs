@@ -107,6 +107,23 @@ pub enum LockError {
         /// How long the lease stays valid without the extension.
         expires_in_ms: u64,
     },
+    /// The session named is not open: it expired, was closed, or the token
+    /// is not its. Every lease it held has ended or is ending.
+    #[error("the session is not open: it expired, was closed, or the token is not its")]
+    SessionLost,
+    /// The session holds as many leases as one session may.
+    #[error("the session holds {max} leases already, as many as one session may")]
+    SessionFull {
+        /// The configured maximum.
+        max: u32,
+    },
+    /// The caller's API key holds as many sessions open through this broker
+    /// as one key may.
+    #[error("the API key holds {max} sessions open already, as many as one key may")]
+    TooManySessions {
+        /// The configured maximum.
+        max: u32,
+    },
     /// This broker already has as many waiters as its limits allow.
     #[error("too many requests are already waiting")]
     TooManyWaiters,

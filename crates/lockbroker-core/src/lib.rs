@@ -11,6 +11,8 @@
 //!   [`AcquireRequest`].
 //! - [`service`]: [`LockService`], the rules around those steps (limits, waiting,
 //!   max hold) that every transport shares.
+//! - [`session`]: sessions, one heartbeat for many leases: their ids,
+//!   tokens, terms and records.
 //! - [`wait`]: the in-process registry that wakes waiting acquires when a lock frees.
 //! - [`events`]: the changes brokers announce to each other while anyone
 //!   watches, and [`EventHub`], which turns them into this broker's events.
@@ -32,6 +34,7 @@ pub mod memory;
 pub mod name;
 pub mod policy;
 pub mod service;
+pub mod session;
 pub mod store;
 pub mod validation;
 pub mod wait;
@@ -45,7 +48,13 @@ pub use lease::{
 pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix, Space};
 pub use policy::{AcquireRequest, LockPolicy};
-pub use service::{AcquireAllError, Grant, LockAsk, LockService, MAX_LOCKS_PER_ACQUIRE};
+pub use service::{
+    AcquireAllError, Grant, KeptSession, LockAsk, LockService, OpenedSession, SessionRequest,
+    SessionState, MAX_LOCKS_PER_ACQUIRE,
+};
+pub use session::{
+    SessionEntry, SessionId, SessionMember, SessionRecord, SessionTerms, SessionToken, SessionWrite,
+};
 pub use store::{contended_back_off, ForceReleaseOutcome};
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,

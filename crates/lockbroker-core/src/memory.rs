@@ -19,6 +19,7 @@ use crate::events::Announcement;
 use crate::lease::{random_hex, LeaseKind, LockStatus, Principal};
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
+use crate::session::{SessionEntry, SessionRecord, SessionWrite};
 use crate::store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, ForceReleaseOutcome, LockStore, ReleaseOutcome,
 };
@@ -29,6 +30,7 @@ mod backend;
 mod exclusive;
 mod holders;
 mod inspect;
+mod sessions;
 
 use backend::Backend;
 
@@ -125,6 +127,7 @@ impl MemoryStore {
         backend.fences.clear();
         backend.memos.clear();
         backend.queues.clear();
+        backend.sessions.clear();
     }
 
     /// Records `fence` as the last fence issued for `name`, as a backend
@@ -277,6 +280,38 @@ impl LockStore for MemoryStore {
 
     fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
         self.announcements.take()
+    }
+
+    async fn session_write(
+        &self,
+        session: &LockName,
+        token: &LeaseToken,
+        entry: SessionEntry<'_>,
+    ) -> Result<SessionWrite, StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        Ok(sessions::write(&mut backend, session, token, entry, now_ms))
+    }
+
+    async fn session_read(
+        &self,
+        session: &LockName,
+        token: Option<&LeaseToken>,
+    ) -> Result<SessionRecord, StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        Ok(sessions::read(&mut backend, session, token, now_ms))
+    }
+
+    async fn session_forget(
+        &self,
+        session: &LockName,
+        tokens: Option<&[LeaseToken]>,
+    ) -> Result<(), StoreError> {
+        let now_ms = self.now_us() / 1_000;
+        let mut backend = self.backend(now_ms)?;
+        sessions::forget(&mut backend, session, tokens);
+        Ok(())
     }
 
     fn orphan_window(&self) -> Duration {

@@ -21,6 +21,9 @@ pub enum Space {
     Lock,
     /// `/v1/semaphores/{name}`.
     Semaphore,
+    /// `/v1/sessions/{id}`: a session is an exclusive lease on its id in
+    /// a space of its own, which no lock route can name.
+    Session,
 }
 
 impl Space {
@@ -29,6 +32,7 @@ impl Space {
         match self {
             Self::Lock => "lock",
             Self::Semaphore => "semaphore",
+            Self::Session => "session",
         }
     }
 }
@@ -36,6 +40,8 @@ impl Space {
 /// Marks a semaphore's name where names of both spaces travel together (the
 /// release announcements); `/` is outside the name alphabet.
 const SEMAPHORE_MARK: &str = "s/";
+/// Marks a session's id the same way.
+const SESSION_MARK: &str = "session/";
 
 /// A validated name of a lock or a semaphore: 1 to 200 characters of
 /// `A-Z a-z 0-9 . _ - :`, in its [`Space`].
@@ -97,18 +103,23 @@ impl LockName {
     }
 
     /// The name with its space, as release announcements carry it: the text
-    /// for a lock, `s/` and the text for a semaphore.
+    /// for a lock, `s/` and the text for a semaphore, `session/` and the id
+    /// for a session.
     pub fn wire(&self) -> String {
         match self.space {
             Space::Lock => self.text.clone(),
             Space::Semaphore => format!("{SEMAPHORE_MARK}{}", self.text),
+            Space::Session => format!("{SESSION_MARK}{}", self.text),
         }
     }
 
     /// Reads back what [`LockName::wire`] wrote.
     pub fn from_wire(raw: &str) -> Result<Self, ValidationError> {
-        match raw.strip_prefix(SEMAPHORE_MARK) {
-            Some(text) => Self::parse_in(Space::Semaphore, text),
+        if let Some(text) = raw.strip_prefix(SEMAPHORE_MARK) {
+            return Self::parse_in(Space::Semaphore, text);
+        }
+        match raw.strip_prefix(SESSION_MARK) {
+            Some(text) => Self::parse_in(Space::Session, text),
             None => Self::parse(raw),
         }
     }
@@ -231,9 +242,11 @@ mod tests {
     fn a_lock_and_a_semaphore_of_one_name_are_apart_and_survive_the_wire() {
         let lock = LockName::parse("backups").expect("valid");
         let semaphore = LockName::parse_in(Space::Semaphore, "backups").expect("valid");
+        let session = LockName::parse_in(Space::Session, "backups").expect("valid");
         assert_ne!(lock, semaphore);
+        assert_ne!(lock, session);
         assert_eq!(lock.as_str(), semaphore.as_str());
-        for name in [lock, semaphore] {
+        for name in [lock, semaphore, session] {
             assert_eq!(LockName::from_wire(&name.wire()).expect("wire"), name);
         }
         assert!(LockName::from_wire("s/a b").is_err());

@@ -40,6 +40,10 @@ pub struct LockPolicy {
     /// [`StoreError::Overloaded`](crate::StoreError::Overloaded), so a burst
     /// of listings cannot crowd out lock steps.
     pub max_concurrent_listings: usize,
+    /// The most leases one session may hold at once.
+    pub max_leases_per_session: u32,
+    /// The most sessions one API key may hold open through this broker.
+    pub max_sessions_per_key: u32,
 }
 
 impl Default for LockPolicy {
@@ -61,6 +65,8 @@ impl Default for LockPolicy {
             max_event_streams: 1_000,
             event_stream_buffer: 256,
             max_concurrent_listings: 8,
+            max_leases_per_session: 1_000,
+            max_sessions_per_key: 10_000,
         }
     }
 }
@@ -88,6 +94,9 @@ pub struct AcquireRequest {
     pub kind: LeaseKind,
     /// For a permit: the semaphore's limit; required there, refused elsewhere.
     pub limit: Option<u64>,
+    /// The token of a session to take the lease under, instead of a TTL
+    /// and lock-delay of its own: the lease is valid while the session is.
+    pub session: Option<String>,
 }
 
 /// The checked form of an [`AcquireRequest`].

@@ -25,12 +25,14 @@ use crate::wait::{WaitMode, Waiters};
 
 mod all;
 mod grant;
+mod sessions;
 mod steps;
 mod watch;
 
 pub use all::{AcquireAllError, LockAsk, MAX_LOCKS_PER_ACQUIRE};
 pub use grant::Grant;
 use grant::{check_token_space, spawn_detached, QueueExit};
+pub use sessions::{KeptSession, OpenedSession, SessionRequest, SessionState};
 
 /// One waiting or non-waiting acquire: its token and, for a waiter, its
 /// queue id, kept for every attempt.
@@ -65,6 +67,8 @@ pub struct LockService<S> {
     heartbeat: AtomicBool,
     /// One permit per listing page being read.
     listings: Semaphore,
+    /// The sessions this broker opened or kept alive, for its metrics.
+    sessions: sessions::SessionBook,
 }
 
 impl<S: LockStore> LockService<S> {
@@ -105,6 +109,7 @@ impl<S: LockStore> LockService<S> {
             next_change: AtomicU64::new(0),
             heartbeat: AtomicBool::new(false),
             listings: Semaphore::new(policy_listings),
+            sessions: sessions::SessionBook::default(),
         }
     }
 
@@ -127,7 +132,23 @@ impl<S: LockStore> LockService<S> {
     ///
     /// Waiters on this broker are served in arrival order; fair waiters in
     /// arrival order across every broker sharing the store.
+    ///
+    /// With `request.session`, the lease is taken under that session.
     pub async fn acquire(
+        self: &Arc<Self>,
+        name: &LockName,
+        mut request: AcquireRequest,
+    ) -> Result<Grant<S>, LockError> {
+        match request.session.take() {
+            // Boxed: a waiting acquire carries its future's size for its
+            // whole wait, and most are not under a session.
+            Some(session) => Box::pin(self.acquire_in_session(name, request, &session)).await,
+            None => self.acquire_plain(name, request).await,
+        }
+    }
+
+    /// [`LockService::acquire`] of a lease with a TTL of its own.
+    async fn acquire_plain(
         self: &Arc<Self>,
         name: &LockName,
         request: AcquireRequest,

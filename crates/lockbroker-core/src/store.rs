@@ -14,6 +14,7 @@ use crate::lease::{
 };
 use crate::listing::{ListRequest, LockPage};
 use crate::name::LockName;
+use crate::session::{SessionEntry, SessionRecord, SessionWrite};
 use crate::wait::Wake;
 
 /// Everything the store needs to try one grant.
@@ -280,6 +281,34 @@ pub trait LockStore: Send + Sync + 'static {
     fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
         None
     }
+
+    /// Writes `entry` into the record of the session whose lease on
+    /// `session` is `token`'s, in one atomic step with the check that this
+    /// lease is valid now: once the session's lease has ended, nothing more
+    /// joins its record, so a close (or an expiry) never misses a lease.
+    fn session_write(
+        &self,
+        session: &LockName,
+        token: &LeaseToken,
+        entry: SessionEntry<'_>,
+    ) -> impl Future<Output = Result<SessionWrite, StoreError>> + Send;
+
+    /// Reads a session's record; with `token`, also how long the session's
+    /// lease stays valid if `token` holds it (and the record is kept as long
+    /// as the lease, plus a grace).
+    fn session_read(
+        &self,
+        session: &LockName,
+        token: Option<&LeaseToken>,
+    ) -> impl Future<Output = Result<SessionRecord, StoreError>> + Send;
+
+    /// Takes the leases of `tokens` out of a session's record, or, given
+    /// `None`, removes the whole record (after a close).
+    fn session_forget(
+        &self,
+        session: &LockName,
+        tokens: Option<&[LeaseToken]>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// How long after an acquire answered [`StoreError::OutcomeUnknown`] the
     /// backend may still run it (a client library re-sends commands after a

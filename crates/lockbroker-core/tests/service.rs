@@ -10,7 +10,7 @@ use lockbroker_core::store::AcquireOutcome;
 use lockbroker_core::{
     AcquireParams, AcquireRequest, ExtendOutcome, ForceReleaseOutcome, LeaseToken, ListRequest,
     LockError, LockName, LockPage, LockPolicy, LockService, LockStatus, LockStore, Principal,
-    ReleaseOutcome, StoreError, Ttl, Wake,
+    ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError, Ttl, Wake,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::{sleep, Instant};
@@ -244,6 +244,28 @@ impl LockStore for Faulty {
     }
     fn take_wakes(&self) -> Option<UnboundedReceiver<Wake>> {
         self.inner.take_wakes()
+    }
+    async fn session_write(
+        &self,
+        session: &LockName,
+        token: &LeaseToken,
+        entry: SessionEntry<'_>,
+    ) -> Result<SessionWrite, StoreError> {
+        self.inner.session_write(session, token, entry).await
+    }
+    async fn session_read(
+        &self,
+        session: &LockName,
+        token: Option<&LeaseToken>,
+    ) -> Result<SessionRecord, StoreError> {
+        self.inner.session_read(session, token).await
+    }
+    async fn session_forget(
+        &self,
+        session: &LockName,
+        tokens: Option<&[LeaseToken]>,
+    ) -> Result<(), StoreError> {
+        self.inner.session_forget(session, tokens).await
     }
     fn orphan_window(&self) -> Duration {
         Duration::from_secs(5)

@@ -40,6 +40,7 @@ impl KeyLayout {
         pattern.push_str(match space {
             Space::Lock => "*}:[lh]*",
             Space::Semaphore => "*}:holders",
+            Space::Session => "*}:lease",
         });
         pattern
     }
@@ -105,6 +106,12 @@ impl KeyLayout {
         self.key(name, "released")
     }
 
+    /// A session's record beside its lease (`session.lua`):
+    /// `{prefix}:session:{<id>}:record`.
+    pub fn session_record(&self, session: &LockName) -> String {
+        self.key(session, "record")
+    }
+
     /// A key readiness checks write to, to learn whether Redis takes writes:
     /// `{prefix}:probe`.
     pub fn probe(&self) -> String {
@@ -151,6 +158,7 @@ fn space_segment(space: Space) -> &'static str {
     match space {
         Space::Lock => "",
         Space::Semaphore => "sem:",
+        Space::Session => "session:",
     }
 }
 

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, LeaseToken,
-    ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome, StoreError,
-    Ttl, Wake,
+    ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome,
+    SessionEntry, SessionRecord, SessionWrite, StoreError, Ttl, Wake,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -114,6 +114,31 @@ impl LockStore for RedisStore {
 
     fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
         each!(self, store => store.take_announcements())
+    }
+
+    async fn session_write(
+        &self,
+        session: &LockName,
+        token: &LeaseToken,
+        entry: SessionEntry<'_>,
+    ) -> Result<SessionWrite, StoreError> {
+        each!(self, store => store.session_write(session, token, entry).await)
+    }
+
+    async fn session_read(
+        &self,
+        session: &LockName,
+        token: Option<&LeaseToken>,
+    ) -> Result<SessionRecord, StoreError> {
+        each!(self, store => store.session_read(session, token).await)
+    }
+
+    async fn session_forget(
+        &self,
+        session: &LockName,
+        tokens: Option<&[LeaseToken]>,
+    ) -> Result<(), StoreError> {
+        each!(self, store => store.session_forget(session, tokens).await)
     }
 
     fn orphan_window(&self) -> Duration {

@@ -17,6 +17,7 @@ mod identity;
 mod listing;
 mod permits;
 mod repair;
+mod sessions;
 mod standing;
 mod tally;
 
@@ -29,15 +30,16 @@ use futures_util::future::join_all;
 use lockbroker_core::{
     contended_back_off, AcquireOutcome, AcquireParams, Announcement, ExtendOutcome,
     ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
-    LockStore, Principal, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
+    LockStore, Principal, ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError,
+    TakeOnce, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
 use crate::connection::{redelivery_window, RedisSettings};
 use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
-use fan_out::{in_hand, Answers};
-use permits::permit_quorum;
+use fan_out::in_hand;
+use permits::{extended_limit, permit_quorum};
 use standing::Standing;
 use tally::decided;
 pub use tally::Drift;
@@ -371,6 +373,31 @@ impl LockStore for QuorumStore {
         self.inner.announcements.take()
     }
 
+    async fn session_write(
+        &self,
+        session: &LockName,
+        token: &LeaseToken,
+        entry: SessionEntry<'_>,
+    ) -> Result<SessionWrite, StoreError> {
+        self.write_session(session, token, entry).await
+    }
+
+    async fn session_read(
+        &self,
+        session: &LockName,
+        token: Option<&LeaseToken>,
+    ) -> Result<SessionRecord, StoreError> {
+        self.read_session(session, token).await
+    }
+
+    async fn session_forget(
+        &self,
+        session: &LockName,
+        tokens: Option<&[LeaseToken]>,
+    ) -> Result<(), StoreError> {
+        self.forget_session(session, tokens).await
+    }
+
     fn orphan_window(&self) -> Duration {
         self.inner.orphan_window
     }
@@ -390,17 +417,6 @@ pub struct NodeCounts {
     pub restarting: usize,
     /// How many nodes a majority is.
     pub majority: usize,
-}
-
-/// The highest semaphore limit that the nodes which extended a permit
-/// report: how many of them it needs.
-fn extended_limit(answers: &Answers<ExtendOutcome>) -> Option<u32> {
-    (answers.iter().flatten().flatten())
-        .filter_map(|answer| match answer {
-            ExtendOutcome::Extended(renewal) => renewal.limit,
-            _ => None,
-        })
-        .max()
 }
 
 /// `count` followed by "node" or "nodes".

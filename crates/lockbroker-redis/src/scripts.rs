@@ -64,11 +64,13 @@ pub enum ScriptName {
     HoldExtend,
     /// `hold_release.lua`
     HoldRelease,
+    /// `session.lua`
+    Session,
 }
 
 impl ScriptName {
     /// Every script, in [`Scripts`] order.
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Acquire,
         Self::Extend,
         Self::Release,
@@ -82,6 +84,7 @@ impl ScriptName {
         Self::Hold,
         Self::HoldExtend,
         Self::HoldRelease,
+        Self::Session,
     ];
 
     /// The script's name for metrics: its file name without `.lua`.
@@ -100,6 +103,7 @@ impl ScriptName {
             Self::Hold => "hold",
             Self::HoldExtend => "hold_extend",
             Self::HoldRelease => "hold_release",
+            Self::Session => "session",
         }
     }
 
@@ -123,6 +127,7 @@ impl ScriptName {
             Self::Hold => include_str!("../scripts/hold.lua"),
             Self::HoldExtend => include_str!("../scripts/hold_extend.lua"),
             Self::HoldRelease => include_str!("../scripts/hold_release.lua"),
+            Self::Session => include_str!("../scripts/session.lua"),
         }
     }
 }

@@ -10,9 +10,10 @@ use fred::interfaces::{ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, FairEntry, Fence,
-    ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
-    LockStore, Principal, ReleaseOutcome, StoreError, TakeOnce, Ttl, Wake, WakeStream,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, Fence, ForceReleaseOutcome,
+    LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal,
+    ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError, TakeOnce, Ttl, Wake,
+    WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -21,8 +22,8 @@ use crate::cluster::{self, Versions};
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
-    AcquireCall, ExtendCall, ForceReleaseCall, HoldCall, HoldExtendCall, HoldReleaseCall,
-    LeaveQueueCall, ProbeCall, ReleaseCall, StatusCall,
+    AcquireCall, ExtendCall, ForceReleaseCall, HoldCall, HoldExtendCall, LeaveQueueCall, ProbeCall,
+    SessionForgetCall, SessionReadCall, SessionWriteCall, StatusCall,
 };
 use crate::scripts::{ScriptContext, Scripts};
 use crate::wakes::{forward_wakes, Announcements, Subscription};
@@ -32,6 +33,8 @@ mod calling;
 mod listing;
 mod node;
 pub use node::NodeIdentity;
+mod observer;
+pub use observer::{QuorumEvent, StoreObserver};
 mod replicas;
 pub(crate) mod watches;
 
@@ -69,45 +72,6 @@ struct Inner {
     versions_checked: AtomicBool,
     /// One permit per command in flight (`max_commands_in_flight`).
     in_flight: Semaphore,
-}
-
-/// Receives what the store measures, for metrics. Called on the request path:
-/// implementations must be cheap and must not block.
-pub trait StoreObserver: Send + Sync + 'static {
-    /// A script finished (successfully or not) after `elapsed`.
-    fn script_finished(&self, script: &'static str, elapsed: Duration);
-    /// A grant's fence was raised by this broker's floor above both Redis's
-    /// counter and clock: Redis lost its data and its clock runs behind.
-    fn fence_floor_raised(&self);
-    /// Quorum mode: a script on node `node` (its place in the node list)
-    /// finished after `elapsed`.
-    fn node_script_finished(&self, node: usize, elapsed: Duration) {
-        let _ = (node, elapsed);
-    }
-    /// Quorum mode: something happened that an operator counts.
-    fn quorum_event(&self, event: QuorumEvent) {
-        let _ = event;
-    }
-    /// Fewer replicas than `redis.min_replicas_acked` acknowledged a `step`
-    /// (`acquire`, `extend` or `release`) in time.
-    fn replica_ack_missed(&self, step: &'static str) {
-        let _ = step;
-    }
-}
-
-/// Quorum mode: the steps off the fast path of a grant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QuorumEvent {
-    /// A majority granted, but fewer than a majority issued the grant's
-    /// fence: it was written back to the others.
-    FenceWrittenBack,
-    /// An acquire left grants (or possible grants) on some nodes without a
-    /// majority grant standing, and they were undone.
-    GrantRolledBack,
-    /// A node answered an acquire after it was decided, with a grant that
-    /// did not stand as it was (another fence, or no grant was made): given
-    /// the lease's fence, or undone, in the background.
-    LateGrantSettled,
 }
 
 impl RedisLockStore {
@@ -276,29 +240,6 @@ impl RedisLockStore {
         // wait (docs/performance.md, memory).
         Box::pin(self.grant_acknowledged(client, params.name, acquired.outcome)).await
     }
-
-    /// Releases `token`'s lease of `name` by the script of its kind.
-    pub(super) async fn release_call(
-        &self,
-        client: &Client,
-        name: &LockName,
-        token: &LeaseToken,
-        requeue: Option<FairEntry<'_>>,
-        undo: bool,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        let call = ReleaseCall {
-            name,
-            token,
-            requeue,
-            undo,
-        };
-        match token.kind() {
-            LeaseKind::Exclusive => self.call_on(client, &call).await,
-            LeaseKind::Shared | LeaseKind::Permit => {
-                self.call_on(client, &HoldReleaseCall(call)).await
-            }
-        }
-    }
 }
 
 impl LockStore for RedisLockStore {
@@ -425,6 +366,44 @@ impl LockStore for RedisLockStore {
 
     fn take_announcements(&self) -> Option<UnboundedReceiver<Announcement>> {
         self.inner.announcements.take()
+    }
+
+    async fn session_write(
+        &self,
+        session: &LockName,
+        token: &LeaseToken,
+        entry: SessionEntry<'_>,
+    ) -> Result<SessionWrite, StoreError> {
+        let client = self.client_for(session);
+        let call = SessionWriteCall {
+            session,
+            token,
+            entry,
+        };
+        let written = self.call_on(client, &call).await?;
+        self.session_write_acknowledged(client, session, written)
+            .await
+    }
+
+    async fn session_read(
+        &self,
+        session: &LockName,
+        token: Option<&LeaseToken>,
+    ) -> Result<SessionRecord, StoreError> {
+        let call = SessionReadCall { session, token };
+        self.call_on(self.client_for(session), &call).await
+    }
+
+    async fn session_forget(
+        &self,
+        session: &LockName,
+        tokens: Option<&[LeaseToken]>,
+    ) -> Result<(), StoreError> {
+        if tokens.is_some_and(<[LeaseToken]>::is_empty) {
+            return Ok(());
+        }
+        let call = SessionForgetCall { session, tokens };
+        self.call_on(self.client_for(session), &call).await
     }
 
     fn orphan_window(&self) -> Duration {

@@ -14,6 +14,7 @@ pub mod observe;
 pub mod origin;
 pub mod scrape;
 pub mod semaphores;
+pub mod sessions;
 pub mod ui;
 mod views;
 
@@ -118,6 +119,23 @@ pub fn routes() -> Vec<(Method, &'static str, MethodRouter<AppState>)> {
             Method::DELETE,
             "/v1/semaphores/{name}",
             delete(semaphores::force_release),
+        ),
+        (Method::POST, "/v1/sessions", post(sessions::open)),
+        (
+            Method::POST,
+            "/v1/sessions/{id}/keepalive",
+            post(sessions::keepalive),
+        ),
+        (
+            Method::POST,
+            "/v1/sessions/{id}/close",
+            post(sessions::close),
+        ),
+        (Method::GET, "/v1/sessions/{id}", get(sessions::status)),
+        (
+            Method::GET,
+            "/v1/sessions/{id}/events",
+            get(events::session_events),
         ),
         (Method::GET, "/metrics", get(scrape::metrics)),
         (Method::GET, "/healthz", get(health::healthz)),

@@ -7,6 +7,7 @@
 //! never a token.
 
 mod quorum;
+mod sessions;
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use prometheus::{
 };
 
 pub use quorum::QuorumMetrics;
+pub use sessions::SessionMetrics;
 
 /// The family label of locks that match no configured family.
 pub const OTHER_FAMILY: &str = "other";
@@ -93,6 +95,8 @@ pub struct Metrics {
     pub redis_up: IntGauge,
     /// Quorum mode's metrics.
     pub quorum: QuorumMetrics,
+    /// Sessions' metrics.
+    pub sessions: SessionMetrics,
     fence_floor_raises: IntCounter,
     replica_acks_missed: IntCounterVec,
     /// Requests by the id of the API key that made them.
@@ -205,6 +209,7 @@ impl Metrics {
             )?,
             redis_up: gauge("lockbroker_redis_up", "1 while Redis answers this broker, 0 otherwise.")?,
             quorum: QuorumMetrics::register(&registry)?,
+            sessions: SessionMetrics::register(&registry)?,
             fence_floor_raises,
             replica_acks_missed,
             requests_by_key: counter(

@@ -122,6 +122,8 @@ pub(super) struct Backend {
     pub(super) memos: HashMap<LockName, ReleaseMemos>,
     /// The fair queue of each lock that has one.
     pub(super) queues: HashMap<LockName, FairQueue>,
+    /// Each session's record, by the name of the session's lease.
+    pub(super) sessions: HashMap<LockName, super::sessions::Kept>,
     pub(super) arrivals: u64,
     /// Every handle's announcements, by handle id.
     pub(super) subscribers: Vec<(String, UnboundedSender<(String, Wake)>)>,

@@ -21,7 +21,7 @@ impl MemoryStore {
             .get(name)
             .map_or(0, |queue| queue.len() as u64);
         let kind = match name.space() {
-            Space::Lock => LeaseKind::Shared,
+            Space::Lock | Space::Session => LeaseKind::Shared,
             Space::Semaphore => LeaseKind::Permit,
         };
         if let Some(set) = backend.holder_sets.get(name) {
@@ -103,7 +103,7 @@ impl MemoryStore {
     ) -> ForceReleaseOutcome {
         let (mut ended, mut fence, mut owner) = (0, 0, None);
         let mut mode = match name.space() {
-            Space::Lock => LeaseKind::Shared,
+            Space::Lock | Space::Session => LeaseKind::Shared,
             Space::Semaphore => LeaseKind::Permit,
         };
         let until_ms = now_ms + RELEASE_MEMO_MS;

@@ -77,6 +77,8 @@ pub(super) fn check_token_space(
 ) -> Result<(), ValidationError> {
     let space = match token.kind() {
         LeaseKind::Permit => Space::Semaphore,
+        // A session is an exclusive lease in a space of its own.
+        LeaseKind::Exclusive if name.space() == Space::Session => Space::Session,
         LeaseKind::Exclusive | LeaseKind::Shared => Space::Lock,
     };
     if space == name.space() {

@@ -1,11 +1,26 @@
 //! Quorum mode: how many nodes a semaphore's permit needs, so that no more
 //! permits than the limit are ever valid together.
 
+use lockbroker_core::ExtendOutcome;
+
+use super::fan_out::Answers;
+
 /// How many of `nodes` must hold each permit of a semaphore with `limit` so
 /// that no more than `limit` permits are ever valid together.
 pub(super) fn permit_quorum(limit: u32, nodes: usize) -> usize {
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     (limit.saturating_mul(nodes) / limit.saturating_add(1) + 1).min(nodes)
+}
+
+/// The highest semaphore limit that the nodes which extended a permit
+/// report: how many of them it needs.
+pub(super) fn extended_limit(answers: &Answers<ExtendOutcome>) -> Option<u32> {
+    (answers.iter().flatten().flatten())
+        .filter_map(|answer| match answer {
+            ExtendOutcome::Extended(renewal) => renewal.limit,
+            _ => None,
+        })
+        .max()
 }
 
 #[cfg(test)]

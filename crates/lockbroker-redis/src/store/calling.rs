@@ -6,11 +6,12 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::{ClientState, Value};
-use lockbroker_core::{LockName, StoreError};
+use lockbroker_core::{FairEntry, LeaseKind, LeaseToken, LockName, ReleaseOutcome, StoreError};
 use tokio::time::Instant;
 
 use super::RedisLockStore;
 use crate::connection::store_error;
+use crate::scripts::calls::{HoldReleaseCall, ReleaseCall};
 use crate::scripts::{is_missing_function, too_old_for_functions, Reply, ScriptCall};
 
 /// How long a script that met a slot on the move waits before it is sent
@@ -121,4 +122,29 @@ async fn connected(client: &Client, limit: Duration) -> Result<(), StoreError> {
         let _ = tokio::time::timeout(wait, client.wait_for_connect()).await;
     }
     Ok(())
+}
+
+impl RedisLockStore {
+    /// Releases `token`'s lease of `name` by the script of its kind.
+    pub(super) async fn release_call(
+        &self,
+        client: &Client,
+        name: &LockName,
+        token: &LeaseToken,
+        requeue: Option<FairEntry<'_>>,
+        undo: bool,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let call = ReleaseCall {
+            name,
+            token,
+            requeue,
+            undo,
+        };
+        match token.kind() {
+            LeaseKind::Exclusive => self.call_on(client, &call).await,
+            LeaseKind::Shared | LeaseKind::Permit => {
+                self.call_on(client, &HoldReleaseCall(call)).await
+            }
+        }
+    }
 }

@@ -13,7 +13,8 @@ use fred::types::config::Options;
 use fred::types::ClusterHash;
 use fred::util::redis_keyslot;
 use lockbroker_core::{
-    AcquireOutcome, ExtendOutcome, LockName, Release, ReleaseOutcome, StoreError, Unacknowledged,
+    AcquireOutcome, ExtendOutcome, LockName, Release, ReleaseOutcome, SessionWrite, StoreError,
+    Unacknowledged,
 };
 
 use super::RedisLockStore;
@@ -146,5 +147,26 @@ impl RedisLockStore {
             acknowledged: Some(!missed),
             ..release
         })
+    }
+
+    /// A lease joins a session only once enough replicas have the session's
+    /// record of it: a failover that lost the record would leave the lease
+    /// out of the session's keepalives while its holder counts on them. The
+    /// caller gives the lease back.
+    pub(super) async fn session_write_acknowledged(
+        &self,
+        client: &Client,
+        session: &LockName,
+        written: SessionWrite,
+    ) -> Result<SessionWrite, StoreError> {
+        if !matches!(written, SessionWrite::Written { .. }) {
+            return Ok(written);
+        }
+        match self.shortfall(client, session, "session").await {
+            None => Ok(written),
+            Some(shortfall) => Err(StoreError::Unavailable(format!(
+                "the session's record of the lease {shortfall}; the lease was given back"
+            ))),
+        }
     }
 }

@@ -127,6 +127,10 @@ pub struct LockConfig {
     pub max_waiters_per_lock: usize,
     /// The highest limit a semaphore may have.
     pub max_semaphore_limit: u32,
+    /// The most leases one session may hold at once.
+    pub max_leases_per_session: u32,
+    /// The most sessions one API key may hold open through this broker.
+    pub max_sessions_per_key: u32,
 }
 
 /// Log output settings (`LOCKBROKER_LOG_*`).
@@ -240,6 +244,8 @@ impl Default for LockConfig {
             max_waiters: policy.waiters.max_waiters,
             max_waiters_per_lock: policy.waiters.max_waiters_per_lock,
             max_semaphore_limit: policy.max_semaphore_limit,
+            max_leases_per_session: policy.max_leases_per_session,
+            max_sessions_per_key: policy.max_sessions_per_key,
         }
     }
 }

@@ -77,6 +77,11 @@ impl Settings {
         if locks.max_semaphore_limit == 0 {
             return Err(invalid("locks.max_semaphore_limit must be at least 1"));
         }
+        if locks.max_leases_per_session == 0 || locks.max_sessions_per_key == 0 {
+            return Err(invalid(
+                "locks.max_leases_per_session and locks.max_sessions_per_key must be at least 1",
+            ));
+        }
         if locks.max_waiters_per_lock > locks.max_waiters {
             return Err(invalid(
                 "locks.max_waiters_per_lock must not exceed locks.max_waiters",
@@ -221,6 +226,8 @@ impl Settings {
                 max_waiters_per_lock: locks.max_waiters_per_lock,
             },
             max_semaphore_limit: locks.max_semaphore_limit,
+            max_leases_per_session: locks.max_leases_per_session,
+            max_sessions_per_key: locks.max_sessions_per_key,
             max_event_streams: self.http.max_event_streams,
             max_concurrent_listings: self.http.max_concurrent_listings,
             ..LockPolicy::default()

@@ -27,7 +27,8 @@ pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
         (_, "/v1/events" | "/v1/locks/acquire-all" | "/v1/locks/release-all") => Some(Scope::Lock),
         (_, path)
             if path.starts_with("/v1/locks/{name}")
-                || path.starts_with("/v1/semaphores/{name}") =>
+                || path.starts_with("/v1/semaphores/{name}")
+                || path.starts_with("/v1/sessions") =>
         {
             Some(Scope::Lock)
         }
@@ -189,6 +190,15 @@ mod tests {
                 Some(Scope::Lock),
             ),
             (Method::GET, "/v1/events", Some(Scope::Lock)),
+            (Method::POST, "/v1/sessions", Some(Scope::Lock)),
+            (
+                Method::POST,
+                "/v1/sessions/{id}/keepalive",
+                Some(Scope::Lock),
+            ),
+            (Method::POST, "/v1/sessions/{id}/close", Some(Scope::Lock)),
+            (Method::GET, "/v1/sessions/{id}", Some(Scope::Lock)),
+            (Method::GET, "/v1/sessions/{id}/events", Some(Scope::Lock)),
             (Method::GET, "/metrics", Some(Scope::Metrics)),
             (Method::GET, "/healthz", None),
             (Method::GET, "/ui", None),

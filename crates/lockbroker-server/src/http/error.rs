@@ -194,6 +194,30 @@ impl ApiError {
                 ),
             )
             .expires_in(*expires_in_ms),
+            Self::Lock(_, _, LockError::SessionLost) => Answer::new(
+                Code::SessionLost,
+                "the session is not open: it expired, was closed, or the token is not its; \
+                 every lease taken under it has ended or ends with it, so treat the work done \
+                 under them as possibly duplicated, and open a new session to go on",
+            ),
+            Self::Lock(_, _, LockError::SessionFull { max }) => Answer::new(
+                Code::SessionFull,
+                format!(
+                    "the session holds {max} leases already, as many as one session may \
+                     (locks.max_leases_per_session); release some, or take more under another \
+                     session"
+                ),
+            )
+            .field("session"),
+            Self::Lock(_, _, LockError::TooManySessions { max }) => Answer::new(
+                Code::TooManySessions,
+                format!(
+                    "this API key holds {max} sessions open through this broker already, as \
+                     many as one key may (locks.max_sessions_per_key); close one, or retry \
+                     once one expires"
+                ),
+            )
+            .retry_after(1),
             Self::Lock(_, _, LockError::TooManyWaiters) => Answer::new(
                 Code::TooManyWaiters,
                 "too many requests are already waiting; retry later",

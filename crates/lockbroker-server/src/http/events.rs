@@ -22,7 +22,7 @@ use lockbroker_core::{Change, ListCursor, LockEvent, LockName, LockPrefix, LockS
 use serde_json::json;
 
 use super::error::{ApiError, StreamLimit};
-use super::extract::{LockPath, QueryParams, SemaphorePath};
+use super::extract::{LockPath, QueryParams, SemaphorePath, SessionPath};
 use super::views::{semaphore_status_response, status_response};
 use super::AppState;
 use crate::auth::Caller;
@@ -66,6 +66,26 @@ pub async fn lock_events(
     LockPath(name): LockPath,
 ) -> Result<Response, ApiError> {
     open(app, &admission, &caller, Watched::Name(name), &headers).await
+}
+
+/// `GET /v1/sessions/{id}/events`: the session's own lease, told as a
+/// lock's is (`acquired` when it opened, `extended` at each keepalive,
+/// `released` when it closed, `expired`).
+pub async fn session_events(
+    State(app): State<AppState>,
+    Extension(admission): Extension<Arc<StreamAdmission>>,
+    caller: Caller,
+    headers: HeaderMap,
+    SessionPath(id): SessionPath,
+) -> Result<Response, ApiError> {
+    open(
+        app,
+        &admission,
+        &caller,
+        Watched::Name(id.lease_name()),
+        &headers,
+    )
+    .await
 }
 
 /// `GET /v1/semaphores/{name}/events`
@@ -145,7 +165,7 @@ async fn open(
 /// than tell an empty state (the cause is logged).
 fn state_event(name: &LockName, status: LockStatus) -> Option<Event> {
     let data = match name.space() {
-        Space::Lock => serde_json::to_string(&status_response(name, status)),
+        Space::Lock | Space::Session => serde_json::to_string(&status_response(name, status)),
         Space::Semaphore => serde_json::to_string(&semaphore_status_response(name, status)),
     };
     match data {

@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
-use lockbroker_core::{Fence, LockName, Space};
+use lockbroker_core::{Fence, LockName, SessionId, Space};
 use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
@@ -63,6 +63,18 @@ async fn name_in<S: Send + Sync>(
 
 /// The `{fence}` path segment of a fence check: a positive integer.
 pub struct FencePath(pub Fence);
+
+/// The `{id}` path segment of a session route.
+pub struct SessionPath(pub SessionId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SessionPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let raw = path_param(parts, state, "id").await?;
+        Ok(Self(SessionId::parse(&raw)?))
+    }
+}
 
 impl<S: Send + Sync> FromRequestParts<S> for FencePath {
     type Rejection = ApiError;

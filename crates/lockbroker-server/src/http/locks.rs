@@ -146,6 +146,7 @@ pub(super) fn acquire_request(body: AcquireBody, caller: &Caller) -> AcquireRequ
         fair: body.fair.unwrap_or(false),
         kind: lease_kind(body.mode),
         limit: None,
+        session: body.session.map(|secret| secret.0),
     }
 }
 

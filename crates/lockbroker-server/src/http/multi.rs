@@ -35,6 +35,7 @@ pub async fn acquire_all(
         request_id: body.request_id,
         lock_delay_ms: body.lock_delay_ms,
         fair: None,
+        session: body.session,
         mode: None,
     };
     let request = acquire_request(each, &caller);

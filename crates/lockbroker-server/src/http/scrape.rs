@@ -6,7 +6,8 @@ use axum::response::IntoResponse;
 
 use super::AppState;
 
-/// Renders every metric; the waiter gauges are read at scrape time.
+/// Renders every metric; the waiter and session gauges are read at scrape
+/// time.
 pub async fn metrics(State(AppState { service, metrics }): State<AppState>) -> impl IntoResponse {
     metrics
         .waiters
@@ -14,6 +15,8 @@ pub async fn metrics(State(AppState { service, metrics }): State<AppState>) -> i
     metrics
         .max_waiters
         .set(i64::try_from(service.policy().waiters.max_waiters).unwrap_or(i64::MAX));
+    let (open, expired) = service.session_counts();
+    metrics.sessions.observe(open, expired);
     (
         [(
             header::CONTENT_TYPE,

@@ -39,6 +39,7 @@ pub async fn acquire(
         fair: body.fair.unwrap_or(false),
         kind: LeaseKind::Permit,
         limit: body.limit,
+        session: body.session.map(|secret| secret.0),
     };
     grant_answer(&app, &name, request, |lease| {
         serde_json::to_vec(&permit_response(lease, limit))

@@ -250,7 +250,7 @@ fn decode_acquired(params: &AcquireParams<'_>, reply: &mut Reply) -> Result<Acqu
 /// The kind of the leases in a name's holder set.
 pub(super) fn holder_kind(name: &LockName) -> LeaseKind {
     match name.space() {
-        Space::Lock => LeaseKind::Shared,
+        Space::Lock | Space::Session => LeaseKind::Shared,
         Space::Semaphore => LeaseKind::Permit,
     }
 }
