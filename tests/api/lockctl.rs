@@ -14,6 +14,7 @@ mod election;
 mod forced;
 mod kinds;
 mod process_tree;
+mod sessions;
 mod several;
 
 use lockbroker_tests::app::test_settings;

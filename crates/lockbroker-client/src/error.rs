@@ -22,6 +22,9 @@ pub enum LostReason {
     /// The lease reached its maximum hold (the client's `max_hold`, or the
     /// broker's own `max_hold_exceeded`) and ran out.
     MaxHold,
+    /// The session the lease was held under ended (`session_lost`): it
+    /// expired, or was closed.
+    SessionLost,
 }
 
 impl LostReason {
@@ -31,6 +34,7 @@ impl LostReason {
             Self::LeaseLost => "lease_lost",
             Self::Expired => "expired",
             Self::MaxHold => "max_hold",
+            Self::SessionLost => "session_lost",
         }
     }
 }
@@ -120,7 +124,8 @@ pub enum Error {
         retry_after: Option<Duration>,
     },
     /// The request broke a rule: `400` (with the offending `field`), `404`,
-    /// `405`, `413`, `414`, `415`, `431`. Retrying the same request cannot help.
+    /// `405`, `413`, `414`, `415`, `431`, or `409 session_full`. Retrying the
+    /// same request cannot help.
     Validation {
         /// The broker's code.
         code: ErrorCode,
@@ -189,6 +194,9 @@ impl Error {
             Self::LeaseLost {
                 reason: LostReason::LeaseLost,
             } => Some(ErrorCode::LeaseLost),
+            Self::LeaseLost {
+                reason: LostReason::SessionLost,
+            } => Some(ErrorCode::SessionLost),
             Self::MaxHoldExceeded { .. } => Some(ErrorCode::MaxHoldExceeded),
             Self::LimitConflict { .. } => Some(ErrorCode::LimitConflict),
             Self::Contended { .. } => Some(ErrorCode::Contended),
@@ -237,6 +245,9 @@ impl Error {
             ErrorCode::LeaseLost => Self::LeaseLost {
                 reason: LostReason::LeaseLost,
             },
+            ErrorCode::SessionLost => Self::LeaseLost {
+                reason: LostReason::SessionLost,
+            },
             ErrorCode::MaxHoldExceeded => Self::MaxHoldExceeded {
                 expires_in: ms(error.expires_in_ms),
             },
@@ -250,6 +261,7 @@ impl Error {
                 message: error.message,
             },
             code @ (ErrorCode::InvalidRequest
+            | ErrorCode::SessionFull
             | ErrorCode::NotFound
             | ErrorCode::MethodNotAllowed
             | ErrorCode::PayloadTooLarge
@@ -262,6 +274,7 @@ impl Error {
             },
             code @ (ErrorCode::TooManyWaiters
             | ErrorCode::RateLimited
+            | ErrorCode::TooManySessions
             | ErrorCode::RequestTimeout
             | ErrorCode::BackendUnavailable
             | ErrorCode::ShuttingDown

@@ -5,7 +5,9 @@
 //! extended the lease was *sent*, plus the validity the broker answered, so
 //! it never outlasts the broker's own. A background task per lease marks it
 //! lost when that deadline passes and, once [`Lease::keep_alive`] is called,
-//! renews it (see [`crate::renew`]).
+//! renews it (see [`crate::renew`]). A lease taken under a session has no
+//! task of its own: its session's keepalives move its deadline and end it
+//! (see [`crate::session`]).
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -90,6 +92,8 @@ pub(crate) struct Shared {
     pub(crate) ttl: Duration,
     /// When the maximum hold ends.
     pub(crate) hold_until: Instant,
+    /// Held under a session: never extended on its own.
+    pub(crate) in_session: bool,
     pub(crate) state: Mutex<State>,
     /// Cancelled when the lease ends: its loss, as callers see it.
     pub(crate) ended: CancellationToken,
@@ -107,6 +111,9 @@ pub(crate) struct State {
     pub(crate) next_renewal: Option<Instant>,
     /// Renewing stopped at a maximum hold: running out is `MaxHold`.
     pub(crate) at_max_hold: bool,
+    /// A release was asked for: a session that finds the lease gone does
+    /// not call it lost.
+    pub(crate) releasing: bool,
     pub(crate) end: Option<LeaseEnd>,
 }
 
@@ -122,25 +129,9 @@ impl Lease {
         held_from: Instant,
     ) -> Self {
         let shared = Arc::new(Shared {
-            client,
-            family,
-            name: grant.name,
-            token: grant.token,
-            fence: grant.fence,
-            owner: grant.owner,
-            kind: grant.kind,
             ttl: options.ttl,
             hold_until: held_from + options.max_hold,
-            state: Mutex::new(State {
-                deadline: sent + grant.validity,
-                expires_at_ms: grant.expires_at_ms,
-                last_sent: sent,
-                next_renewal: None,
-                at_max_hold: false,
-                end: None,
-            }),
-            ended: CancellationToken::new(),
-            wake: Notify::new(),
+            ..Shared::new(client, family, grant, sent)
         });
         tokio::spawn(crate::renew::run(Arc::clone(&shared)));
         Self { shared }
@@ -229,10 +220,15 @@ impl Lease {
 
     /// Renews the lease in the background every TTL / 3 until it is
     /// released, lost, or reaches its maximum hold. Calling it again changes
-    /// nothing.
+    /// nothing, and neither does calling it on a lease under a session,
+    /// which its session's keepalives renew.
     pub fn keep_alive(&self) {
         let mut state = self.shared.state();
-        if state.end.is_none() && state.next_renewal.is_none() && !state.at_max_hold {
+        if !self.shared.in_session
+            && state.end.is_none()
+            && state.next_renewal.is_none()
+            && !state.at_max_hold
+        {
             state.next_renewal = Some(state.last_sent + self.shared.ttl / 3);
             drop(state);
             self.shared.wake.notify_one();
@@ -255,7 +251,9 @@ impl Lease {
 
     /// `POST .../extend`: the lease's remaining validity becomes `ttl` from
     /// now. A lease that ended is never extended: that answers
-    /// [`Error::LeaseLost`] or [`Error::Released`] at once.
+    /// [`Error::LeaseLost`] or [`Error::Released`] at once. Nor is a lease
+    /// under a session, whose validity is the session's: that answers
+    /// [`Error::Validation`] without asking.
     pub async fn extend(&self, ttl: Duration) -> Result<RenewalResponse, Error> {
         self.shared
             .extend(ttl, self.shared.client.inner.timeout)
@@ -282,17 +280,51 @@ impl Lease {
 }
 
 impl Shared {
+    /// A lease from a grant whose request was sent at `sent`, not under a
+    /// session, whose renewals (none run yet) would ask for what the grant
+    /// gave and end at its deadline: the caller sets its own terms.
+    pub(crate) fn new(client: Client, family: Family, grant: Grant, sent: Instant) -> Self {
+        Self {
+            client,
+            family,
+            name: grant.name,
+            token: grant.token,
+            fence: grant.fence,
+            owner: grant.owner,
+            kind: grant.kind,
+            ttl: grant.validity,
+            hold_until: sent + grant.validity,
+            in_session: false,
+            state: Mutex::new(State {
+                deadline: sent + grant.validity,
+                expires_at_ms: grant.expires_at_ms,
+                last_sent: sent,
+                next_renewal: None,
+                at_max_hold: false,
+                releasing: false,
+                end: None,
+            }),
+            ended: CancellationToken::new(),
+            wake: Notify::new(),
+        }
+    }
+
     /// The first half of a release: renewing stops, and a lease the broker
-    /// already called lost answers so without asking it again.
+    /// (or its session) already called lost answers so without asking again.
     pub(crate) fn stop_renewing(&self) -> Option<Result<Released, Error>> {
         let end = {
             let mut state = self.state();
             state.next_renewal = None;
+            state.releasing = true;
             state.end
         };
         self.wake.notify_one();
-        let lost = LostReason::LeaseLost;
-        (end == Some(LeaseEnd::Lost(lost))).then_some(Err(Error::LeaseLost { reason: lost }))
+        match end {
+            Some(LeaseEnd::Lost(reason @ (LostReason::LeaseLost | LostReason::SessionLost))) => {
+                Some(Err(Error::LeaseLost { reason }))
+            }
+            _ => None,
+        }
     }
 
     /// The second half of a release: the lease ends by the broker's answer
@@ -335,6 +367,9 @@ impl Shared {
         let end = self.state().end;
         if let Some(end) = end {
             return Err(end.error());
+        }
+        if self.in_session {
+            return Err(crate::session::not_extended());
         }
         let sent = Instant::now();
         let answer = (self.client)

@@ -58,6 +58,10 @@
 //!   none, in one request; a busy answer names the lock in [`Error::Busy`].
 //!   [`Client::release_all`] gives them back in one request and says what
 //!   became of each.
+//! - **One keepalive for many leases.** [`Client::session`] opens a
+//!   [`Session`] kept alive every TTL / 3 in the background; leases, permits
+//!   and acquire-alls under it have no renewal of their own, and are lost
+//!   with it ([`LostReason::SessionLost`]) or released when it closes.
 //! - **Secrets stay secret.** Neither the token nor the API key is in any
 //!   Debug or Display output; names are percent-encoded into routes.
 //!
@@ -70,6 +74,8 @@
 //! - [`Lease`]: a lease or permit; extend, release, loss, renewal.
 //! - [`Watch`], [`Event`]: event streams that resume with `Last-Event-ID`.
 //! - [`Election`], [`Leadership`]: leader election on one lock.
+//! - [`Session`], [`SessionOptions`], [`SessionLock`], [`SessionSemaphore`]:
+//!   sessions, and leases under them.
 //! - [`Error`]: every failure, typed by what the caller does next.
 //! - [`Client::send_verbatim`], [`Client::acquire_verbatim`],
 //!   [`Client::events_verbatim`], [`Route`]: calls answered as the broker
@@ -89,6 +95,7 @@ mod lease;
 mod lock;
 mod multi;
 mod renew;
+mod session;
 pub mod tls;
 mod verbatim;
 mod watch;
@@ -103,8 +110,12 @@ pub use lock::{
 };
 pub use lockbroker_api::{
     FenceCheckResponse, HealthResponse, HealthStatus, HolderResponse, LockMode, RenewalResponse,
-    SemaphoreStatusResponse, StatusResponse,
+    SemaphoreStatusResponse, SessionClosedResponse, SessionLeaseRef, SessionRenewalResponse,
+    SessionResponse, SessionStatusResponse, StatusResponse,
 };
 pub use multi::{first_lost, LockAsk};
+pub use session::{
+    Session, SessionAcquireOptions, SessionEnd, SessionLock, SessionOptions, SessionSemaphore,
+};
 pub use verbatim::{Route, VerbatimError, VerbatimEvents, VerbatimGrant};
 pub use watch::{Change, ChangeKind, Event, EventKind, Watch, WatchOptions, DEFAULT_IDLE_TIMEOUT};

@@ -93,6 +93,7 @@ impl LockHandle {
         let path = route(Family::Locks, &self.name, "/acquire");
         let (lease, timing) = attempts(&self.client, &path, &options, |o, id, wait| {
             serde_json::to_value(AcquireBody {
+                session: None,
                 ttl_ms: Some(millis(o.ttl)),
                 wait_ms: Some(millis(wait)),
                 owner: Some(owner(o)),
@@ -146,6 +147,7 @@ impl SemaphoreHandle {
         let limit = self.limit;
         let (permit, timing) = attempts(&self.client, &path, &options, |o, id, wait| {
             serde_json::to_value(SemaphoreAcquireBody {
+                session: None,
                 limit: Some(u64::from(limit)),
                 ttl_ms: Some(millis(o.ttl)),
                 wait_ms: Some(millis(wait)),
@@ -156,18 +158,7 @@ impl SemaphoreHandle {
             })
         })
         .await?;
-        let permit: PermitResponse = permit;
-        let grant = Grant {
-            name: permit.name,
-            token: permit.token,
-            fence: permit.fence,
-            owner: permit.owner,
-            validity: Duration::from_millis(permit.validity_ms.min(permit.ttl_ms)),
-            expires_at_ms: permit.expires_at_ms,
-            kind: LeaseKind::Permit {
-                limit: permit.limit,
-            },
-        };
+        let grant = permit_grant(permit);
         finish(&self.client, Family::Semaphores, grant, &options, timing).await
     }
 
@@ -365,6 +356,21 @@ pub(crate) fn lease_grant(lease: LeaseResponse, mode: LockMode) -> Grant {
         kind: match mode {
             LockMode::Exclusive => LeaseKind::Exclusive,
             LockMode::Shared => LeaseKind::Shared,
+        },
+    }
+}
+
+/// What a semaphore's grant says about its permit.
+pub(crate) fn permit_grant(permit: PermitResponse) -> Grant {
+    Grant {
+        name: permit.name,
+        token: permit.token,
+        fence: permit.fence,
+        owner: permit.owner,
+        validity: Duration::from_millis(permit.validity_ms.min(permit.ttl_ms)),
+        expires_at_ms: permit.expires_at_ms,
+        kind: LeaseKind::Permit {
+            limit: permit.limit,
         },
     }
 }

@@ -8,8 +8,8 @@
 
 use futures_util::future::try_join_all;
 use lockbroker_api::{
-    AcquireAllBody, AcquireAllResponse, ErrorCode, LeaseRefBody, LockAskBody, LockMode,
-    ReleaseAllBody, ReleaseAllResponse, ReleaseAllResult,
+    AcquireAllBody, AcquireAllResponse, ErrorCode, LeaseRefBody, LeaseResponse, LockAskBody,
+    LockMode, ReleaseAllBody, ReleaseAllResponse, ReleaseAllResult,
 };
 use reqwest::Method;
 
@@ -18,7 +18,7 @@ use crate::error::Error;
 use crate::lease::{Lease, Released, Shared};
 use crate::lock::{attempts, lease_grant, millis, owner, resync, start, AcquireOptions};
 
-const ACQUIRE_ALL: &str = "/v1/locks/acquire-all";
+pub(crate) const ACQUIRE_ALL: &str = "/v1/locks/acquire-all";
 const RELEASE_ALL: &str = "/v1/locks/release-all";
 
 /// One lock of [`Client::acquire_all`]: its name, and the kind of lease.
@@ -68,25 +68,10 @@ impl Client {
         if locks.is_empty() {
             return Ok(Vec::new());
         }
-        if let Some(twice) = (1..locks.len()).find(|&i| {
-            let name = &locks[i].name;
-            locks[..i].iter().any(|earlier| earlier.name == *name)
-        }) {
-            return Err(Error::Validation {
-                code: ErrorCode::InvalidRequest,
-                field: Some(format!("locks[{twice}].name")),
-                message: format!("lock {:?} is named twice", locks[twice].name),
-            });
-        }
-        let asks: Vec<LockAskBody> = (locks.iter())
-            .map(|ask| LockAskBody {
-                name: Some(ask.name.clone()),
-                // An exclusive lease is the broker's default: no mode.
-                mode: (ask.mode == LockMode::Shared).then_some(LockMode::Shared),
-            })
-            .collect();
+        let asks = ask_bodies(locks)?;
         let (granted, timing) = attempts(self, ACQUIRE_ALL, &options, |o, id, wait| {
             serde_json::to_value(AcquireAllBody {
+                session: None,
                 locks: Some(asks.clone()),
                 ttl_ms: Some(millis(o.ttl)),
                 wait_ms: Some(millis(wait)),
@@ -97,8 +82,7 @@ impl Client {
         })
         .await?;
         let AcquireAllResponse { leases: granted } = granted;
-        let as_asked = granted.len() == locks.len()
-            && (granted.iter().zip(locks)).all(|(lease, ask)| lease.name == ask.name);
+        let as_asked = answered_as_asked(&granted, locks);
         // Every grant becomes a lease first, so that any of them given up
         // below is released on drop instead of held until it expires.
         let leases: Vec<Lease> = (granted.into_iter().zip(locks))
@@ -108,9 +92,7 @@ impl Client {
             })
             .collect();
         if !as_asked {
-            return Err(Error::Protocol {
-                message: "acquire-all answered other locks than asked for".to_owned(),
-            });
+            return Err(not_as_asked());
         }
         try_join_all(
             leases
@@ -204,6 +186,42 @@ impl Client {
             }
         }
         Ok(results.into_iter().flatten().collect())
+    }
+}
+
+/// The body's locks for `locks`, each name at most once: the broker would
+/// answer one lease at both places, which two [`Lease`]s cannot both own, so
+/// a name given twice is [`Error::Validation`] without asking.
+pub(crate) fn ask_bodies(locks: &[LockAsk]) -> Result<Vec<LockAskBody>, Error> {
+    if let Some(twice) = (1..locks.len()).find(|&i| {
+        let name = &locks[i].name;
+        locks[..i].iter().any(|earlier| earlier.name == *name)
+    }) {
+        return Err(Error::Validation {
+            code: ErrorCode::InvalidRequest,
+            field: Some(format!("locks[{twice}].name")),
+            message: format!("lock {:?} is named twice", locks[twice].name),
+        });
+    }
+    Ok((locks.iter())
+        .map(|ask| LockAskBody {
+            name: Some(ask.name.clone()),
+            // An exclusive lease is the broker's default: no mode.
+            mode: (ask.mode == LockMode::Shared).then_some(LockMode::Shared),
+        })
+        .collect())
+}
+
+/// Whether an acquire-all answered a lease on each lock asked, in order.
+pub(crate) fn answered_as_asked(granted: &[LeaseResponse], locks: &[LockAsk]) -> bool {
+    granted.len() == locks.len()
+        && (granted.iter().zip(locks)).all(|(lease, ask)| lease.name == ask.name)
+}
+
+/// An acquire-all that answered other locks than it asked for.
+pub(crate) fn not_as_asked() -> Error {
+    Error::Protocol {
+        message: "acquire-all answered other locks than asked for".to_owned(),
     }
 }
 

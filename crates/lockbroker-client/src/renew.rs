@@ -16,9 +16,9 @@ use crate::error::{Error, LostReason};
 use crate::lease::{LeaseEnd, Shared};
 
 /// The longest pause between renewal retries while the broker cannot be reached.
-const RETRY_PAUSE: Duration = Duration::from_secs(1);
+pub(crate) const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// The shortest timeout a renewal gets, even right before the deadline.
-const MIN_TIMEOUT: Duration = Duration::from_millis(50);
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Runs until the lease ends.
 pub(crate) async fn run(shared: Arc<Shared>) {

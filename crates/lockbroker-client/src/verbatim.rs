@@ -41,6 +41,14 @@ pub enum Route<'a> {
     /// `GET /v1/events?prefix={prefix}`: every lock whose name starts with
     /// the prefix, for [`Client::events_verbatim`].
     EventsUnder(&'a str),
+    /// `POST /v1/sessions`.
+    OpenSession,
+    /// `POST /v1/sessions/{id}/keepalive`.
+    KeepSession(&'a str),
+    /// `POST /v1/sessions/{id}/close`.
+    CloseSession(&'a str),
+    /// `GET /v1/sessions/{id}`.
+    SessionStatus(&'a str),
 }
 
 impl Route<'_> {
@@ -56,14 +64,20 @@ impl Route<'_> {
             Self::Fence(family, name, fence) => route(family, name, &format!("/fence/{fence}")),
             Self::Events(family, name) => route(family, name, "/events"),
             Self::EventsUnder(prefix) => format!("/v1/events?prefix={}", encode(prefix)),
+            Self::OpenSession => "/v1/sessions".to_owned(),
+            Self::KeepSession(id) => format!("/v1/sessions/{}/keepalive", encode(id)),
+            Self::CloseSession(id) => format!("/v1/sessions/{}/close", encode(id)),
+            Self::SessionStatus(id) => format!("/v1/sessions/{}", encode(id)),
         }
     }
 
     fn method(self) -> Method {
         match self {
-            Self::Status(..) | Self::Fence(..) | Self::Events(..) | Self::EventsUnder(_) => {
-                Method::GET
-            }
+            Self::Status(..)
+            | Self::Fence(..)
+            | Self::Events(..)
+            | Self::EventsUnder(_)
+            | Self::SessionStatus(_) => Method::GET,
             _ => Method::POST,
         }
     }
@@ -416,5 +430,11 @@ mod tests {
         assert_eq!(Route::EventsUnder("a&b").path(), "/v1/events?prefix=a%26b");
         assert_eq!(Route::Status(Family::Locks, "job").method(), Method::GET);
         assert_eq!(Route::ReleaseAll.method(), Method::POST);
+        let id = "0123456789abcdef";
+        assert_eq!(
+            Route::KeepSession(id).path(),
+            format!("/v1/sessions/{id}/keepalive")
+        );
+        assert_eq!(Route::SessionStatus(id).method(), Method::GET);
     }
 }

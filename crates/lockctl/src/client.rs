@@ -23,7 +23,10 @@ mod events;
 
 use std::time::{Duration, Instant};
 
-use lockbroker_api::{ExtendBody, LeaseRefBody, ReleaseAllBody, ReleaseBody};
+use lockbroker_api::{
+    ExtendBody, LeaseRefBody, ReleaseAllBody, ReleaseBody, Secret, SessionOpenBody,
+    SessionTokenBody,
+};
 use lockbroker_client::{Attempt, Client, Route, TransportKind, VerbatimError};
 use serde::Serialize;
 use serde_json::Value;
@@ -90,6 +93,9 @@ pub struct AcquireOptions {
     pub lock_delay: Option<Duration>,
     /// Ask for first-come-first-served waiting (brokers that support it).
     pub fair: bool,
+    /// The token of a session to take the lease under, instead of a TTL and
+    /// lock-delay of its own (its `Debug` never shows it).
+    pub session: Option<Secret>,
 }
 
 /// A granted lease and when the request that got it was sent: the lease
@@ -278,6 +284,49 @@ impl Broker {
             ),
         };
         self.call(Route::ReleaseAll, Some(&body), timeout).await
+    }
+
+    /// `POST /v1/sessions`: a session whose leases stay valid `ttl` after
+    /// each keepalive (a Session, token included).
+    pub async fn open_session(
+        &self,
+        ttl: Duration,
+        owner: Option<String>,
+        lock_delay: Option<Duration>,
+    ) -> Result<Value, BrokerError> {
+        let body = SessionOpenBody {
+            ttl_ms: Some(millis(ttl)),
+            owner,
+            lock_delay_ms: lock_delay.map(millis),
+        };
+        self.call(Route::OpenSession, Some(&body), REQUEST_TIMEOUT)
+            .await
+    }
+
+    /// `POST /v1/sessions/{id}/keepalive`: the session and every lease under
+    /// it stay valid its TTL from now (a SessionRenewal).
+    pub async fn keep_session(
+        &self,
+        id: &str,
+        token: &Secret,
+        timeout: Duration,
+    ) -> Result<Value, BrokerError> {
+        let body = SessionTokenBody::new(token.0.as_str());
+        self.call(Route::KeepSession(id), Some(&body), timeout)
+            .await
+    }
+
+    /// `POST /v1/sessions/{id}/close`: ends the session and releases every
+    /// lease under it (a SessionClosed).
+    pub async fn close_session(
+        &self,
+        id: &str,
+        token: &Secret,
+        timeout: Duration,
+    ) -> Result<Value, BrokerError> {
+        let body = SessionTokenBody::new(token.0.as_str());
+        self.call(Route::CloseSession(id), Some(&body), timeout)
+            .await
     }
 
     /// `GET /v1/locks/{name}` (a LockStatus) or `GET /v1/semaphores/{name}`

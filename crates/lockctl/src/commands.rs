@@ -152,6 +152,7 @@ pub fn lease_options(args: &LeaseArgs, owner: String) -> AcquireOptions {
         owner: Some(args.owner.clone().unwrap_or(owner)),
         lock_delay: args.lock_delay,
         fair: args.fair,
+        session: None,
     }
 }
 

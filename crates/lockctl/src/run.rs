@@ -10,16 +10,18 @@
 //! runs under a [`guard`] process ([`process`]) that ends its whole tree
 //! ([`tree`]) with lockctl, and before the lease is released.
 //!
-//! `run NAME --lock NAME2 ...` holds several locks for the whole run: one
-//! acquire-all takes a lease on each or on none, the supervisor renews them
-//! together, and one release-all gives them back at the end. NAME's lease is
-//! the one LOCKBROKER_LOCK, _FENCE and _TOKEN describe, as for a single lock.
+//! `run NAME --lock NAME2 ...` holds several locks for the whole run under one
+//! [`session`]: one acquire-all takes a lease on each or on none under it,
+//! the supervisor keeps the session alive (one keepalive for all of them),
+//! and its close gives them back at the end. NAME's lease is the one
+//! LOCKBROKER_LOCK, _FENCE and _TOKEN describe, as for a single lock.
 
 pub mod elect;
 pub mod guard;
 mod leases;
 mod process;
 mod release;
+mod session;
 mod signals;
 mod supervisor;
 mod tree;
@@ -38,6 +40,7 @@ use crate::duration::millis;
 use crate::exit;
 use process::Running;
 use release::{release, release_quietly};
+use session::Session;
 use signals::Signals;
 use supervisor::{Exited, Held, Renewed, StopReason, Supervisor};
 
@@ -82,10 +85,35 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
         options.ttl = ttl.min(max_hold + ttl / 10);
     }
 
+    // Several locks are held under one session, its TTL the leases'.
+    let session = match names.len() {
+        1 => None,
+        _ => match session::open(broker, &options).await {
+            Ok(session) => session,
+            Err(error) => {
+                eprintln!(
+                    "lockctl: cannot open a session for {}: {error}",
+                    leases::shown(&names)
+                );
+                return error.exit_code();
+            }
+        },
+    };
+    if let (Some(session), true) = (&session, args.verbose) {
+        eprintln!(
+            "lockctl: opened session {} for {}",
+            session.id,
+            leases::shown(&names)
+        );
+    }
+    options.session = session.as_ref().map(|session| session.token.clone());
     let acquiring = async {
         match names.as_slice() {
             [name] => broker.acquire(name, &options).await,
-            several => broker.acquire_all(several, &options).await,
+            several => {
+                let acquire_all = broker.acquire_all(several, &options);
+                session::kept_while(broker, session.as_ref(), options.ttl, acquire_all).await
+            }
         }
     };
     tokio::pin!(acquiring);
@@ -94,10 +122,14 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
             granted = &mut acquiring => break granted,
             signal = signals.recv() => if signal != Signal::SIGUSR1 {
                 eprintln!("lockctl: {signal} while acquiring {}; command not run", leases::shown(&names));
+                session::close_quietly(broker, session.as_ref()).await;
                 return signal_exit_code(signal);
             },
         }
     };
+    if granted.is_err() {
+        session::close_quietly(broker, session.as_ref()).await;
+    }
     let granted = match granted {
         Ok(granted) => granted,
         Err(error) if error.is_busy() => {
@@ -127,6 +159,7 @@ pub async fn run(broker: &Broker, args: RunArgs) -> u8 {
         max_hold: args.max_hold,
         kill_after: args.cmd.kill_after,
         verbose: args.verbose,
+        session: session.as_ref(),
     };
     hold(broker, &options, &plan, &granted, &mut signals)
         .await
@@ -144,6 +177,8 @@ struct Plan<'p> {
     max_hold: Option<Duration>,
     kill_after: Duration,
     verbose: bool,
+    /// The session the leases were taken under, if any.
+    session: Option<&'p Session>,
 }
 
 /// How holding a lease ended.
@@ -218,6 +253,7 @@ async fn hold(
             kill_after: plan.kill_after,
             max_hold: plan.max_hold,
             acquired,
+            session: plan.session.cloned(),
         },
     );
     if let Err(code) = bound_the_lease(&mut supervisor, granted, granted_ttl, signals).await {
@@ -325,6 +361,8 @@ fn describe(kind: LeaseKind, name: &str) -> String {
 /// LOCKBROKER_LIMIT is set exactly when the run holds a permit (and removed
 /// otherwise, so that one inherited from an enclosing run does not stay):
 /// `lockctl release` inside the command reads it to pick the routes.
+/// LOCKBROKER_SESSION, the id of the session the leases are held under, is
+/// set exactly when there is one.
 fn spawn(
     supervisor: &Supervisor<'_>,
     command: &[OsString],
@@ -339,6 +377,10 @@ fn spawn(
             .env("LOCKBROKER_URL", supervisor.broker.base())
             .env("LOCKBROKER_RUN_PID", std::process::id().to_string());
         leases::export(process, &supervisor.leases);
+        match &supervisor.session {
+            Some(session) => process.env("LOCKBROKER_SESSION", &session.id),
+            None => process.env_remove("LOCKBROKER_SESSION"),
+        };
         match supervisor.kind {
             LeaseKind::Permit { limit } => process.env("LOCKBROKER_LIMIT", limit.to_string()),
             LeaseKind::Exclusive | LeaseKind::Shared => process.env_remove("LOCKBROKER_LIMIT"),
@@ -377,7 +419,7 @@ async fn finish(supervisor: &Supervisor<'_>, status: std::io::Result<ExitStatus>
             }
             code
         }
-        Err(error) if error.code() == "lease_lost" => {
+        Err(error) if matches!(error.code(), "lease_lost" | "session_lost") => {
             eprintln!("lockctl: the command exited with {code}, but {error}");
             exit::LEASE_LOST
         }

@@ -10,6 +10,7 @@ mod loss;
 mod multi;
 mod ready;
 mod scenarios;
+mod sessions;
 mod verbatim;
 mod watch;
 

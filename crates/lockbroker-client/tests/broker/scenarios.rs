@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures_util::{FutureExt, StreamExt};
 use lockbroker_client::{
     AcquireOptions, ChangeKind, Client, Election, Error, Event, EventKind, FenceCheckResponse,
-    Lease, LeaseEnd, LeaseKind, LockMode, DEFAULT_TTL,
+    Lease, LeaseEnd, LeaseKind, LockMode, Session, DEFAULT_TTL,
 };
 use lockbroker_tests::{RedisServer, TestApp};
 use serde_json::{json, Map, Number, Value};
@@ -30,6 +30,7 @@ mod arguments;
 mod candidates;
 mod expectations;
 mod operations;
+mod sessions;
 
 /// Every operation this runner knows, and the arguments it takes.
 const STEP_ARGS: &[(&str, &[&str])] = &[
@@ -55,6 +56,19 @@ const STEP_ARGS: &[(&str, &[&str])] = &[
     ("watch", &["lock"]),
     ("next_event", &["watch"]),
     ("sleep", &["ms"]),
+    ("open_session", &["ttl_ms", "owner", "lock_delay_ms"]),
+    (
+        "session_acquire",
+        &["session", "lock", "shared", "wait_ms", "owner"],
+    ),
+    (
+        "session_acquire_permit",
+        &["session", "semaphore", "limit", "wait_ms", "owner"],
+    ),
+    ("session_status", &["session"]),
+    ("session_state", &["session"]),
+    ("close_session", &["session"]),
+    ("end_session_elsewhere", &["session"]),
     ("campaign", &["lock", "ttl_ms", "max_hold_ms", "owner"]),
     ("leader_state", &["candidate"]),
     ("resign", &["candidate"]),
@@ -70,6 +84,8 @@ const READ_STEPS: &[&str] = &[
     "lease_check_fence",
     "lease_state",
     "leader_state",
+    "session_status",
+    "session_state",
 ];
 /// The grants (and campaigns) `async` may start.
 const ASYNC_STEPS: &[&str] = &["acquire", "acquire_permit", "lock", "campaign"];
@@ -199,6 +215,7 @@ struct Replay {
     watches: HashMap<String, OpenWatch>,
     pending: HashMap<String, JoinHandle<Outcome>>,
     candidates: HashMap<String, Candidate>,
+    sessions: HashMap<String, Session>,
 }
 
 impl Replay {
@@ -212,6 +229,7 @@ impl Replay {
             watches: HashMap::new(),
             pending: HashMap::new(),
             candidates: HashMap::new(),
+            sessions: HashMap::new(),
         }
     }
 
@@ -312,6 +330,11 @@ impl Replay {
         for lease in self.leases.values().chain(&self.unnamed) {
             if lease.end().is_none() {
                 let _ = lease.release().await;
+            }
+        }
+        for session in self.sessions.values() {
+            if session.end().is_none() {
+                let _ = session.close().await;
             }
         }
         match late.as_slice() {

@@ -58,11 +58,14 @@ With --lock NAME2 (repeatable), lockctl holds several locks for the whole run:
 one acquire-all request takes a lease on NAME and on each --lock, on all of them
 or on none. The broker takes them in one order (by name) whatever the order
 given, so runs over overlapping sets never deadlock, and while it waits
-(--wait) it holds none of them. The leases are renewed together; if any is
-lost, or cannot be renewed in time, CMD is stopped as below (exit 79, naming
-that lock). All are released, once CMD's process tree is gone, with one
-release-all. A busy answer names the lock that was busy. --shared makes
-every lease a shared one; --limit and --fair do not go with --lock.
+(--wait) it holds none of them. The leases are held under one session (its
+TTL --ttl, its id in LOCKBROKER_SESSION): one keepalive every third of the TTL
+keeps them all, instead of a renewal per lease. If the session or any lease is
+lost, or the session cannot be kept alive in time, CMD is stopped as below
+(exit 79, naming that lock). All are released, once CMD's process tree is
+gone, by closing the session. A busy answer names the lock that was busy.
+--shared makes every lease a shared one; --limit and --fair do not go with
+--lock.
 
 LOCKBROKER_LOCK, LOCKBROKER_FENCE and LOCKBROKER_TOKEN describe NAME's lease.
 Every lease of the run is also numbered from 1 in the order of the command

@@ -1,9 +1,13 @@
 //! The bodies of lockctl's acquires: what each kind of lease asks the
 //! broker for, and what it leaves out so that older brokers still accept it.
+//! A lease under a session sends the session's token instead of a TTL and
+//! lock-delay of its own.
 
 use std::time::Duration;
 
-use lockbroker_api::{AcquireAllBody, AcquireBody, LockAskBody, LockMode, SemaphoreAcquireBody};
+use lockbroker_api::{
+    AcquireAllBody, AcquireBody, LockAskBody, LockMode, Secret, SemaphoreAcquireBody,
+};
 
 use super::{AcquireOptions, LeaseKind};
 use crate::duration::millis;
@@ -17,13 +21,15 @@ pub(super) fn lock_body(
     request_id: String,
     wait: Duration,
 ) -> AcquireBody {
+    let (ttl_ms, lock_delay_ms, session) = terms(options);
     AcquireBody {
-        ttl_ms: Some(millis(options.ttl)),
+        ttl_ms,
         wait_ms: Some(millis(wait)),
         owner: options.owner.clone(),
         request_id: Some(request_id),
-        lock_delay_ms: options.lock_delay.map(millis),
+        lock_delay_ms,
         fair: options.fair.then_some(true),
+        session,
         mode: (options.kind == LeaseKind::Shared).then_some(LockMode::Shared),
     }
 }
@@ -35,14 +41,16 @@ pub(super) fn permit_body(
     request_id: String,
     wait: Duration,
 ) -> SemaphoreAcquireBody {
+    let (ttl_ms, lock_delay_ms, session) = terms(options);
     SemaphoreAcquireBody {
         limit: Some(limit),
-        ttl_ms: Some(millis(options.ttl)),
+        ttl_ms,
         wait_ms: Some(millis(wait)),
         owner: options.owner.clone(),
         request_id: Some(request_id),
-        lock_delay_ms: options.lock_delay.map(millis),
+        lock_delay_ms,
         fair: options.fair.then_some(true),
+        session,
     }
 }
 
@@ -57,6 +65,7 @@ pub(super) fn acquire_all_body(
     wait: Duration,
 ) -> AcquireAllBody {
     let mode = (options.kind == LeaseKind::Shared).then_some(LockMode::Shared);
+    let (ttl_ms, lock_delay_ms, session) = terms(options);
     AcquireAllBody {
         locks: Some(
             names
@@ -67,11 +76,26 @@ pub(super) fn acquire_all_body(
                 })
                 .collect(),
         ),
-        ttl_ms: Some(millis(options.ttl)),
+        ttl_ms,
         wait_ms: Some(millis(wait)),
         owner: options.owner.clone(),
         request_id: Some(request_id),
-        lock_delay_ms: options.lock_delay.map(millis),
+        lock_delay_ms,
+        session,
+    }
+}
+
+/// The lease's `ttl_ms`, `lock_delay_ms` and `session`: its own TTL and
+/// lock-delay, or under a session only the session's token (the broker
+/// refuses either beside it).
+fn terms(options: &AcquireOptions) -> (Option<u64>, Option<u64>, Option<Secret>) {
+    match &options.session {
+        Some(session) => (None, None, Some(session.clone())),
+        None => (
+            Some(millis(options.ttl)),
+            options.lock_delay.map(millis),
+            None,
+        ),
     }
 }
 
@@ -90,6 +114,7 @@ mod tests {
             owner: Some("host:1".to_owned()),
             lock_delay: None,
             fair: false,
+            session: None,
         }
     }
 
@@ -140,5 +165,34 @@ mod tests {
         let shared = options(LeaseKind::Shared);
         let shared = json(acquire_all_body(&names, &shared, id(), Duration::ZERO));
         assert_eq!(shared["locks"][1]["mode"], "shared");
+    }
+
+    #[test]
+    fn under_a_session_the_token_replaces_the_ttl_and_lock_delay() {
+        let names = ["ledger:a".to_owned(), "ledger:b".to_owned()];
+        let token = "0123456789abcdef.0123456789abcdef0123456789abcdef";
+        let under = AcquireOptions {
+            lock_delay: Some(Duration::from_secs(1)),
+            session: Some(Secret(token.to_owned())),
+            ..options(LeaseKind::Exclusive)
+        };
+        let body = json(acquire_all_body(
+            &names,
+            &under,
+            "r1".to_owned(),
+            Duration::ZERO,
+        ));
+        assert_eq!(body["session"], token);
+        assert!(body.get("ttl_ms").is_none(), "{body}");
+        assert!(body.get("lock_delay_ms").is_none(), "{body}");
+        assert_eq!(body["owner"], "host:1");
+        assert!(!format!("{under:?}").contains(token), "{under:?}");
+        let alone = json(acquire_all_body(
+            &names,
+            &options(LeaseKind::Exclusive),
+            "r1".to_owned(),
+            Duration::ZERO,
+        ));
+        assert!(alone.get("session").is_none(), "{alone}");
     }
 }

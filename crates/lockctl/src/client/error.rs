@@ -82,7 +82,7 @@ impl BrokerError {
         };
         match self.code() {
             "lock_busy" | "contended" => exit::BUSY,
-            "lease_lost" => exit::LEASE_LOST,
+            "lease_lost" | "session_lost" => exit::LEASE_LOST,
             "max_hold_exceeded" => exit::MAX_HOLD,
             // A --limit other than the one in force is the caller's to fix,
             // like an invalid request: retrying the same command cannot help.

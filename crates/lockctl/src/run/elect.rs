@@ -60,6 +60,7 @@ pub async fn elect(broker: &Broker, args: ElectArgs) -> u8 {
         owner: Some(args.owner.clone().unwrap_or_else(host_name)),
         lock_delay: args.lock_delay,
         fair: false,
+        session: None,
     };
     let plan = Plan {
         names: std::slice::from_ref(&args.name),
@@ -68,6 +69,7 @@ pub async fn elect(broker: &Broker, args: ElectArgs) -> u8 {
         max_hold: None,
         kill_after: args.cmd.kill_after,
         verbose: args.verbose,
+        session: None,
     };
     let mut at_start = true;
     loop {

@@ -1,5 +1,6 @@
-//! Giving the run's leases back: one release, or one release-all for
-//! several, retried within a budget at the end of the run.
+//! Giving the run's leases back: one release, the session's close for
+//! several held under one (or one release-all without), retried within a
+//! budget at the end of the run.
 
 use std::time::{Duration, Instant};
 
@@ -36,11 +37,15 @@ pub async fn release_quietly(supervisor: &Supervisor<'_>) {
     let _ = release_once(supervisor, Duration::from_secs(2)).await;
 }
 
-/// One release of every lease: a single release, or one release-all for
-/// several. A lease release-all could not release counts as that lease's
-/// own release error (`lease_lost` for one already gone).
+/// One release of every lease: a single release, the close of their
+/// session, or one release-all for several. A lease release-all could not
+/// release counts as that lease's own release error (`lease_lost` for one
+/// already gone), a session that is not open as `session_lost`.
 async fn release_once(supervisor: &Supervisor<'_>, timeout: Duration) -> Result<(), BrokerError> {
     let broker = supervisor.broker;
+    if let Some(session) = &supervisor.session {
+        return super::session::close(broker, session, timeout).await;
+    }
     if !supervisor.several() {
         let first = supervisor.first();
         let family = supervisor.family();

@@ -7,10 +7,13 @@
 //! the command is being stopped. The lease's local deadline is counted from
 //! when the request that set it was *sent*, so it never outlasts the broker's.
 //!
-//! A run over several locks (`run --lock`) holds several leases taken at once:
-//! they are renewed together, one request each sent side by side, and share
-//! one deadline, set only by a round in which every renewal succeeded. A lost
-//! lease among them stops the command as a single lost lease does.
+//! A run over several locks (`run --lock`) holds several leases taken at once
+//! under one session: a renewal is then the session's keepalive (see
+//! [`super::session`]), and the session's deadline is theirs. A lost session,
+//! or a lost lease among them, stops the command as a single lost lease does.
+//! Against a broker without sessions they are renewed together, one request
+//! each sent side by side, and share one deadline, set only by a round in
+//! which every renewal succeeded.
 
 mod round;
 mod stopping;
@@ -24,6 +27,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::process::Running;
+use super::session::{self, Session};
 use super::signals::Signals;
 use crate::client::{Broker, BrokerError, Family, LeaseKind};
 use crate::duration::millis;
@@ -87,6 +91,8 @@ pub struct Supervisor<'a> {
     pub ttl: Duration,
     pub verbose: bool,
     pub kill_after: Duration,
+    /// The session the leases are held under; renewals keep it alive.
+    pub session: Option<Session>,
     /// A tenth of the TTL: the command is stopped this long before the lease
     /// would run out by the local clock.
     margin: Duration,
@@ -130,6 +136,8 @@ pub struct Held {
     pub max_hold: Option<Duration>,
     /// When lockctl learned it holds the lease.
     pub acquired: Instant,
+    /// The session the leases were taken under, if any.
+    pub session: Option<Session>,
 }
 
 impl<'a> Supervisor<'a> {
@@ -143,6 +151,7 @@ impl<'a> Supervisor<'a> {
             ttl: held.ttl,
             verbose: held.verbose,
             kill_after: held.kill_after,
+            session: held.session,
             margin: held.ttl / 10,
             max_hold: held.max_hold.map(|hold| (hold, held.acquired + hold)),
             renew_at: None,
@@ -186,11 +195,20 @@ impl<'a> Supervisor<'a> {
     }
 
     /// The lease a message is about: "the lease", or with several "the
-    /// lease on NAME" for the one in trouble.
+    /// lease on NAME" for the one in trouble, or their session.
     fn the_lease(&self) -> String {
         match &self.trouble {
-            Some(lock) if self.several() => format!("the lease on {lock:?}"),
+            Some(lock) if self.several() => self.about(lock),
             _ => "the lease".to_owned(),
+        }
+    }
+
+    /// What an answer about `lock` is about: its lease, or with `""` the
+    /// session of the run's leases.
+    fn about(&self, lock: &str) -> String {
+        match lock {
+            "" => format!("the session of {}", self.shown()),
+            lock => format!("the lease on {lock:?}"),
         }
     }
 
@@ -243,6 +261,17 @@ impl<'a> Supervisor<'a> {
         let (broker, family) = (self.broker, self.family());
         let leases = self.leases.clone();
         let timeout = (self.ttl / 5).clamp(Duration::from_millis(250), Duration::from_secs(10));
+        if let Some(session) = &self.session {
+            // A keepalive gives the session's TTL: a shorter `ttl` only
+            // bounds the deadline it sets.
+            return Some(session::keepalive(
+                broker,
+                session.clone(),
+                leases,
+                ttl,
+                timeout,
+            ));
+        }
         Some(Box::pin(async move {
             let sent = Instant::now();
             let renewals = leases
@@ -285,7 +314,7 @@ impl<'a> Supervisor<'a> {
                 self.set_deadline(sent, ttl);
                 Renewed::Yes
             }
-            Err(error) if error.code() == "lease_lost" => {
+            Err(error) if matches!(error.code(), "lease_lost" | "session_lost") => {
                 self.forced_by = error.detail_str("force_released_by").map(str::to_owned);
                 Renewed::Lost(error)
             }
@@ -302,8 +331,12 @@ impl<'a> Supervisor<'a> {
                 let left = self
                     .stop_at
                     .map_or(0, |at| millis(at.saturating_duration_since(Instant::now())));
+                let what = match lock.as_str() {
+                    "" => format!("the session of {}", self.shown()),
+                    lock => format!("{lock:?}"),
+                };
                 eprintln!(
-                    "lockctl: the broker's max hold for {lock:?} is reached: no more renewals; \
+                    "lockctl: the broker's max hold for {what} is reached: no more renewals; \
                      the command is stopped in {left} ms, as the lease runs out, if still running"
                 );
                 Renewed::AtBrokerMaxHold
@@ -321,8 +354,9 @@ impl<'a> Supervisor<'a> {
                         "lockctl gives up without running the command"
                     };
                     eprintln!(
-                        "lockctl: cannot renew the lease on {lock:?}: {error}; retrying, and \
-                         unless a renewal succeeds within {left} ms {then}"
+                        "lockctl: cannot renew {}: {error}; retrying, and unless a renewal \
+                         succeeds within {left} ms {then}",
+                        self.about(&lock)
                     );
                 }
                 let retry =

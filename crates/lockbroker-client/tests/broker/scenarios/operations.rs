@@ -1,6 +1,8 @@
 //! The operations a scenario step names, run through the client's public
 //! API, and what the client answered, as the scenarios' fields.
 
+use lockbroker_client::LostReason;
+
 use super::*;
 
 impl Replay {
@@ -122,6 +124,7 @@ impl Replay {
                 self.candidates.insert(name.to_owned(), candidate);
                 outcome
             }
+            op if op.contains("session") => self.session_step(label, op, step).await?,
             "leader_state" => {
                 let candidate = self.candidate(label, step)?;
                 candidate.settle(false, label).await?;
@@ -341,7 +344,7 @@ impl Grant {
 }
 
 /// A granted lease's fields.
-fn granted(prefix: &str, lease: &Lease) -> Fields {
+pub(super) fn granted(prefix: &str, lease: &Lease) -> Fields {
     let mode = match lease.kind() {
         LeaseKind::Exclusive => "exclusive",
         LeaseKind::Shared => "shared",
@@ -404,6 +407,9 @@ pub(super) fn error_of(error: &Error) -> (&'static str, Fields) {
     };
     let kind = match error {
         Error::Busy { .. } => "busy",
+        Error::LeaseLost {
+            reason: LostReason::SessionLost,
+        } => "session_lost",
         Error::LeaseLost { .. } => "lease_lost",
         Error::Released => "released",
         Error::LimitConflict { .. } => "limit_conflict",
