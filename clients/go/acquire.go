@@ -26,7 +26,8 @@ type acquireRequest struct {
 	lockDelay time.Duration
 	fair      bool
 	shared    bool
-	limit     int // > 0: a semaphore's permit under this limit
+	limit     int    // > 0: a semaphore's permit under this limit
+	session   string // a session's token: the lease is held under it
 }
 
 // mode is the Lease.Mode a grant of r has.
@@ -55,9 +56,14 @@ func newAcquire(name string, o AcquireOptions) (*acquireRequest, error) {
 	if o.TTL < 0 || o.Wait < 0 || (o.LockDelay < 0 && o.LockDelay != NoLockDelay) {
 		return nil, errors.New("lockbroker: TTL, Wait and LockDelay must not be negative")
 	}
+	if o.Session != "" && (o.TTL != 0 || o.LockDelay != 0) {
+		return nil, errors.New("lockbroker: a lease under a session takes its TTL and LockDelay " +
+			"from the session: leave them unset")
+	}
 	r := &acquireRequest{name: name, ttl: o.TTL, wait: o.Wait, owner: o.Owner,
-		requestID: o.RequestID, lockDelay: o.LockDelay, fair: o.Fair, shared: o.Shared}
-	if r.ttl == 0 {
+		requestID: o.RequestID, lockDelay: o.LockDelay, fair: o.Fair, shared: o.Shared,
+		session: o.Session}
+	if r.ttl == 0 && r.session == "" {
 		r.ttl = DefaultTTL
 	}
 	if r.owner == "" {
@@ -71,16 +77,19 @@ func newAcquire(name string, o AcquireOptions) (*acquireRequest, error) {
 
 func (r *acquireRequest) body(left time.Duration) map[string]any {
 	body := map[string]any{
-		"ttl_ms":     wireMillis(r.ttl),
 		"wait_ms":    int64(left / time.Millisecond),
 		"owner":      r.owner,
 		"request_id": r.requestID,
 	}
 	switch {
+	case r.session != "":
+		body["session"] = r.session // the session's TTL and lock-delay, none of the lease's own
 	case r.lockDelay == NoLockDelay:
-		body["lock_delay_ms"] = 0
+		body["ttl_ms"], body["lock_delay_ms"] = wireMillis(r.ttl), 0
 	case r.lockDelay > 0:
-		body["lock_delay_ms"] = int64(r.lockDelay / time.Millisecond)
+		body["ttl_ms"], body["lock_delay_ms"] = wireMillis(r.ttl), int64(r.lockDelay/time.Millisecond)
+	default:
+		body["ttl_ms"] = wireMillis(r.ttl)
 	}
 	if r.fair {
 		body["fair"] = true // sent only when set
@@ -109,6 +118,9 @@ func (c *Client) acquire(ctx context.Context, r *acquireRequest) (*Lease, error)
 		err := c.callKeyed(ctx, http.MethodPost, path, r.body(left), left, r.requestID, &answer)
 		if err == nil {
 			lease := newLease(ctx, c, r, &answer, sent)
+			if r.session != "" {
+				return lease, nil // its session's keepalives renew it, and tell its end
+			}
 			// A grant that waited: its deadline counted from this send time
 			// may be near or past, so bound it by an extend sent now instead.
 			if time.Since(sent) > r.ttl/resyncShare {

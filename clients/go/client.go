@@ -149,6 +149,14 @@ type AcquireOptions struct {
 	// Shared asks for a shared lease: granted beside other shared leases, kept
 	// out only by an exclusive one. Not for permits.
 	Shared bool
+	// Session is the token of an open session to take the lease under
+	// (Session.Token, or sent as "session"): the lease then takes its TTL and
+	// lock-delay from the session (leave TTL and LockDelay unset), every
+	// keepalive of the session renews it, and it ends with the session.
+	// Such a lease is never extended on its own and has no local deadline of
+	// its own. Session.Acquire sets it and follows the session's keepalives;
+	// a session that is not open gets *SessionLost, a full one *SessionFull.
+	Session string
 }
 
 // NoLockDelay as AcquireOptions.LockDelay asks for no lock-delay even when the

@@ -19,9 +19,12 @@
 // LockOptions.Shared asks for a shared lease; Semaphore and AcquirePermit take
 // one of a semaphore's permits. Watch and WatchPrefix read a lock's event
 // stream, resuming after a drop; Leader campaigns for leadership of a lock.
-// Errors are typed for errors.As and errors.Is: *LockBusy, ErrLeaseLost
-// (*LeaseLost), *MaxHoldExceeded, *LimitConflict, *Unavailable, *InvalidRequest, *AuthError,
-// all unwrapping to *BrokerError.
+// OpenSession opens a session that keeps itself alive and renews every lease
+// taken under it with one keepalive, ending them all when it is lost or
+// closed. Errors are typed for errors.As and errors.Is: *LockBusy,
+// ErrLeaseLost (*LeaseLost), ErrSessionLost (*SessionLost), *SessionFull,
+// *MaxHoldExceeded, *LimitConflict, *Unavailable, *InvalidRequest,
+// *AuthError, all unwrapping to *BrokerError.
 package lockbroker
 
 // Version is this client's version, sent in the User-Agent header.

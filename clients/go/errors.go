@@ -17,6 +17,17 @@ var ErrLeaseLost = errors.New("lockbroker: lease lost")
 // ErrReleased is returned when a lease that was already released is extended.
 var ErrReleased = errors.New("lockbroker: lease already released")
 
+// ErrSessionLost matches (with errors.Is) every error that says a session is
+// gone: the broker's 409 session_lost (a *SessionLost), a session this client
+// stopped trusting (no keepalive succeeded within its TTL), and the loss of a
+// lease taken under a lost session (a *LeaseLost with Reason "session_lost",
+// which matches ErrLeaseLost too). The broker's session_lost itself does not
+// match ErrLeaseLost: refused an acquire, it granted no lease.
+var ErrSessionLost = errors.New("lockbroker: session lost")
+
+// ErrSessionClosed is a Session's Err once Close closed it.
+var ErrSessionClosed = errors.New("lockbroker: session closed")
+
 // BrokerError is a failed call: the broker's error answer ({"error": {"code",
 // "message"}}), or a transport failure (Code "transport", Status 0). Every
 // error type of this package unwraps to one, so
@@ -79,11 +90,12 @@ type LockBusy struct {
 func (e *LockBusy) Unwrap() error { return &e.BrokerError }
 
 // LeaseLost is 409 lease_lost, or a lease this client gave up on locally. It
-// matches ErrLeaseLost.
+// matches ErrLeaseLost, and ErrSessionLost too when its session was lost.
 type LeaseLost struct {
 	BrokerError
 	// Reason is "lease_lost" when the broker said so, "expired" when the lease
-	// ran out without a renewal (broker unreachable, or max hold reached).
+	// ran out without a renewal (broker unreachable, or max hold reached),
+	// "session_lost" when the session it was taken under was lost.
 	Reason string
 	// ForceReleasedBy names the API key id (or "anonymous") of the operator
 	// who force-released the lease, when the broker still remembers it.
@@ -93,8 +105,40 @@ type LeaseLost struct {
 // Unwrap gives the common BrokerError.
 func (e *LeaseLost) Unwrap() error { return &e.BrokerError }
 
-// Is makes errors.Is(err, ErrLeaseLost) true.
-func (e *LeaseLost) Is(target error) bool { return target == ErrLeaseLost }
+// Is makes errors.Is(err, ErrLeaseLost) true, and errors.Is(err,
+// ErrSessionLost) for a lease lost with its session.
+func (e *LeaseLost) Is(target error) bool {
+	return target == ErrLeaseLost || (target == ErrSessionLost && e.Reason == "session_lost")
+}
+
+// SessionLost is 409 session_lost (the session is not open: it expired, was
+// closed, or the token is not its own), or a session this client gave up on
+// locally. It matches ErrSessionLost. Every lease under the session has ended
+// or ends with it: treat the work done under them as possibly duplicated, and
+// open a new session to go on.
+type SessionLost struct {
+	BrokerError
+	// Reason is "session_lost" when the broker said so, "expired" when no
+	// keepalive succeeded before the session's TTL ran out by the local
+	// clock, "closed" for a Session that Close closed.
+	Reason string
+}
+
+// Unwrap gives the common BrokerError.
+func (e *SessionLost) Unwrap() error { return &e.BrokerError }
+
+// Is makes errors.Is(err, ErrSessionLost) true.
+func (e *SessionLost) Is(target error) bool { return target == ErrSessionLost }
+
+// SessionFull is 409 session_full: the session holds as many leases as the
+// broker lets one hold (locks.max_leases_per_session). Nothing was granted;
+// release a lease of the session, or take this one under another session.
+type SessionFull struct {
+	BrokerError
+}
+
+// Unwrap gives the common BrokerError.
+func (e *SessionFull) Unwrap() error { return &e.BrokerError }
 
 // MaxHoldExceeded is 409 max_hold_exceeded: the broker will not extend the
 // lease past its acquisition time plus the configured maximum hold.
@@ -121,7 +165,7 @@ func (e *LimitConflict) Unwrap() error { return &e.BrokerError }
 
 // Unavailable means nothing was done and trying again later is safe: the broker
 // could not be reached (Code "transport"), or answered backend_unavailable,
-// shutting_down, overloaded, too_many_waiters, too_many_streams, rate_limited, request_timeout,
+// shutting_down, overloaded, too_many_waiters, too_many_streams, rate_limited, too_many_sessions, request_timeout,
 // internal or another 5xx. RetryAfter carries the broker's Retry-After.
 type Unavailable struct {
 	BrokerError
@@ -170,6 +214,8 @@ var kinds = map[string]string{
 	"lease_lost":             "lost",
 	"max_hold_exceeded":      "max_hold",
 	"limit_conflict":         "limit",
+	"session_lost":           "session_lost",
+	"session_full":           "session_full",
 	"backend_unavailable":    "unavailable",
 	"shutting_down":          "unavailable",
 	"overloaded":             "unavailable",
@@ -177,6 +223,7 @@ var kinds = map[string]string{
 	"too_many_streams":       "unavailable",
 	"contended":              "unavailable",
 	"rate_limited":           "unavailable",
+	"too_many_sessions":      "unavailable",
 	"request_timeout":        "unavailable",
 	"internal":               "unavailable",
 	"invalid_request":        "invalid",
@@ -234,6 +281,10 @@ func errorFromAnswer(status int, body *errorBody, retryAfter string) error {
 		return &MaxHoldExceeded{BrokerError: base, ExpiresIn: millis(body.ExpiresInMs)}
 	case "limit":
 		return &LimitConflict{BrokerError: base, Limit: body.Limit}
+	case "session_lost":
+		return &SessionLost{BrokerError: base, Reason: "session_lost"}
+	case "session_full":
+		return &SessionFull{BrokerError: base}
 	case "unavailable":
 		return &Unavailable{BrokerError: base}
 	case "invalid":
@@ -260,6 +311,17 @@ func lostLocally(name string, fence int64, reason string) *LeaseLost {
 		Message: fmt.Sprintf("the lease on %q (fence %d) is lost (%s); another holder may "+
 			"already be running, so treat the work as possibly duplicated", name, fence, reason),
 	}}
+}
+
+// sessionLostLocally is the error of a session this client stopped trusting
+// (reason "expired") or closed (reason "closed").
+func sessionLostLocally(id, reason string) *SessionLost {
+	message := fmt.Sprintf("the session %s is lost (%s): no keepalive succeeded within its TTL, so every "+
+		"lease under it may have ended; treat the work as possibly duplicated", id, reason)
+	if reason == "closed" {
+		message = fmt.Sprintf("the session %s is closed: open a new session to take leases", id)
+	}
+	return &SessionLost{Reason: reason, BrokerError: BrokerError{Code: "session_lost", Message: message}}
 }
 
 func parseRetryAfter(value string) time.Duration {

@@ -118,3 +118,35 @@ func ExampleClient_CheckFence() {
 	// current while held: true for a while yet: true
 	// current after release: false
 }
+
+// A session keeps many leases with one keepalive every TTL/3; closing it
+// releases them all. If the session is lost, so is every lease under it.
+func ExampleClient_OpenSession() {
+	client, _ := lockbroker.NewClientFromEnv(lockbroker.ClientOptions{})
+	ctx := context.Background()
+	session, err := client.OpenSession(ctx, lockbroker.SessionOptions{TTL: 10 * time.Second, Owner: "batch-7"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer session.Close(ctx)
+
+	var accounts []*lockbroker.Lease
+	for _, name := range []string{"example-account-17", "example-account-42"} {
+		lease, err := session.Acquire(ctx, name, lockbroker.AcquireOptions{Wait: 5 * time.Second})
+		if err != nil {
+			log.Fatal(err) // a *SessionLost matches lockbroker.ErrSessionLost
+		}
+		accounts = append(accounts, lease)
+	}
+	// session.Context() is done the moment the session is lost (or closed).
+	status, _ := session.Status(ctx)
+	fmt.Println("open:", status.Open, "leases:", status.Leases, "owner:", accounts[0].Owner)
+
+	if err := session.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released:", session.LeasesReleased(), errors.Is(accounts[1].Err(), lockbroker.ErrReleased))
+	// Output:
+	// open: true leases: 2 owner: batch-7
+	// released: 2 true
+}

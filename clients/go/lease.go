@@ -27,12 +27,13 @@ type Lease struct {
 	// Limit is the semaphore's limit the permit is held under; 0 for a lock.
 	Limit int
 
-	client    *Client
-	routes    string // lockRoutes or semaphoreRoutes: where extend and release go
-	token     string
-	grantedAt time.Time
-	ctx       context.Context
-	cancel    context.CancelFunc
+	client       *Client
+	routes       string // lockRoutes or semaphoreRoutes: where extend and release go
+	token        string
+	underSession bool // held under a session: renewed by its keepalives, never extended alone
+	grantedAt    time.Time
+	ctx          context.Context
+	cancel       context.CancelFunc
 
 	mu          sync.Mutex
 	deadline    time.Time // local, never later than the broker's expiry
@@ -55,9 +56,13 @@ type Lease struct {
 
 func newLease(ctx context.Context, c *Client, r *acquireRequest, answer *leaseAnswer, sent time.Time) *Lease {
 	leaseCtx, cancel := context.WithCancel(ctx)
+	ttl := r.ttl
+	if r.session != "" {
+		ttl = millis(answer.TTLMs) // what was left of the session's
+	}
 	return &Lease{
-		Name: answer.Name, Fence: answer.Fence, Owner: answer.owner(), TTL: r.ttl,
-		Mode: r.mode(), Limit: answer.Limit, routes: r.routes(),
+		Name: answer.Name, Fence: answer.Fence, Owner: answer.owner(), TTL: ttl,
+		Mode: r.mode(), Limit: answer.Limit, routes: r.routes(), underSession: r.session != "",
 		client: c, token: answer.Token, grantedAt: sent, ctx: leaseCtx, cancel: cancel,
 		ended:    make(chan struct{}),
 		deadline: sent.Add(millis(answer.TTLMs)), expiresAtMs: answer.ExpiresAtMs, lastSent: sent,
@@ -145,10 +150,18 @@ func (l *Lease) String() string {
 }
 
 // Extend sets the remaining TTL to ttl (0: the lease's TTL). A lease already
-// lost or released is never extended: that returns its error at once.
+// lost or released is never extended: that returns its error at once. A lease
+// under a session is refused: its session's keepalives renew it.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl < 0 {
 		return errors.New("lockbroker: ttl must not be negative")
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	if l.underSession {
+		return errors.New("lockbroker: a lease under a session is renewed by the session's keepalives, " +
+			"not extended on its own")
 	}
 	if ttl == 0 {
 		ttl = l.TTL

@@ -122,6 +122,9 @@ func (c *Client) startAll(ctx context.Context, r *acquireRequest, locks []LockAs
 		return nil, &BrokerError{Code: "bad_response",
 			Message: "acquire-all answered other locks than asked for, or a lease without its token"}
 	}
+	if r.session != "" {
+		return leases, nil // their session's keepalives renew them, and tell their end
+	}
 	// A grant that waited: bound each deadline by an extend sent now.
 	if time.Since(sent) > r.ttl/resyncShare {
 		for _, lease := range leases {

@@ -26,25 +26,32 @@ const scenarioDir = "../scenarios"
 
 // stepArgs lists every operation this runner knows and the arguments it takes.
 var stepArgs = map[string][]string{
-	"acquire":               {"lock", "ttl_ms", "wait_ms", "owner", "shared", "request_id"},
-	"acquire_permit":        {"semaphore", "limit", "ttl_ms", "wait_ms", "owner"},
-	"lock":                  {"lock", "ttl_ms", "owner", "shared"},
-	"await":                 {"step"},
-	"extend":                {"lease", "ttl_ms"},
-	"extend_token":          {"lease", "ttl_ms"},
-	"release":               {"lease"},
-	"lease_state":           {"lease"},
-	"status":                {"lock"},
-	"semaphore_status":      {"semaphore"},
-	"check_fence":           {"lock", "fence"},
-	"check_semaphore_fence": {"semaphore", "fence"},
-	"lease_check_fence":     {"lease"},
-	"watch":                 {"lock"},
-	"next_event":            {"watch"},
-	"sleep":                 {"ms"},
-	"campaign":              {"lock", "ttl_ms", "max_hold_ms", "owner"},
-	"leader_state":          {"candidate"},
-	"resign":                {"candidate"},
+	"acquire":                {"lock", "ttl_ms", "wait_ms", "owner", "shared", "request_id"},
+	"acquire_permit":         {"semaphore", "limit", "ttl_ms", "wait_ms", "owner"},
+	"lock":                   {"lock", "ttl_ms", "owner", "shared"},
+	"await":                  {"step"},
+	"extend":                 {"lease", "ttl_ms"},
+	"extend_token":           {"lease", "ttl_ms"},
+	"release":                {"lease"},
+	"lease_state":            {"lease"},
+	"status":                 {"lock"},
+	"semaphore_status":       {"semaphore"},
+	"check_fence":            {"lock", "fence"},
+	"check_semaphore_fence":  {"semaphore", "fence"},
+	"lease_check_fence":      {"lease"},
+	"watch":                  {"lock"},
+	"next_event":             {"watch"},
+	"sleep":                  {"ms"},
+	"open_session":           {"ttl_ms", "owner", "lock_delay_ms"},
+	"session_acquire":        {"session", "lock", "shared", "wait_ms", "owner"},
+	"session_acquire_permit": {"session", "semaphore", "limit", "wait_ms", "owner"},
+	"session_status":         {"session"},
+	"session_state":          {"session"},
+	"close_session":          {"session"},
+	"end_session_elsewhere":  {"session"},
+	"campaign":               {"lock", "ttl_ms", "max_hold_ms", "owner"},
+	"leader_state":           {"candidate"},
+	"resign":                 {"candidate"},
 }
 
 // Keys every step may have, besides its operation's arguments.
@@ -52,7 +59,8 @@ var commonKeys = []string{"do", "as", "expect", "within_ms", "async", "note"}
 
 // Reads, which within_ms may repeat; and the grants (and campaigns) async may start.
 var (
-	readSteps  = []string{"status", "semaphore_status", "check_fence", "check_semaphore_fence", "lease_check_fence", "lease_state", "leader_state"}
+	readSteps = []string{"status", "semaphore_status", "check_fence", "check_semaphore_fence", "lease_check_fence",
+		"lease_state", "leader_state", "session_status", "session_state"}
 	asyncSteps = []string{"acquire", "acquire_permit", "lock", "campaign"}
 )
 
@@ -115,6 +123,8 @@ type replay struct {
 	// for their election once the scenario is over.
 	candidates map[string]*lockbroker.Leader
 	closing    chan struct{}
+	// sessions are the session helpers open_session opened.
+	sessions map[string]*lockbroker.Session
 }
 
 func newReplay(t *testing.T) *replay {
@@ -125,7 +135,8 @@ func newReplay(t *testing.T) *replay {
 	r := &replay{t: t, client: newClient(t), prefix: "scn-" + hex.EncodeToString(random[:]) + "-",
 		results: map[string]map[string]any{}, leases: map[string]*lockbroker.Lease{},
 		watches: map[string]*lockbroker.Watcher{}, pending: map[string]chan outcome{},
-		candidates: map[string]*lockbroker.Leader{}, closing: make(chan struct{})}
+		candidates: map[string]*lockbroker.Leader{}, closing: make(chan struct{}),
+		sessions: map[string]*lockbroker.Session{}}
 	t.Cleanup(r.cleanup)
 	return r
 }
@@ -151,6 +162,9 @@ func (r *replay) cleanup() {
 	}
 	for _, lease := range r.leases {
 		_ = lease.Release(bg)
+	}
+	for _, session := range r.sessions {
+		_ = session.Close(bg)
 	}
 }
 
@@ -410,6 +424,33 @@ func (r *replay) do(label, op string, step map[string]any) outcome {
 	case "sleep":
 		time.Sleep(ms("ms"))
 		return outcome{result: map[string]any{}}
+	case "open_session":
+		return r.openSession(label, step, ms)
+	case "session_acquire":
+		return r.granted(r.session(label, str("session")).Acquire(bg, name("lock"),
+			lockbroker.AcquireOptions{Wait: ms("wait_ms"), Owner: str("owner"), Shared: flag("shared")}))
+	case "session_acquire_permit":
+		return r.granted(r.session(label, str("session")).AcquirePermit(bg, name("semaphore"),
+			int(r.int(label, arg("limit"))), lockbroker.AcquireOptions{Wait: ms("wait_ms"), Owner: str("owner")}))
+	case "session_status":
+		status, err := r.session(label, str("session")).Status(bg)
+		if err != nil {
+			return outcome{err: err}
+		}
+		return outcome{result: map[string]any{"open": status.Open, "owner": orNull(status.Owner),
+			"leases": status.Leases, "ttl_ms": orNull(status.TTL.Milliseconds())}}
+	case "session_state":
+		return outcome{result: r.sessionState(label, r.session(label, str("session")))}
+	case "close_session":
+		session := r.session(label, str("session"))
+		if err := session.Close(bg); err != nil {
+			return outcome{err: err}
+		}
+		return outcome{result: map[string]any{"leases_released": session.LeasesReleased()}}
+	case "end_session_elsewhere":
+		session := r.session(label, str("session"))
+		_, err := r.client.CloseSession(bg, session.ID(), session.Token())
+		return outcome{result: map[string]any{}, err: err}
 	case "campaign":
 		return r.elected(r.campaign(label, step))
 	case "leader_state":
@@ -419,6 +460,65 @@ func (r *replay) do(label, op string, step map[string]any) outcome {
 	}
 	r.t.Fatalf("%s: this client cannot express the operation", label)
 	return outcome{}
+}
+
+// openSession opens a session with the helper and keeps it under the step's
+// as.
+func (r *replay) openSession(label string, step map[string]any, ms func(string) time.Duration) outcome {
+	as, _ := step["as"].(string)
+	if as == "" {
+		r.t.Fatalf("%s: a session needs as", label)
+	}
+	owner, _ := r.resolve(label, step["owner"]).(string)
+	lockDelay := ms("lock_delay_ms")
+	if step["lock_delay_ms"] != nil && lockDelay == 0 {
+		lockDelay = lockbroker.NoLockDelay
+	}
+	session, err := r.client.OpenSession(bg, lockbroker.SessionOptions{TTL: ms("ttl_ms"), Owner: owner,
+		LockDelay: lockDelay})
+	if err != nil {
+		return outcome{err: err}
+	}
+	r.sessions[as] = session
+	return outcome{result: map[string]any{"id": session.ID(), "ttl_ms": session.TTL().Milliseconds(),
+		"owner": orNull(session.Owner()), "lock_delay_ms": session.LockDelay().Milliseconds()}}
+}
+
+func (r *replay) session(label, name string) *lockbroker.Session {
+	session, ok := r.sessions[name]
+	if !ok {
+		r.t.Fatalf("%s: no session %q", label, name)
+	}
+	return session
+}
+
+// sessionState reads the session helper, and requires its signals to agree:
+// Context done once lost or closed, Lost closed once lost, neither before.
+func (r *replay) sessionState(label string, session *lockbroker.Session) map[string]any {
+	err := session.Err()
+	state := "open"
+	switch {
+	case err == nil:
+	case errors.Is(err, lockbroker.ErrSessionLost):
+		state = "lost"
+	case errors.Is(err, lockbroker.ErrSessionClosed):
+		state = "closed"
+	default:
+		r.t.Fatalf("%s: the session reports %v", label, err)
+	}
+	if done := session.Context().Err() != nil; done != (state != "open") {
+		r.t.Fatalf("%s: the session is %s but its Context done is %v", label, state, done)
+	}
+	lost := false
+	select {
+	case <-session.Lost():
+		lost = true
+	default:
+	}
+	if lost != (state == "lost") {
+		r.t.Fatalf("%s: the session is %s but Lost closed is %v", label, state, lost)
+	}
+	return map[string]any{"state": state}
 }
 
 func (r *replay) granted(lease *lockbroker.Lease, err error) outcome {
@@ -624,6 +724,7 @@ func (r *replay) int(label string, value any) int64 {
 func errorOf(err error) (string, map[string]any) {
 	var (
 		busy     *lockbroker.LockBusy
+		gone     *lockbroker.SessionLost
 		lost     *lockbroker.LeaseLost
 		limit    *lockbroker.LimitConflict
 		maxHold  *lockbroker.MaxHoldExceeded
@@ -642,6 +743,8 @@ func errorOf(err error) (string, map[string]any) {
 		}
 		return "busy", map[string]any{"owner": orNull(busy.Owner), "fence": busy.Fence, "mode": mode,
 			"holder_count": len(busy.Holders), "limit": orNull(busy.Limit)}
+	case errors.As(err, &gone):
+		return "session_lost", noFields
 	case errors.As(err, &lost):
 		return "lease_lost", noFields
 	case errors.Is(err, lockbroker.ErrReleased):

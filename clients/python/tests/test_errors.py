@@ -14,6 +14,8 @@ from lockbroker import (
     LockBrokerError,
     LockBusy,
     MaxHoldExceeded,
+    SessionFull,
+    SessionLost,
 )
 from lockbroker.errors import error_from_response
 
@@ -33,6 +35,8 @@ def body(code, **extra):
         (409, "lease_lost", LeaseLost),
         (409, "max_hold_exceeded", MaxHoldExceeded),
         (409, "limit_conflict", LimitConflict),
+        (409, "session_lost", SessionLost),
+        (409, "session_full", SessionFull),
         (413, "payload_too_large", InvalidRequest),
         (423, "lock_busy", LockBusy),
         (408, "request_timeout", BrokerUnavailable),

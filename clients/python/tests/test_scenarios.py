@@ -34,6 +34,8 @@ from lockbroker import (
     LockState,
     MaxHoldExceeded,
     Permit,
+    Session,
+    SessionLost,
     StateComplete,
     Watch,
 )
@@ -59,6 +61,13 @@ STEP_ARGS: Dict[str, Tuple[str, ...]] = {
     "watch": ("lock",),
     "next_event": ("watch",),
     "sleep": ("ms",),
+    "open_session": ("ttl_ms", "owner", "lock_delay_ms"),
+    "session_acquire": ("session", "lock", "shared", "wait_ms", "owner"),
+    "session_acquire_permit": ("session", "semaphore", "limit", "wait_ms", "owner"),
+    "session_status": ("session",),
+    "session_state": ("session",),
+    "close_session": ("session",),
+    "end_session_elsewhere": ("session",),
     "campaign": ("lock", "ttl_ms", "max_hold_ms", "owner"),
     "leader_state": ("candidate",),
     "resign": ("candidate",),
@@ -67,7 +76,8 @@ STEP_ARGS: Dict[str, Tuple[str, ...]] = {
 COMMON_KEYS = ("do", "as", "expect", "within_ms", "async", "note")
 #: Reads, which within_ms may repeat; and the grants (and campaigns) async may start.
 READ_STEPS = ("status", "semaphore_status", "check_fence", "check_semaphore_fence",
-              "lease_check_fence", "lease_state", "leader_state")
+              "lease_check_fence", "lease_state", "leader_state", "session_status",
+              "session_state")
 ASYNC_STEPS = ("acquire", "acquire_permit", "lock", "campaign")
 #: How long a campaign or an awaited async step may take.
 AWAIT_LIMIT = 30.0
@@ -118,6 +128,7 @@ class Replay:
         self.watches: Dict[str, Tuple[Watch, "queue.Queue[Any]"]] = {}
         self.pending: Dict[str, "Future[Outcome]"] = {}
         self.candidates: Dict[str, Leader] = {}
+        self.sessions: Dict[str, Session] = {}
         self.closing = threading.Event()
         self.managed = ExitStack()  # the with blocks of lock()
         self.background = ThreadPoolExecutor(max_workers=4, thread_name_prefix="scenario")
@@ -147,6 +158,11 @@ class Replay:
             self.managed.close()
         except LeaseLost:
             pass
+        for session in self.sessions.values():
+            try:
+                session.close()
+            except Exception:
+                pass  # lost, or closed elsewhere: nothing is left to end
 
     def run(self, steps: List[Dict[str, Any]]) -> None:
         for i, step in enumerate(steps):
@@ -273,6 +289,29 @@ class Replay:
             if op == "sleep":
                 time.sleep(seconds("ms"))
                 return Outcome()
+            if op == "open_session":
+                return self.open_session(label, step)
+            if op == "session_acquire":
+                return self.granted(self.session(label, arg("session")).acquire(
+                    name("lock"), wait=seconds("wait_ms"), owner=arg("owner"),
+                    shared=arg("shared") is True))
+            if op == "session_acquire_permit":
+                return self.granted(self.session(label, arg("session")).acquire_permit(
+                    name("semaphore"), self.whole(label, arg("limit")), wait=seconds("wait_ms"),
+                    owner=arg("owner")))
+            if op == "session_status":
+                t = self.session(label, arg("session")).status()
+                return Outcome({"open": t.open, "owner": t.owner, "leases": t.leases,
+                                "ttl_ms": None if t.ttl is None else round(t.ttl * 1000)})
+            if op == "session_state":
+                return Outcome({"state": self.session(label, arg("session")).state})
+            if op == "close_session":
+                return Outcome({"leases_released": self.session(label, arg("session")).close()})
+            if op == "end_session_elsewhere":
+                session = self.session(label, arg("session"))
+                assert session.id is not None
+                client.close_session(session.id, session.token)
+                return Outcome()
             if op == "campaign":
                 return self.elected(self.campaign(label, step))
             if op == "leader_state":
@@ -316,6 +355,30 @@ class Replay:
             if time.monotonic() > deadline:
                 return Outcome(error=TimeoutError(f"not elected within {AWAIT_LIMIT:.0f} s"))
         return Outcome({"term": leader.term})
+
+    def open_session(self, label: str, step: Dict[str, Any]) -> Outcome:
+        """A session opened with the client's session helper, kept alive in the
+        background until the scenario ends, under the step's ``as``."""
+        name = step.get("as")
+        if not isinstance(name, str):
+            raise Malformed(f"{label}: a session needs as")
+        options: Dict[str, Any] = {"owner": self.resolve(label, step.get("owner"))}
+        if "ttl_ms" in step:
+            options["ttl"] = self.whole(label, self.resolve(label, step["ttl_ms"])) / 1000
+        if "lock_delay_ms" in step:
+            delay = self.resolve(label, step["lock_delay_ms"])
+            options["lock_delay"] = self.whole(label, delay) / 1000
+        session = self.client.session(**options).open()
+        self.sessions[name] = session
+        return Outcome({"id": session.id, "ttl_ms": round(session.ttl * 1000),
+                        "owner": session.owner,
+                        "lock_delay_ms": None if session.lock_delay is None
+                        else round(session.lock_delay * 1000)})
+
+    def session(self, label: str, name: Any) -> Session:
+        if name not in self.sessions:
+            raise Malformed(f"{label}: no session {name!r}")
+        return self.sessions[name]
 
     def candidate(self, label: str, name: Any) -> Leader:
         if name not in self.candidates:
@@ -472,6 +535,8 @@ def error_of(error: BaseException) -> Tuple[str, Dict[str, Any]]:
         return "busy", {"owner": error.owner, "fence": error.fence,
                         "mode": holder.mode if holder else None,
                         "holder_count": len(holders), "limit": error.limit}
+    if isinstance(error, SessionLost):  # a kind of LeaseLost: asked first
+        return "session_lost", {}
     if isinstance(error, LeaseLost):
         return "lease_lost", {}
     if isinstance(error, LimitConflict):

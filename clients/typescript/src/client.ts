@@ -11,6 +11,20 @@ import { now } from "./clock.js";
 import { Lease, type LeaseAnswer, type ReleaseAnswer } from "./lease.js";
 import { Leader, type LeaderOptions } from "./leader.js";
 import {
+  Session,
+  holdUnder,
+  openedFromJson,
+  renewalFromJson,
+  sessionAsk,
+  sessionPath,
+  sessionRefused,
+  sessionStatusFromJson,
+  type OpenedSession,
+  type SessionOptions,
+  type SessionRenewal,
+  type SessionStatus,
+} from "./session.js";
+import {
   acquireAll,
   lockAll,
   releaseAll,
@@ -93,13 +107,21 @@ export interface AcquireOptions {
    * time, an exclusive one excludes them all. Not for semaphores.
    */
   shared?: boolean;
+  /**
+   * Takes the lease under a session: a {@link Session} (which then keeps the
+   * lease, as {@link Session.acquire} does) or a session's token. The lease
+   * takes its TTL and lock-delay from the session (leave out `ttlMs` and
+   * `lockDelayMs`), is never extended on its own, and ends with the session.
+   * A lease under a bare token knows only the validity its grant answered.
+   */
+  session?: string | Session;
 }
 
 /** The optional arguments of {@link Client.acquirePermit}: {@link AcquireOptions} without `shared`. */
 export type PermitOptions = Omit<AcquireOptions, "shared">;
 
 /** The optional arguments of {@link Client.lock}. */
-export interface LockOptions extends Omit<AcquireOptions, "requestId"> {
+export interface LockOptions extends Omit<AcquireOptions, "requestId" | "session"> {
   /** How long the lease is renewed at most, from the grant; {@link DEFAULT_MAX_HOLD_MS} by default. At least `ttlMs`. */
   maxHoldMs?: number;
 }
@@ -343,6 +365,69 @@ export class Client {
   }
 
   /**
+   * Opens a session and keeps it alive in the background: one keepalive every
+   * `ttlMs / 3` renews the session and every lease taken under it
+   * ({@link Session.acquire}, {@link Session.acquirePermit},
+   * {@link Session.acquireAll}), which are never extended on their own. When
+   * the session is lost, `session.signal` and every lease's `signal` abort
+   * with a {@link SessionLost}; {@link Session.close} (or `run`, or
+   * `await using`) releases every lease at once.
+   *
+   * ```ts
+   * await using session = await client.session({ ttlMs: 10_000, owner: "batch-7" });
+   * const lease = await session.acquire("ledger:a", { waitMs: 5000 });
+   * await post({ fence: lease.fence, signal: lease.signal });
+   * ```
+   */
+  async session(options: SessionOptions = {}): Promise<Session> {
+    const sent = now();
+    return new Session(this, await this.openSession(options), sent);
+  }
+
+  /**
+   * Opens a session (`POST /v1/sessions`) that nothing keeps alive: send
+   * {@link keepSession} in time, or use {@link session}. The answer is the
+   * only one that carries the session's token.
+   */
+  async openSession(options: SessionOptions = {}): Promise<OpenedSession> {
+    const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
+    const body: Record<string, unknown> = { ttl_ms: wireMillis(ttlMs), owner: options.owner ?? (await defaultOwner()) };
+    if (options.lockDelayMs !== undefined) body["lock_delay_ms"] = Math.floor(duration(options.lockDelayMs, "lockDelayMs", true));
+    return openedFromJson(await this._call<Record<string, unknown>>("POST", "/v1/sessions", body));
+  }
+
+  /**
+   * Renews the session `id` and every lease under it to its TTL from now, in
+   * one request. Throws {@link SessionLost} when `token` does not hold an open
+   * session (it expired, was closed, or the token is another session's).
+   */
+  async keepSession(id: string, token: string): Promise<SessionRenewal> {
+    return this._keepSession(id, token, undefined);
+  }
+
+  /**
+   * Closes the session `id`, which releases every lease under it; resolves to
+   * how many leases it released. Throws {@link SessionLost} when `token` does
+   * not hold an open session.
+   */
+  async closeSession(id: string, token: string): Promise<number> {
+    const answer = await this._call<Record<string, unknown>>("POST", sessionPath(id, "close"), { token });
+    return (answer["leases_released"] as number | undefined) ?? 0;
+  }
+
+  /** The session's state (open, owner, leases, time left); never its token. */
+  async sessionStatus(id: string): Promise<SessionStatus> {
+    return sessionStatusFromJson(await this._call<Record<string, unknown>>("GET", sessionPath(id), undefined));
+  }
+
+  /** @internal A keepalive, as the session helper sends it (with a timeout within the session's deadline). */
+  async _keepSession(id: string, token: string, timeoutMs: number | undefined): Promise<SessionRenewal> {
+    return renewalFromJson(
+      await this._call<Record<string, unknown>>("POST", sessionPath(id, "keepalive"), { token }, { timeoutMs }),
+    );
+  }
+
+  /**
    * A leader election on the lock `name`: {@link Leader.start} campaigns until
    * granted, then renews the lease as {@link lock} does; `term` is its fence.
    */
@@ -357,21 +442,27 @@ export class Client {
     maxHoldMs: number | undefined,
     limit: number | undefined,
   ): Promise<Lease> {
+    if (maxHoldMs !== undefined && options.session !== undefined) {
+      throw new TypeError("a renewed lease is not taken under a session: use acquire(name, { session }) or session.acquire(name)");
+    }
+    const session = sessionAsk(options);
     const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
     const waitMs = duration(options.waitMs ?? 0, "waitMs", true);
     const lockDelayMs = options.lockDelayMs === undefined ? undefined : duration(options.lockDelayMs, "lockDelayMs", true);
-    const owner = options.owner ?? (await defaultOwner());
+    const owner = options.owner ?? session?.helper?.owner ?? (await defaultOwner());
     const requestId = options.requestId || newRequestId();
     const path = resourcePath(kind, name, "acquire");
     const giveUpAt = now() + waitMs;
     for (;;) {
       const left = Math.max(0, giveUpAt - now());
       const body: Record<string, unknown> = {
-        ttl_ms: wireMillis(ttlMs),
         wait_ms: Math.floor(left),
         owner,
         request_id: requestId,
       };
+      // Under a session, the lease's TTL and lock-delay are the session's.
+      if (session) body["session"] = session.token;
+      else body["ttl_ms"] = wireMillis(ttlMs);
       if (lockDelayMs !== undefined) body["lock_delay_ms"] = Math.floor(lockDelayMs);
       if (options.fair) body["fair"] = true; // sent only when set
       if (options.shared) body["mode"] = "shared"; // likewise
@@ -381,10 +472,16 @@ export class Client {
       try {
         answer = await this._call<LeaseAnswer>("POST", path, body, { extraMs: left, signal: options.signal });
       } catch (error) {
+        sessionRefused(session, error);
         const pause = pauseAfter(error, sent, giveUpAt);
         if (pause === undefined) throw error;
         await sleep(pause, options.signal);
         continue;
+      }
+      if (session) {
+        const lease = new Lease(this, kind, answer, sent, session.helper?.ttlMs ?? answer.ttl_ms);
+        holdUnder(lease, session);
+        return lease;
       }
       const lease = new Lease(this, kind, answer, sent, ttlMs);
       // A grant that waited: its deadline counted from this send time may be

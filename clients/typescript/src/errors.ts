@@ -90,11 +90,37 @@ export class LeaseLost extends LockBrokerError {
   get forceReleasedBy(): string | undefined {
     return stringOr(this.details["force_released_by"]);
   }
-  /** `"lease_lost"` when the broker said so, `"expired"` when the lease ran out without a renewal. */
+  /**
+   * `"lease_lost"` when the broker said so, `"expired"` when the lease ran out
+   * without a renewal, `"session_lost"` (a {@link SessionLost}) when the
+   * session it was held under ended.
+   */
   get reason(): string {
     return stringOr(this.details["reason"]) ?? "lease_lost";
   }
 }
+
+/**
+ * 409 `session_lost`: the session is not open (it expired, was closed, or the
+ * token is not its), or a session helper saw it run out (no keepalive
+ * succeeded before its TTL passed by the local clock). Every lease under it
+ * is lost with it, with this as its reason: treat the work done under them as
+ * possibly duplicated, and open a new session to go on. A {@link LeaseLost},
+ * so code that handles a lost lease handles this one too.
+ */
+export class SessionLost extends LeaseLost {
+  /** Always `"session_lost"`. */
+  override get reason(): string {
+    return "session_lost";
+  }
+}
+
+/**
+ * 409 `session_full`: the session holds as many leases as the broker lets one
+ * hold (`locks.max_leases_per_session`). Nothing was granted; release some, or
+ * take more under another session.
+ */
+export class SessionFull extends LockBrokerError {}
 
 /** 409 `max_hold_exceeded`: the broker will not extend the lease further. */
 export class MaxHoldExceeded extends LockBrokerError {
@@ -118,8 +144,8 @@ export class LimitConflict extends LockBrokerError {
 /**
  * Nothing was done and retrying later is safe: the broker could not be reached
  * (`code` `"transport"`), or answered `backend_unavailable`, `shutting_down`,
- * `overloaded`, `too_many_waiters`, `too_many_streams`, `rate_limited`, `request_timeout`,
- * `internal` or another 5xx. `retryAfterMs` carries the broker's `Retry-After`.
+ * `overloaded`, `too_many_waiters`, `too_many_sessions`, `too_many_streams`, `rate_limited`,
+ * `request_timeout`, `internal` or another 5xx. `retryAfterMs` carries the broker's `Retry-After`.
  */
 export class BrokerUnavailable extends LockBrokerError {}
 
@@ -143,12 +169,15 @@ type ErrorClass = new (message: string, init: ErrorInit) => LockBrokerError;
 export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   lock_busy: LockBusy,
   lease_lost: LeaseLost,
+  session_lost: SessionLost,
+  session_full: SessionFull,
   max_hold_exceeded: MaxHoldExceeded,
   limit_conflict: LimitConflict,
   backend_unavailable: BrokerUnavailable,
   shutting_down: BrokerUnavailable,
   overloaded: BrokerUnavailable,
   too_many_waiters: BrokerUnavailable,
+  too_many_sessions: BrokerUnavailable,
   too_many_streams: BrokerUnavailable,
   contended: BrokerUnavailable,
   rate_limited: BrokerUnavailable,

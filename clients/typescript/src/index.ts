@@ -12,6 +12,8 @@
  *
  * `client.acquireAll([...])` takes a lease on every lock named or on none;
  * `client.lockAll([...])` keeps them renewed, with one signal for the set.
+ * `client.session()` opens a session whose one keepalive keeps every lease
+ * taken under it.
  *
  * @module
  */
@@ -33,6 +35,17 @@ export {
 export { Lease } from "./lease.js";
 export { LeaseSet, type AcquireAllOptions, type LockAllOptions, type LockAsk, type ReleaseResult } from "./multi.js";
 export { DEFAULT_LEADER_MAX_HOLD_MS, Leader, type LeaderOptions } from "./leader.js";
+export {
+  Session,
+  type OpenedSession,
+  type SessionAcquireAllOptions,
+  type SessionAcquireOptions,
+  type SessionLeaseRef,
+  type SessionOptions,
+  type SessionPermitOptions,
+  type SessionRenewal,
+  type SessionStatus,
+} from "./session.js";
 export type { FenceCheck, Holder, LeaseMode, LockStatus, SemaphoreStatus } from "./status.js";
 export type { LaggedEvent, LockEvent, LockStateEvent, StateCompleteEvent, WatchEvent } from "./sse.js";
 export { DEFAULT_IDLE_TIMEOUT_MS, Watch, type WatchOptions } from "./watch.js";
@@ -46,6 +59,8 @@ export {
   LockBrokerError,
   LockBusy,
   MaxHoldExceeded,
+  SessionFull,
+  SessionLost,
   errorFromResponse,
   type ErrorInit,
 } from "./errors.js";

@@ -35,7 +35,16 @@ export interface ReleaseAnswer {
 }
 
 /** Longest pause between renewal retries while the broker cannot be reached. */
-const RETRY_PAUSE_MS = 1000;
+export const RETRY_PAUSE_MS = 1000;
+
+/**
+ * @internal What a lease held under a session helper asks of the session:
+ * the lease's deadline is the session's, so a lease that finds it passed has
+ * the session check its own (and end every lease under it).
+ */
+export interface SessionHold {
+  _lapse(): void;
+}
 
 /**
  * A granted lease: `fence` for the protected resource, `token` (secret) to
@@ -77,6 +86,10 @@ export class Lease {
   #release: Promise<void> | undefined;
   // Whether the loss already reached the work (throwIfLost threw it).
   #lossThrown = false;
+  // Held under a session: never extended on its own.
+  #underSession = false;
+  // The session helper keeping it, whose deadline is the lease's.
+  #session: SessionHold | undefined;
 
   /** @internal */
   constructor(client: Client, kind: Kind, answer: LeaseAnswer, sent: number, ttlMs: number) {
@@ -114,7 +127,10 @@ export class Lease {
     return this.#lost !== undefined;
   }
 
-  /** Why the lease was lost: `"lease_lost"` (the broker said so) or `"expired"`. */
+  /**
+   * Why the lease was lost: `"lease_lost"` (the broker said so), `"expired"`,
+   * or `"session_lost"` (the session it was held under ended).
+   */
   get lostReason(): string | undefined {
     return this.#lost?.reason;
   }
@@ -151,9 +167,15 @@ export class Lease {
     return Math.max(0, Math.floor(this.#deadline - now()));
   }
 
-  /** Throws {@link LeaseLost} if the lease is lost or past its deadline. */
+  /**
+   * Throws {@link LeaseLost} if the lease is lost or past its deadline (a
+   * {@link SessionLost} for a lease whose session ended).
+   */
   throwIfLost(): void {
-    if (!this.#lost && !this.#released && this.#deadline - now() <= 0) this.#markLost(this.#expired());
+    if (!this.#lost && !this.#released && this.#deadline - now() <= 0) {
+      if (this.#session) this.#session._lapse();
+      else this.#markLost(this.#expired());
+    }
     if (this.#lost) {
       this.#lossThrown = true;
       throw this.#lost;
@@ -178,9 +200,14 @@ export class Lease {
 
   /**
    * Sets the remaining TTL to `ttlMs` (default: the lease's TTL). A lease
-   * already lost or released is never extended: that throws at once.
+   * already lost or released is never extended: that throws at once. A lease
+   * under a session is renewed by the session's keepalives only, and throws
+   * `TypeError` here.
    */
   async extend(ttlMs: number = this.ttlMs): Promise<void> {
+    if (this.#underSession) {
+      throw new TypeError("a lease under a session is kept by the session's keepalives, not extended on its own");
+    }
     await this.#extend(ttlMs, undefined);
   }
 
@@ -222,6 +249,43 @@ export class Lease {
     await this.#renewing;
   }
 
+  /**
+   * @internal Whether the broker has nothing left to release: it said the
+   * lease is gone, or the session it was held under ended.
+   */
+  get _gone(): boolean {
+    return this.#lost?.reason === "lease_lost" || this.#lost?.reason === "session_lost";
+  }
+
+  /**
+   * @internal Holds the lease under a session: it is never extended on its
+   * own. With the session's helper, its deadline is the session's from now on.
+   */
+  _underSession(session: SessionHold | undefined): void {
+    this.#underSession = true;
+    this.#session = session;
+  }
+
+  /** @internal A keepalive of the lease's session renewed it: its new local deadline and broker expiry. */
+  _renewedWith(deadline: number, expiresAtMs: number): void {
+    if (this.#lost || this.#released) return;
+    this.#deadline = deadline;
+    this.#expiresAtMs = expiresAtMs;
+  }
+
+  /** @internal The lease's session (or the broker, at a keepalive of the session) ended it. */
+  _loseWith(error: LeaseLost): void {
+    this.#markLost(error);
+  }
+
+  /** @internal The session the lease was held under was closed, which released it. */
+  _releasedWithSession(): void {
+    if (this.#lost || this.#released) return;
+    this.#released = true;
+    this.#release ??= Promise.resolve();
+    this.#end(new LockBrokerError("the lease was released with its session", { code: "released" }));
+  }
+
   /** @internal Where extends and releases of this lease go. */
   get _kind(): Kind {
     return this.#kind;
@@ -232,14 +296,15 @@ export class Lease {
   ): Promise<void> {
     await this._stopRenewing();
     try {
-      if (this.#lost?.reason === "lease_lost") throw this.#lost; // nothing left to release
+      if (this._gone) throw this.#lost; // nothing left to release
       let answer: ReleaseAnswer;
       try {
         answer = await send();
       } catch (error) {
         if (error instanceof LeaseLost) {
+          if (this.#released) return; // its session's close released it meanwhile
           this.#markLost(error);
-          throw error;
+          throw this.#lost?.reason === "session_lost" ? this.#lost : error;
         }
         throw this.#lost ?? error;
       }

@@ -18,6 +18,7 @@ import {
 import { now } from "./clock.js";
 import { LeaseLost, LockBrokerError, errorFromDetail } from "./errors.js";
 import { Lease, makeAsyncDisposable, runThenRelease, type LeaseAnswer, type ReleaseAnswer } from "./lease.js";
+import { holdUnder, sessionAsk, sessionRefused } from "./session.js";
 import { defaultOwner, duration, newRequestId, resourcePath, sleep, wireMillis } from "./util.js";
 
 const ACQUIRE_ALL = "/v1/locks/acquire-all";
@@ -38,7 +39,8 @@ export type AcquireAllOptions = Omit<AcquireOptions, "shared" | "fair">;
 
 /**
  * The optional arguments of {@link Client.lockAll}: {@link LockOptions}
- * without `shared` (each {@link LockAsk} says it) and `fair`.
+ * without `shared` (each {@link LockAsk} says it) and `fair`. (A lease under
+ * a session is kept by the session, not renewed on its own.)
  */
 export type LockAllOptions = Omit<LockOptions, "shared" | "fair">;
 
@@ -81,11 +83,12 @@ export async function acquireAll(
   if (unsupported.shared !== undefined || unsupported.fair !== undefined) {
     throw new TypeError("acquireAll takes `shared` from each lock, and has no `fair`");
   }
+  const session = sessionAsk(options);
   const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
   const waitMs = duration(options.waitMs ?? 0, "waitMs", true);
   const lockDelayMs = options.lockDelayMs === undefined ? undefined : duration(options.lockDelayMs, "lockDelayMs", true);
   if (asks.length === 0) return [];
-  const owner = options.owner ?? (await defaultOwner());
+  const owner = options.owner ?? session?.helper?.owner ?? (await defaultOwner());
   const requestId = options.requestId || newRequestId();
   // An exclusive lease is the broker's default: no mode.
   const wireLocks = asks.map((ask) => (ask.shared ? { name: ask.name, mode: "shared" } : { name: ask.name }));
@@ -94,30 +97,38 @@ export async function acquireAll(
     const left = Math.max(0, giveUpAt - now());
     const body: Record<string, unknown> = {
       locks: wireLocks,
-      ttl_ms: wireMillis(ttlMs),
       wait_ms: Math.floor(left),
       owner,
       request_id: requestId,
     };
+    // Under a session, the leases' TTL and lock-delay are the session's.
+    if (session) body["session"] = session.token;
+    else body["ttl_ms"] = wireMillis(ttlMs);
     if (lockDelayMs !== undefined) body["lock_delay_ms"] = Math.floor(lockDelayMs);
     const sent = now();
     let answer: { leases?: LeaseAnswer[] };
     try {
       answer = await client._call("POST", ACQUIRE_ALL, body, { extraMs: left, signal: options.signal });
     } catch (error) {
+      sessionRefused(session, error);
       const pause = pauseAfter(error, sent, giveUpAt);
       if (pause === undefined) throw error;
       await sleep(pause, options.signal);
       continue;
     }
     const granted = Array.isArray(answer.leases) ? answer.leases : [];
+    const leaseTtlMs = (one: LeaseAnswer): number => (session ? (session.helper?.ttlMs ?? one.ttl_ms) : ttlMs);
     if (granted.length !== asks.length || granted.some((one, i) => one?.name !== asks[i]?.name)) {
       // Every grant with a name and a token goes back, rather than held until it expires.
       const held = granted.filter((one) => typeof one?.name === "string" && typeof one.token === "string");
-      await giveBack(client, held.map((one) => new Lease(client, "locks", one, sent, ttlMs)));
+      await giveBack(client, held.map((one) => new Lease(client, "locks", one, sent, leaseTtlMs(one))));
       throw new LockBrokerError("acquire-all answered other locks than asked for", { code: "bad_response", status: 200 });
     }
-    const leases = granted.map((one) => new Lease(client, "locks", one, sent, ttlMs));
+    const leases = granted.map((one) => new Lease(client, "locks", one, sent, leaseTtlMs(one)));
+    if (session) {
+      for (const lease of leases) holdUnder(lease, session);
+      return leases;
+    }
     // A grant that waited: bound each deadline by an extend sent now.
     if (now() - sent > ttlMs * RESYNC_SHARE) {
       try {
@@ -143,6 +154,11 @@ export async function lockAll(
   locks: ReadonlyArray<string | LockAsk>,
   options: LockAllOptions,
 ): Promise<LeaseSet> {
+  if ((options as AcquireOptions).session !== undefined) {
+    throw new TypeError(
+      "renewed leases are not taken under a session: use acquireAll(locks, { session }) or session.acquireAll(locks)",
+    );
+  }
   const ttlMs = duration(options.ttlMs ?? DEFAULT_TTL_MS, "ttlMs", false);
   const maxHoldMs = duration(options.maxHoldMs ?? DEFAULT_MAX_HOLD_MS, "maxHoldMs", false);
   if (maxHoldMs < ttlMs) throw new RangeError(`maxHoldMs (${maxHoldMs}) must be at least ttlMs (${ttlMs})`);
@@ -317,7 +333,7 @@ export async function releaseAll(client: Client, leases: ReadonlyArray<Lease>): 
   }
   // Asked about: each lease once, unless its release already started or the
   // broker already said it is lost (its own release would not ask either).
-  const asked = [...new Set(leases)].filter((lease) => !lease._releasing && lease.lostReason !== "lease_lost");
+  const asked = [...new Set(leases)].filter((lease) => !lease._releasing && !lease._gone);
   await Promise.all(asked.map((lease) => lease._stopRenewing()));
   const answers = asked.length === 0 ? Promise.resolve([]) : requestReleaseAll(client, asked);
   answers.catch(() => undefined); // each lease's release below reports it

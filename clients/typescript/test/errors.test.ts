@@ -11,6 +11,8 @@ import {
   LeaseLost,
   LockBrokerError,
   LockBusy,
+  SessionFull,
+  SessionLost,
   errorFromResponse,
 } from "lockbroker";
 import { REPO } from "./harness.js";
@@ -45,4 +47,12 @@ test("holder details come from the error body", () => {
   );
   assert.ok(busy instanceof LockBusy);
   assert.deepEqual([busy.owner, busy.fence, busy.expiresInMs, busy.availableInMs], ["w-1", 7, 10, 20]);
+});
+
+test("a lost session is a lost lease, with its own reason", () => {
+  const lost = errorFromResponse(409, { error: { code: "session_lost", message: "m" } }, null);
+  assert.ok(lost instanceof SessionLost && lost instanceof LeaseLost);
+  assert.deepEqual([lost.reason, lost.status], ["session_lost", 409]);
+  const full = errorFromResponse(409, { error: { code: "session_full", message: "m" } }, null);
+  assert.ok(full instanceof SessionFull && !(full instanceof LeaseLost));
 });

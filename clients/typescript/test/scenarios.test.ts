@@ -19,9 +19,11 @@ import {
   LockBrokerError,
   LockBusy,
   MaxHoldExceeded,
+  SessionLost,
   type FenceCheck,
   type Leader,
   type Lease,
+  type Session,
   type Watch,
   type WatchEvent,
 } from "lockbroker";
@@ -52,6 +54,13 @@ const STEP_ARGS: Record<string, string[]> = {
   campaign: ["lock", "ttl_ms", "max_hold_ms", "owner"],
   leader_state: ["candidate"],
   resign: ["candidate"],
+  open_session: ["ttl_ms", "owner", "lock_delay_ms"],
+  session_acquire: ["session", "lock", "shared", "wait_ms", "owner"],
+  session_acquire_permit: ["session", "semaphore", "limit", "wait_ms", "owner"],
+  session_status: ["session"],
+  session_state: ["session"],
+  close_session: ["session"],
+  end_session_elsewhere: ["session"],
 };
 /** Keys every step may have, besides its operation's arguments. */
 const COMMON_KEYS = ["do", "as", "expect", "within_ms", "async", "note"];
@@ -64,6 +73,8 @@ const READ_STEPS = [
   "lease_check_fence",
   "lease_state",
   "leader_state",
+  "session_status",
+  "session_state",
 ];
 const ASYNC_STEPS = ["acquire", "acquire_permit", "lock", "campaign"];
 /** How long a campaign or an awaited async step may take. */
@@ -112,6 +123,7 @@ class Replay {
   readonly watches = new Map<string, { watch: Watch; events: AsyncIterator<WatchEvent> }>();
   readonly pending = new Map<string, Promise<Outcome>>();
   readonly candidates = new Map<string, Leader>();
+  readonly sessions = new Map<string, Session>();
   /** Set as the scenario ends, which stops every candidate: an election still awaited is over. */
   closing = false;
 
@@ -149,6 +161,7 @@ class Replay {
       if (done.lease) this.leases.set(`${this.leases.size} (async)`, done.lease);
     }
     for (const lease of this.leases.values()) await lease.release().catch(() => undefined);
+    for (const session of this.sessions.values()) await session.close().catch(() => undefined);
   }
 
   /** Checks a step's keys against the vocabulary; returns its operation. */
@@ -283,6 +296,42 @@ class Replay {
         case "resign":
           await this.candidate(label, str("candidate")).resign();
           return { result: {} };
+        case "open_session": {
+          if (typeof step["as"] !== "string") throw new Malformed(`${label}: a session needs as`);
+          const session = await client.session({ ttlMs: ms("ttl_ms"), owner: str("owner"), lockDelayMs: ms("lock_delay_ms") });
+          this.sessions.set(step["as"] as string, session);
+          return {
+            result: { id: session.id, ttl_ms: session.ttlMs, owner: session.owner, lock_delay_ms: session.lockDelayMs },
+          };
+        }
+        case "session_acquire":
+          return this.granted(
+            await this.session(label, str("session")).acquire(name("lock"), {
+              shared: arg("shared") === true,
+              waitMs: ms("wait_ms"),
+              owner: str("owner"),
+            }),
+          );
+        case "session_acquire_permit":
+          return this.granted(
+            await this.session(label, str("session")).acquirePermit(name("semaphore"), this.int(label, arg("limit")), {
+              waitMs: ms("wait_ms"),
+              owner: str("owner"),
+            }),
+          );
+        case "session_status": {
+          const s = await client.sessionStatus(this.session(label, str("session")).id);
+          return { result: { open: s.open, owner: s.owner, leases: s.leases, ttl_ms: s.ttlMs } };
+        }
+        case "session_state":
+          return { result: sessionState(label, this.session(label, str("session"))) };
+        case "close_session":
+          return { result: { leases_released: await this.session(label, str("session")).close() } };
+        case "end_session_elsewhere": {
+          const session = this.session(label, str("session"));
+          await client.closeSession(session.id, session.token);
+          return { result: {} };
+        }
       }
     } catch (error) {
       if (error instanceof Malformed || error instanceof assert.AssertionError) throw error;
@@ -303,6 +352,12 @@ class Replay {
       await sleep(50);
     }
     return { result: { term: leader.term } };
+  }
+
+  session(label: string, name: string | undefined): Session {
+    const session = name === undefined ? undefined : this.sessions.get(name);
+    if (!session) throw new Malformed(`${label}: no session ${String(name)}`);
+    return session;
   }
 
   candidate(label: string, name: string | undefined): Leader {
@@ -430,6 +485,19 @@ function leaseState(label: string, lease: Lease): Json {
   return { state, lost_reason: state === "lost" ? (lease.lostReason ?? null) : null };
 }
 
+/** The session helper's own account, with its signal required to agree: aborted once lost or closed, not before. */
+function sessionState(label: string, session: Session): Json {
+  let state = session.closed ? "closed" : "open";
+  try {
+    session.throwIfLost();
+  } catch (error) {
+    if (!(error instanceof SessionLost)) throw error;
+    state = "lost";
+  }
+  assert.equal(session.signal.aborted, state !== "open", `${label}: the session is ${state} but signal.aborted is ${session.signal.aborted}`);
+  return { state };
+}
+
 /** The candidate's own account: its term while it leads, whether its term was lost, and who leads as the lock's events show it. */
 function leaderState(leader: Leader): Json {
   return {
@@ -458,6 +526,7 @@ function errorOf(error: unknown): [string, Json] {
       },
     ];
   }
+  if (error instanceof SessionLost) return ["session_lost", {}];
   if (error instanceof LeaseLost) return ["lease_lost", {}];
   if (error instanceof LimitConflict) return ["limit_conflict", { limit: error.limit ?? null }];
   if (error instanceof MaxHoldExceeded) return ["max_hold_exceeded", {}];

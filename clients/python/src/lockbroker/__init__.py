@@ -14,7 +14,9 @@
 ``client.lock(name, shared=True)`` holds a shared lease, and
 ``client.semaphore(name, limit=3)`` one of a semaphore's permits, the same way.
 ``client.watch(name)`` iterates a lock's events, and ``client.leader(name)``
-campaigns for leadership. ``AsyncClient`` is the asyncio twin (``async with
+campaigns for leadership. ``with client.session(ttl=10) as session:`` keeps one
+session alive, whose keepalives renew every lease taken with
+``session.acquire(name)``. ``AsyncClient`` is the asyncio twin (``async with
 client.lock(...)``).
 """
 
@@ -22,7 +24,16 @@ from ._events import Lagged, LockEvent, LockState, StateComplete, WatchEvent
 from ._multi import LockAsk, ReleaseResult
 from ._options import DEFAULT_MAX_HOLD, DEFAULT_TIMEOUT, DEFAULT_TTL
 from ._version import __version__
-from ._wire import FenceCheck, Holder, LockStatus, SemaphoreStatus
+from ._wire import (
+    EndedLease,
+    FenceCheck,
+    Holder,
+    LockStatus,
+    SemaphoreStatus,
+    SessionGrant,
+    SessionRenewal,
+    SessionStatus,
+)
 from .aio import (
     AsyncClient,
     AsyncLeader,
@@ -32,6 +43,7 @@ from .aio import (
     AsyncLockAll,
     AsyncPermit,
     AsyncSemaphore,
+    AsyncSession,
     AsyncWatch,
 )
 from .client import (
@@ -44,6 +56,7 @@ from .client import (
     Permit,
     Renewal,
     Semaphore,
+    Session,
     Watch,
 )
 from .errors import (
@@ -55,6 +68,8 @@ from .errors import (
     LockBrokerError,
     LockBusy,
     MaxHoldExceeded,
+    SessionFull,
+    SessionLost,
 )
 
 __all__ = [
@@ -66,6 +81,7 @@ __all__ = [
     "AsyncLockAll",
     "AsyncPermit",
     "AsyncSemaphore",
+    "AsyncSession",
     "AsyncWatch",
     "AuthError",
     "BrokerUnavailable",
@@ -73,6 +89,7 @@ __all__ = [
     "DEFAULT_MAX_HOLD",
     "DEFAULT_TIMEOUT",
     "DEFAULT_TTL",
+    "EndedLease",
     "FenceCheck",
     "Holder",
     "InvalidRequest",
@@ -96,6 +113,12 @@ __all__ = [
     "Renewal",
     "Semaphore",
     "SemaphoreStatus",
+    "Session",
+    "SessionFull",
+    "SessionGrant",
+    "SessionLost",
+    "SessionRenewal",
+    "SessionStatus",
     "StateComplete",
     "Watch",
     "WatchEvent",

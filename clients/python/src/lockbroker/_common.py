@@ -8,7 +8,9 @@ one place. Each lives in the module of its concern:
 - :mod:`._retry`: the retry rule of one acquire (:class:`AcquireAttempts`);
 - :mod:`._lease`: the lease record (:class:`LeaseBase`) and what leaving a
   ``lock()`` block means (:class:`LockBase`);
-- :mod:`._renewals`: the renewer's state machine (:class:`Renewals`).
+- :mod:`._renewals`: the renewer's state machine (:class:`Renewals`);
+- :mod:`._sessions`: a session helper's state (:class:`SessionBase`) and its
+  keepalive loop's state machine (:class:`Keepalives`).
 
 :mod:`lockbroker.client` and :mod:`lockbroker.aio` keep only what differs:
 blocking calls and threads there, awaited calls and tasks here."""
@@ -28,6 +30,7 @@ from ._options import (
 )
 from ._renewals import CAP_GAP_SHARE, MIN_CAP_GAP, RETRY_PAUSE, Action, Renewals, Step
 from ._retry import RESYNC_SHARE, AcquireAttempts, new_request_id
+from ._sessions import Keepalives, SessionBase
 from ._wire import (
     EXCLUSIVE,
     LOCKS,
@@ -73,6 +76,7 @@ __all__ = [
     "Duration",
     "FenceCheck",
     "Holder",
+    "Keepalives",
     "LeaseBase",
     "LockBase",
     "LockOptions",
@@ -81,6 +85,7 @@ __all__ = [
     "Renewals",
     "Request",
     "SemaphoreStatus",
+    "SessionBase",
     "Step",
     "acquire_body",
     "count",

@@ -12,7 +12,13 @@ from typing import Any, Callable, ClassVar, Dict, Iterator, List, Optional, Tupl
 
 from ._options import Duration, LockOptions, seconds
 from ._wire import EXCLUSIVE, LOCKS, PERMIT
-from .errors import BrokerUnavailable, LeaseLost, LockBrokerError, MaxHoldExceeded
+from .errors import (
+    BrokerUnavailable,
+    LeaseLost,
+    LockBrokerError,
+    MaxHoldExceeded,
+    SessionLost,
+)
 
 log = logging.getLogger("lockbroker")
 
@@ -66,12 +72,19 @@ class LeaseBase:
         self.release_acknowledged: Optional[bool] = None
         #: Why ``lost`` was set: ``"lease_lost"`` when the broker said so,
         #: ``"expired"`` when the deadline passed without a renewal,
-        #: ``"renewer_failed"`` when the renewer itself broke down.
+        #: ``"renewer_failed"`` when the renewer itself broke down,
+        #: ``"session_lost"`` when the session it was taken under was lost.
         self.lost_reason: Optional[str] = None
         #: Told of this lease once it is marked lost, after ``lost`` is set: how
         #: the leases of one ``lock_all()`` share a loss.
         self._on_lost: List[Callable[["LeaseBase"], None]] = []
         self._token: str = data["token"]
+        #: The id of the session this lease was taken under (``None`` for a lease
+        #: of its own): the session's keepalives renew it, never an extend.
+        self.session_id: Optional[str] = None
+        #: The session helper this lease was taken through, which keeps it (a
+        #: :class:`lockbroker._sessions.SessionBase`), or ``None``.
+        self._session: Any = None
 
     @property
     def token(self) -> str:
@@ -83,19 +96,26 @@ class LeaseBase:
         return max(0.0, self.deadline - time.monotonic())
 
     def raise_if_lost(self) -> None:
-        """Raise :class:`LeaseLost` if the lease is lost or past its deadline."""
+        """Raise :class:`LeaseLost` if the lease is lost or past its deadline
+        (:class:`SessionLost` when the session it was taken under was lost)."""
+        if not self.lost.is_set() and self._session is not None:
+            self._session._check_lease(self)  # lost with its session
         if not self.lost.is_set() and self.remaining() <= 0:
             self._mark_lost("expired")
         if self.lost.is_set():
-            raise LeaseLost(
-                f"the lease on {self.name!r} (fence {self.fence}) is lost; another holder "
-                "may already be running, so stop and treat this work as possibly duplicated",
-                code="lease_lost",
-            )
+            raise _lost_error(self, "is lost; another holder may already be running, so "
+                              "stop and treat this work as possibly duplicated")
 
     def _extend_ttl(self, ttl: Optional[Duration]) -> float:
         """The TTL an explicit extend asks for; raises :class:`LeaseLost` first if
-        the lease is already lost, since a lost lease is never extended."""
+        the lease is already lost, since a lost lease is never extended, and
+        :class:`RuntimeError` for a lease under a session, which ends with its
+        session and is renewed only by the session's keepalives."""
+        if self.session_id is not None:
+            raise RuntimeError(
+                f"the lease on {self.name!r} is under session {self.session_id}: its "
+                "keepalives renew it, and it is never extended on its own"
+            )
         ttl_s = self.ttl if ttl is None else seconds(ttl, "ttl")
         self.raise_if_lost()
         return ttl_s
@@ -246,10 +266,13 @@ def exit_error(lease: LeaseBase, error: Optional[LockBrokerError]) -> Optional[L
     return None
 
 
-def _lost_error(lease: LeaseBase) -> LeaseLost:
-    return LeaseLost(
-        f"the lease on {lease.name!r} (fence {lease.fence}) was lost while the work ran "
-        f"({lease.lost_reason}); another holder may already have run, so treat the work "
-        "as possibly duplicated",
-        code="lease_lost",
-    )
+def _lost_error(lease: LeaseBase, what: Optional[str] = None) -> LeaseLost:
+    """The error for ``lease``, known lost: :class:`SessionLost` when its
+    session was lost, else :class:`LeaseLost`."""
+    if what is None:
+        what = (f"was lost while the work ran ({lease.lost_reason}); another holder may "
+                "already have run, so treat the work as possibly duplicated")
+    message = f"the lease on {lease.name!r} (fence {lease.fence}) {what}"
+    if lease.lost_reason == "session_lost":
+        return SessionLost(f"{message} (its session was lost)", code="session_lost")
+    return LeaseLost(message, code="lease_lost")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar, Optional, Type, TypeVar, Union
 
@@ -18,6 +18,16 @@ Duration = Union[int, float, timedelta]
 
 #: TTL of a lease when none is given: finite, like everything here.
 DEFAULT_TTL = 30.0
+
+
+class _DefaultTtl(float):
+    """:data:`DEFAULT_TTL` as the default argument of an acquire: a float like
+    any other, which an acquire under a session (whose leases take the
+    session's TTL) can tell apart from a TTL the caller gave."""
+
+
+#: The ``ttl`` default of the single acquires.
+ACQUIRE_TTL: float = _DefaultTtl(DEFAULT_TTL)
 #: How long ``lock()`` keeps renewing a lease at most, unless told otherwise.
 DEFAULT_MAX_HOLD = 3600.0
 #: Seconds one HTTP exchange may take (plus the wait, for a waiting acquire).
@@ -69,6 +79,9 @@ class LockOptions:
     shared: bool = False
     #: The semaphore's limit: set for a permit, ``None`` for a lock's lease.
     limit: Optional[int] = None
+    #: The token of the session to take the lease under (a secret: not in
+    #: ``repr()``); the lease then has the session's TTL and lock-delay.
+    session: Optional[str] = field(default=None, repr=False)
 
     @property
     def kind(self) -> str:
@@ -87,11 +100,22 @@ class LockOptions:
         max_hold: Optional[Duration] = None,
         shared: bool = False,
         limit: Optional[int] = None,
+        session: Optional[str] = None,
     ) -> "LockOptions":
         """Durations as seconds; raises :class:`TypeError` or :class:`ValueError`
         for ``None``, negatives, NaN and infinity, for a ``max_hold`` shorter
-        than the TTL (the first renewal could then not happen at all), and for a
-        ``limit`` that is not a whole number of at least 1."""
+        than the TTL (the first renewal could then not happen at all), for a
+        ``limit`` that is not a whole number of at least 1, and for a ``ttl`` or
+        ``lock_delay`` given with a ``session`` (whose own they are)."""
+        if session is not None:
+            if not isinstance(session, str) or not session:
+                raise TypeError("session must be a session's token or a session helper")
+            if not isinstance(ttl, _DefaultTtl):
+                raise ValueError("a lease under a session has the session's TTL: leave out ttl")
+            if lock_delay is not None:
+                raise ValueError(
+                    "a lease under a session has the session's lock_delay: leave it out"
+                )
         ttl_s = seconds(ttl, "ttl")
         wait_s = seconds(wait, "wait", allow_zero=True)
         hold_s = None
@@ -103,7 +127,7 @@ class LockOptions:
         limit_n = None if limit is None else count(limit, "limit")
         if shared and limit_n is not None:
             raise ValueError("a semaphore's permits have no shared mode")
-        return cls(ttl_s, wait_s, owner, delay_s, fair, hold_s, bool(shared), limit_n)
+        return cls(ttl_s, wait_s, owner, delay_s, fair, hold_s, bool(shared), limit_n, session)
 
 
 # -- the client --------------------------------------------------------------------

@@ -52,7 +52,8 @@ class AcquireAttempts:
         left = max(0.0, self.give_up_at - time.monotonic())
         o = self.options
         body = acquire_body(
-            o.ttl, left, self.owner, self.request_id, o.lock_delay, o.fair, o.shared, o.limit
+            o.ttl, left, self.owner, self.request_id, o.lock_delay, o.fair, o.shared, o.limit,
+            o.session,
         )
         self.sent_at = time.monotonic()
         return ("POST", self.path, body), self.timeout + left

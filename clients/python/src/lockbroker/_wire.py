@@ -4,7 +4,7 @@ Both clients send what these build and read what they parse."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 from urllib.parse import quote
 
@@ -52,19 +52,22 @@ def acquire_body(
     fair: bool = False,
     shared: bool = False,
     limit: Optional[int] = None,
+    session: Optional[str] = None,
 ) -> Dict[str, Any]:
     """The JSON body of an acquire. ``fair`` and ``"mode": "shared"`` are sent only
     when set, so brokers without fair queueing or shared locks keep accepting the
-    default; ``limit`` goes only to a semaphore's acquire, which requires it."""
-    body: Dict[str, Any] = {
-        "ttl_ms": millis(ttl),
-        "wait_ms": int(wait * 1000),
-        "request_id": request_id,
-    }
+    default; ``limit`` goes only to a semaphore's acquire, which requires it. With
+    ``session`` (a session's token) the lease takes its TTL and lock-delay from
+    the session, so ``ttl`` and ``lock_delay`` are left out."""
+    body: Dict[str, Any] = {"wait_ms": int(wait * 1000), "request_id": request_id}
+    if session is not None:
+        body["session"] = session
+    else:
+        body["ttl_ms"] = millis(ttl)
+        if lock_delay is not None:
+            body["lock_delay_ms"] = int(lock_delay * 1000)
     if owner is not None:
         body["owner"] = owner
-    if lock_delay is not None:
-        body["lock_delay_ms"] = int(lock_delay * 1000)
     if fair:
         body["fair"] = True
     if shared:
@@ -274,3 +277,164 @@ def released_acknowledged(data: Dict[str, Any]) -> Optional[bool]:
     answer has no ``acknowledged`` (the broker does not wait for replicas)."""
     acknowledged = data.get("acknowledged")
     return None if acknowledged is None else bool(acknowledged)
+
+
+# -- sessions ------------------------------------------------------------------------
+
+SESSIONS_PATH = "/v1/sessions"
+
+
+def session_path(session_id: str, action: Optional[str] = None) -> str:
+    """``/v1/sessions/{id}[/action]`` with the id percent-encoded (the broker
+    answers ``400`` naming ``id`` for one it did not issue)."""
+    if not isinstance(session_id, str) or not session_id:
+        raise ValueError("a session id must be a non-empty string")
+    path = f"{SESSIONS_PATH}/" + quote(session_id, safe="")
+    return f"{path}/{action}" if action else path
+
+
+def open_session_request(
+    ttl: float, owner: Optional[str], lock_delay: Optional[float]
+) -> Request:
+    """``POST /v1/sessions``; a ``lock_delay`` of ``None`` is the broker's default."""
+    body: Dict[str, Any] = {"ttl_ms": millis(ttl)}
+    if owner is not None:
+        body["owner"] = owner
+    if lock_delay is not None:
+        body["lock_delay_ms"] = int(lock_delay * 1000)
+    return "POST", SESSIONS_PATH, body
+
+
+def keep_session_request(session_id: str, token: str) -> Request:
+    """``POST /v1/sessions/{id}/keepalive``: the token goes in the body, never the URL."""
+    return "POST", session_path(session_id, "keepalive"), {"token": _token(token)}
+
+
+def close_session_request(session_id: str, token: str) -> Request:
+    """``POST /v1/sessions/{id}/close``."""
+    return "POST", session_path(session_id, "close"), {"token": _token(token)}
+
+
+def session_status_request(session_id: str) -> Request:
+    """``GET /v1/sessions/{id}``."""
+    return "GET", session_path(session_id), None
+
+
+def _token(token: str) -> str:
+    if not isinstance(token, str) or not token:
+        raise ValueError("a session token must be a non-empty string")
+    return token
+
+
+@dataclass(frozen=True)
+class SessionGrant:
+    """The broker's answer to opening a session: the only one that carries its
+    ``token``, which is left out of ``repr()``."""
+
+    #: The session's id, for its routes. Not a secret.
+    id: str
+    #: The secret that keeps and closes the session and takes leases under it.
+    token: str = field(repr=False)
+    #: Seconds each keepalive keeps the session (and every lease under it).
+    ttl: float
+    #: When the session expires without a keepalive, in Unix ms of the broker's clock.
+    expires_at_ms: int
+    #: Seconds the session is sure to stay valid from when the answer left.
+    validity: float
+    #: The lock-delay of every lease under the session, in seconds.
+    lock_delay: float
+    owner: Optional[str]
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SessionGrant":
+        return cls(
+            id=data["id"],
+            token=data["token"],
+            ttl=data["ttl_ms"] / 1000.0,
+            expires_at_ms=data["expires_at_ms"],
+            validity=data.get("validity_ms", data["ttl_ms"]) / 1000.0,
+            lock_delay=data.get("lock_delay_ms", 0) / 1000.0,
+            owner=data.get("owner"),
+        )
+
+
+@dataclass(frozen=True)
+class EndedLease:
+    """A lease that had ended (released by its holder, force-released, lost, or
+    past the maximum hold) and that a keepalive took out of its session."""
+
+    name: str
+    #: ``"lock"`` or ``"semaphore"``.
+    space: str
+
+
+@dataclass(frozen=True)
+class SessionRenewal:
+    """The broker's answer to a keepalive: the session and every lease under it
+    renewed to ``ttl``."""
+
+    id: str
+    ttl: float
+    #: When the session now expires, in Unix ms of the broker's clock.
+    expires_at_ms: int
+    #: Seconds the session is sure to stay valid from when the answer left.
+    validity: float
+    #: How many leases were renewed with the session.
+    leases: int
+    #: The leases that had ended and were taken out of the session.
+    ended: Tuple[EndedLease, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SessionRenewal":
+        ended = data.get("ended")
+        return cls(
+            id=data["id"],
+            ttl=data["ttl_ms"] / 1000.0,
+            expires_at_ms=data["expires_at_ms"],
+            validity=data.get("validity_ms", data["ttl_ms"]) / 1000.0,
+            leases=int(data.get("leases", 0)),
+            ended=tuple(
+                EndedLease(item["name"], item.get("space", "lock"))
+                for item in (ended if isinstance(ended, list) else [])
+                if isinstance(item, dict) and isinstance(item.get("name"), str)
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class SessionStatus:
+    """A session's state as ``GET /v1/sessions/{id}`` reports it. Never a token.
+    A session that expired or was closed reads ``open=False``; its terms read
+    ``None`` once the broker forgot them (a minute after it ended)."""
+
+    id: str
+    #: Whether the session is open now.
+    open: bool
+    #: The holder's label (``None`` once it is not open).
+    owner: Optional[str]
+    #: Seconds it stays valid without a keepalive (0 when not open).
+    expires_in: float
+    #: Seconds each keepalive gives (``None`` once its record is gone).
+    ttl: Optional[float]
+    #: The lock-delay of its leases, in seconds (``None`` once its record is gone).
+    lock_delay: Optional[float]
+    #: How many leases it holds.
+    leases: int
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SessionStatus":
+        ttl_ms, delay_ms = data.get("ttl_ms"), data.get("lock_delay_ms")
+        return cls(
+            id=data["id"],
+            open=bool(data["open"]),
+            owner=data.get("owner"),
+            expires_in=data.get("expires_in_ms", 0) / 1000.0,
+            ttl=None if ttl_ms is None else ttl_ms / 1000.0,
+            lock_delay=None if delay_ms is None else delay_ms / 1000.0,
+            leases=int(data.get("leases", 0)),
+        )
+
+
+def leases_released(data: Dict[str, Any]) -> int:
+    """How many leases a session's close released."""
+    return int(data.get("leases_released", 0))

@@ -2,12 +2,14 @@
 :class:`AsyncLease`, and ``async with client.lock(...)``, renewed by a task; for
 semaphores :class:`AsyncPermit` and ``async with client.semaphore(...)``; for
 several locks ``async with client.lock_all(...)`` (an :class:`AsyncLeaseSet`);
-``async for event in client.watch(...)`` (:class:`AsyncWatch`) and
-``async with client.leader(...)`` (:class:`AsyncLeader`).
+``async for event in client.watch(...)`` (:class:`AsyncWatch`),
+``async with client.leader(...)`` (:class:`AsyncLeader`) and ``async with
+client.session(...)`` (:class:`AsyncSession`, kept alive by a task).
 
 The rules (options, retries, renewal, release on exit) live in :mod:`._options`,
-:mod:`._retry`, :mod:`._renewals` and :mod:`._lease`, and those of watching and
-electing in :mod:`._events`; this module only awaits them."""
+:mod:`._retry`, :mod:`._renewals` and :mod:`._lease`, those of watching and
+electing in :mod:`._events`, and those of sessions in :mod:`._sessions`; this
+module only awaits them."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from ._multi import (
     lock_asks,
 )
 from ._options import (
+    ACQUIRE_TTL,
     DEFAULT_MAX_HOLD,
     DEFAULT_TTL,
     ClientBase,
@@ -40,6 +43,16 @@ from ._options import (
 )
 from ._renewals import Action, Renewals
 from ._retry import AcquireAttempts
+from ._sessions import (
+    Keepalives,
+    SessionBase,
+    asking,
+    lease_owner,
+    lease_ttl,
+    opening,
+    session_parts,
+    settle,
+)
 from ._wire import (
     LOCKS,
     SEMAPHORES,
@@ -48,11 +61,18 @@ from ._wire import (
     Renewal,
     Request,
     SemaphoreStatus,
+    SessionGrant,
+    SessionRenewal,
+    SessionStatus,
+    close_session_request,
     extend_request,
     fence_check_request,
+    keep_session_request,
+    leases_released,
     release_request,
     released_acknowledged,
     released_fence,
+    session_status_request,
     status_request,
 )
 from ._events import (
@@ -89,7 +109,7 @@ class AsyncClient(ClientBase):
     async def acquire(
         self,
         name: str,
-        ttl: Duration = DEFAULT_TTL,
+        ttl: Duration = ACQUIRE_TTL,
         *,
         wait: Duration = 0.0,
         owner: Optional[str] = None,
@@ -97,36 +117,57 @@ class AsyncClient(ClientBase):
         lock_delay: Optional[Duration] = None,
         fair: bool = False,
         shared: bool = False,
+        session: Union[str, "AsyncSession", None] = None,
     ) -> "AsyncLease":
-        """Takes the lock for ``ttl`` seconds, waiting up to ``wait`` seconds; see
+        """Takes the lock for ``ttl`` seconds, waiting up to ``wait`` seconds, or
+        under a ``session`` (an :class:`AsyncSession` or a session's token); see
         :meth:`lockbroker.Client.acquire`."""
+        helper, token = session_parts(session, AsyncSession)
         options = LockOptions.check(
-            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair, shared=shared
+            ttl=ttl, wait=wait, owner=lease_owner(owner, helper), lock_delay=lock_delay,
+            fair=fair, shared=shared, session=token,
         )
-        return await self._acquire(name, options, request_id)
+        return await self._acquire(name, options, request_id, helper)
 
     async def acquire_permit(
         self,
         name: str,
         limit: int,
-        ttl: Duration = DEFAULT_TTL,
+        ttl: Duration = ACQUIRE_TTL,
         *,
         wait: Duration = 0.0,
         owner: Optional[str] = None,
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
         fair: bool = False,
+        session: Union[str, "AsyncSession", None] = None,
     ) -> "AsyncPermit":
         """Takes one of the ``limit`` permits of the semaphore ``name``; see
         :meth:`lockbroker.Client.acquire_permit`."""
+        helper, token = session_parts(session, AsyncSession)
         options = LockOptions.check(
-            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair,
+            ttl=ttl, wait=wait, owner=lease_owner(owner, helper), lock_delay=lock_delay,
+            fair=fair, session=token,
             limit=count(limit, "limit"),  # never None here: that would make it a lock
         )
-        return cast(AsyncPermit, await self._acquire(name, options, request_id))
+        return cast(AsyncPermit, await self._acquire(name, options, request_id, helper))
 
     async def _acquire(
-        self, name: str, options: LockOptions, request_id: Optional[str] = None
+        self,
+        name: str,
+        options: LockOptions,
+        request_id: Optional[str] = None,
+        helper: Optional["AsyncSession"] = None,
+    ) -> "AsyncLease":
+        with asking(helper):
+            return await self._attempt(name, options, request_id, helper)
+
+    async def _attempt(
+        self,
+        name: str,
+        options: LockOptions,
+        request_id: Optional[str],
+        helper: Optional["AsyncSession"],
     ) -> "AsyncLease":
         attempts = AcquireAttempts(name, options, request_id, self.timeout)
         granted = AsyncPermit if options.kind == SEMAPHORES else AsyncLease
@@ -141,29 +182,41 @@ class AsyncClient(ClientBase):
                 await asyncio.sleep(pause)
                 continue
             waited = attempts.answered()
-            lease = granted(self, data, attempts.sent_at, options.ttl, attempts.held_from)
-            if waited:
+            lease = granted(self, data, attempts.sent_at, lease_ttl(options, data),
+                            attempts.held_from)
+            if settle([lease], options, helper, attempts.answered_at - attempts.sent_at):
+                assert helper is not None
+                await helper._resync()
+            elif waited and options.session is None:
                 await lease._resync()
             return lease
 
     async def acquire_all(
         self,
         locks: Sequence[Union[str, LockAsk]],
-        ttl: Duration = DEFAULT_TTL,
+        ttl: Duration = ACQUIRE_TTL,
         *,
         wait: Duration = 0.0,
         owner: Optional[str] = None,
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
+        session: Union[str, "AsyncSession", None] = None,
     ) -> List["AsyncLease"]:
         """A lease on every lock of ``locks``, or on none; see
         :meth:`lockbroker.Client.acquire_all`."""
-        options = LockOptions.check(ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay,
-                                    fair=False)
-        return await self._acquire_all(lock_asks(locks), options, request_id)
+        helper, token = session_parts(session, AsyncSession)
+        options = LockOptions.check(ttl=ttl, wait=wait, owner=lease_owner(owner, helper),
+                                    lock_delay=lock_delay, fair=False, session=token)
+        asks = lock_asks(locks)
+        with asking(helper):
+            return await self._acquire_all(asks, options, request_id, helper)
 
     async def _acquire_all(
-        self, asks: Sequence[LockAsk], options: LockOptions, request_id: Optional[str] = None
+        self,
+        asks: Sequence[LockAsk],
+        options: LockOptions,
+        request_id: Optional[str] = None,
+        helper: Optional["AsyncSession"] = None,
     ) -> List["AsyncLease"]:
         if not asks:
             return []
@@ -185,10 +238,14 @@ class AsyncClient(ClientBase):
                 await self._give_back(give_back(data))
                 raise
             leases = [
-                AsyncLease(self, lease, attempts.sent_at, options.ttl, attempts.held_from)
+                AsyncLease(self, lease, attempts.sent_at, lease_ttl(options, lease),
+                           attempts.held_from)
                 for lease in granted
             ]
-            if waited:
+            if settle(leases, options, helper, attempts.answered_at - attempts.sent_at):
+                assert helper is not None
+                await helper._resync()
+            elif waited and options.session is None:
                 try:
                     for lease in leases:
                         await lease._resync()
@@ -274,6 +331,52 @@ class AsyncClient(ClientBase):
 
     async def _release(self, name: str, token: str, kind: str = LOCKS) -> Dict[str, Any]:
         return await self._transport.request(*release_request(name, token, kind))
+
+    async def open_session(
+        self,
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        owner: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+    ) -> SessionGrant:
+        """Opens a session; see :meth:`lockbroker.Client.open_session`."""
+        return SessionGrant.from_json(
+            await self._transport.request(*opening(ttl, owner, lock_delay))
+        )
+
+    async def keep_session(self, session_id: str, token: str) -> SessionRenewal:
+        """Renews the session and every lease under it; see
+        :meth:`lockbroker.Client.keep_session`."""
+        return SessionRenewal.from_json(
+            await self._transport.request(*keep_session_request(session_id, token))
+        )
+
+    async def close_session(self, session_id: str, token: str) -> int:
+        """Closes the session and releases every lease under it; returns how
+        many it released. See :meth:`lockbroker.Client.close_session`."""
+        return leases_released(
+            await self._transport.request(*close_session_request(session_id, token))
+        )
+
+    async def session_status(self, session_id: str) -> SessionStatus:
+        """The session's current state (never its token)."""
+        return SessionStatus.from_json(
+            await self._transport.request(*session_status_request(session_id))
+        )
+
+    def session(
+        self,
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        owner: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+    ) -> "AsyncSession":
+        """``async with client.session(ttl=10) as session:`` opens a session kept
+        alive by a task, with the leases taken under it (``await
+        session.acquire(name)``); ``session.lost`` is an :class:`asyncio.Event`.
+        See :meth:`lockbroker.Client.session`. Make it inside the event loop
+        that uses it."""
+        return AsyncSession(self, ttl=ttl, owner=owner, lock_delay=lock_delay)
 
     def watch(
         self,
@@ -584,6 +687,155 @@ class AsyncSemaphore(AsyncLock):
 
     async def __aenter__(self) -> AsyncPermit:
         return cast(AsyncPermit, await super().__aenter__())
+
+
+class AsyncSession(SessionBase):
+    """What :meth:`AsyncClient.session` returns: one session, kept alive by a
+    task, and the leases taken under it; ``lost`` is an :class:`asyncio.Event`.
+    See :class:`lockbroker.Session`."""
+
+    client: AsyncClient
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        ttl: Duration,
+        owner: Optional[str],
+        lock_delay: Optional[Duration],
+    ) -> None:
+        super().__init__(client, ttl=ttl, owner=owner, lock_delay=lock_delay)
+        self.lost = asyncio.Event()
+        self._task: Optional["asyncio.Task[None]"] = None
+
+    async def __aenter__(self) -> "AsyncSession":
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._leave(await self._close(), exc_type)
+
+    async def open(self) -> "AsyncSession":
+        """Opens the session and starts keeping it alive; returns the helper."""
+        request = self._open_request()
+        sent = time.monotonic()
+        self._opened(await self.client._transport.request(*request), sent)
+        self._task = asyncio.ensure_future(self._keep(sent))
+        return self
+
+    async def acquire(
+        self,
+        name: str,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        shared: bool = False,
+        fair: bool = False,
+        request_id: Optional[str] = None,
+    ) -> AsyncLease:
+        """Takes the lock under the session; see :meth:`lockbroker.Session.acquire`."""
+        return await self.client.acquire(name, wait=wait, owner=owner, shared=shared,
+                                         fair=fair, request_id=request_id, session=self)
+
+    async def acquire_permit(
+        self,
+        name: str,
+        limit: int,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        fair: bool = False,
+        request_id: Optional[str] = None,
+    ) -> AsyncPermit:
+        """Takes a permit of the semaphore ``name`` under the session; see
+        :meth:`lockbroker.Session.acquire_permit`."""
+        return await self.client.acquire_permit(name, limit, wait=wait, owner=owner, fair=fair,
+                                                request_id=request_id, session=self)
+
+    async def acquire_all(
+        self,
+        locks: Sequence[Union[str, LockAsk]],
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        request_id: Optional[str] = None,
+    ) -> List[AsyncLease]:
+        """A lease on every lock of ``locks``, or on none, under the session; see
+        :meth:`lockbroker.Session.acquire_all`."""
+        return await self.client.acquire_all(locks, wait=wait, owner=owner,
+                                             request_id=request_id, session=self)
+
+    async def status(self) -> SessionStatus:
+        """The session as the broker reads it now."""
+        if self.id is None:
+            raise RuntimeError("the session is not open yet: use it in async with")
+        return await self.client.session_status(self.id)
+
+    async def close(self) -> int:
+        """Stops the keepalives and closes the session; see
+        :meth:`lockbroker.Session.close`."""
+        return self._close_result(await self._close())
+
+    async def _close(self) -> Optional[LockBrokerError]:
+        """Stops the keepalive task (a keepalive in flight is abandoned), then
+        sends the close."""
+        send = self._closing()
+        await _cancelled(self._task)
+        if not send:
+            return None
+        assert self.id is not None and self._token is not None
+        try:
+            data = await self.client._transport.request(
+                *close_session_request(self.id, self._token)
+            )
+        except LockBrokerError as error:
+            self._close_failed(error)
+            return error
+        self._closed(data)
+        return None
+
+    async def _resync(self) -> None:
+        """A keepalive at once, after a grant that waited; see
+        :meth:`lockbroker.Session._resync`."""
+        assert self.id is not None and self._token is not None
+        covered = self._snapshot()
+        sent = time.monotonic()
+        try:
+            with self._asking():
+                data = await self.client._transport.request(
+                    *keep_session_request(self.id, self._token)
+                )
+        except BrokerUnavailable:
+            return
+        self._kept(data, sent, covered)
+
+    async def _keep(self, opened_at: float) -> None:
+        """The keepalive task: steps through :class:`Keepalives`."""
+        keepalives = Keepalives(self, self.client.timeout, opened_at)
+        assert self.id is not None and self._token is not None
+        request = keep_session_request(self.id, self._token)
+        try:
+            while True:
+                step = keepalives.next_step(time.monotonic())
+                if step.action is Action.STOP:
+                    return
+                if step.action is Action.WAIT:
+                    await asyncio.sleep(step.delay)
+                    continue
+                try:
+                    data = await self.client._transport.request(*request, timeout=step.timeout)
+                except LockBrokerError as error:
+                    keepalives.failed(error, time.monotonic())
+                else:
+                    keepalives.kept(data)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            keepalives.crashed()
 
 
 class AsyncWatch:

@@ -2,12 +2,14 @@
 a context manager that renews the lease from a background thread; the same for
 semaphores (:class:`Permit` and ``client.semaphore()``) and for several locks
 at once (``client.lock_all()``, a :class:`LeaseSet`). ``client.watch()``
-reads a lock's event stream (:class:`Watch`), and ``client.leader()`` campaigns
-for leadership (:class:`Leader`).
+reads a lock's event stream (:class:`Watch`), ``client.leader()`` campaigns
+for leadership (:class:`Leader`), and ``client.session()`` keeps a session
+alive from a background thread, with the leases taken under it (:class:`Session`).
 
 The rules (options, retries, renewal, release on exit) live in :mod:`._options`,
-:mod:`._retry`, :mod:`._renewals` and :mod:`._lease`, and those of watching and
-electing in :mod:`._events`; this module only blocks on them."""
+:mod:`._retry`, :mod:`._renewals` and :mod:`._lease`, those of watching and
+electing in :mod:`._events`, and those of sessions in :mod:`._sessions`; this
+module only blocks on them."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from ._multi import (
     lock_asks,
 )
 from ._options import (
+    ACQUIRE_TTL,
     DEFAULT_MAX_HOLD,
     DEFAULT_TTL,
     ClientBase,
@@ -40,6 +43,16 @@ from ._options import (
 )
 from ._renewals import Action, Renewals
 from ._retry import AcquireAttempts
+from ._sessions import (
+    Keepalives,
+    SessionBase,
+    asking,
+    lease_owner,
+    lease_ttl,
+    opening,
+    session_parts,
+    settle,
+)
 from ._wire import (
     LOCKS,
     SEMAPHORES,
@@ -48,11 +61,18 @@ from ._wire import (
     Renewal,
     Request,
     SemaphoreStatus,
+    SessionGrant,
+    SessionRenewal,
+    SessionStatus,
+    close_session_request,
     extend_request,
     fence_check_request,
+    keep_session_request,
+    leases_released,
     release_request,
     released_acknowledged,
     released_fence,
+    session_status_request,
     status_request,
 )
 from ._events import (
@@ -104,7 +124,7 @@ class Client(ClientBase):
     def acquire(
         self,
         name: str,
-        ttl: Duration = DEFAULT_TTL,
+        ttl: Duration = ACQUIRE_TTL,
         *,
         wait: Duration = 0.0,
         owner: Optional[str] = None,
@@ -112,6 +132,7 @@ class Client(ClientBase):
         lock_delay: Optional[Duration] = None,
         fair: bool = False,
         shared: bool = False,
+        session: Union[str, "Session", None] = None,
     ) -> Lease:
         """Takes the lock for ``ttl`` seconds, waiting up to ``wait`` seconds for it.
 
@@ -125,23 +146,36 @@ class Client(ClientBase):
         for a shared lease, which other shared leases may hold at the same time
         and an exclusive one excludes (brokers without shared locks answer
         :class:`InvalidRequest`).
+
+        ``session`` takes the lease under a session: a :class:`Session` helper
+        (the same as :meth:`Session.acquire`), or a session's token. The lease
+        then has the session's TTL and lock-delay (giving ``ttl`` or
+        ``lock_delay`` too raises :class:`ValueError`), the session's keepalives
+        renew it and it ends with the session; it is never extended on its own.
+        A session that is not open raises :class:`SessionLost`, one holding as
+        many leases as it may :class:`SessionFull`. A lease taken with a bare
+        token keeps the local deadline of its acquire's answer: nothing here
+        knows when that session is kept alive.
         """
+        helper, token = session_parts(session, Session)
         options = LockOptions.check(
-            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair, shared=shared
+            ttl=ttl, wait=wait, owner=lease_owner(owner, helper), lock_delay=lock_delay,
+            fair=fair, shared=shared, session=token,
         )
-        return self._acquire(name, options, request_id)
+        return self._acquire(name, options, request_id, helper=helper)
 
     def acquire_permit(
         self,
         name: str,
         limit: int,
-        ttl: Duration = DEFAULT_TTL,
+        ttl: Duration = ACQUIRE_TTL,
         *,
         wait: Duration = 0.0,
         owner: Optional[str] = None,
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
         fair: bool = False,
+        session: Union[str, "Session", None] = None,
     ) -> Permit:
         """Takes one of the ``limit`` permits of the semaphore ``name`` for ``ttl``
         seconds, waiting up to ``wait`` seconds for one; the other arguments are
@@ -150,13 +184,16 @@ class Client(ClientBase):
 
         Raises :class:`LockBusy` (with ``holders`` and ``limit``) when every permit
         is still taken after ``wait``, and :class:`LimitConflict` when the
-        semaphore's permits are held under another limit.
+        semaphore's permits are held under another limit. ``session`` takes the
+        permit under a session, as for :meth:`acquire`.
         """
+        helper, token = session_parts(session, Session)
         options = LockOptions.check(
-            ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay, fair=fair,
+            ttl=ttl, wait=wait, owner=lease_owner(owner, helper), lock_delay=lock_delay,
+            fair=fair, session=token,
             limit=count(limit, "limit"),  # never None here: that would make it a lock
         )
-        return cast(Permit, self._acquire(name, options, request_id))
+        return cast(Permit, self._acquire(name, options, request_id, helper=helper))
 
     def _acquire(
         self,
@@ -164,9 +201,22 @@ class Client(ClientBase):
         options: LockOptions,
         request_id: Optional[str] = None,
         cancel: Optional[Cancel] = None,
+        helper: Optional["Session"] = None,
     ) -> Lease:
         """``cancel``, when given, ends the attempts (and the one in flight) from
-        another thread: the acquire then raises :class:`BrokerUnavailable`."""
+        another thread: the acquire then raises :class:`BrokerUnavailable`.
+        ``helper`` is the session helper the lease is taken through."""
+        with asking(helper):
+            return self._attempt(name, options, request_id, cancel, helper)
+
+    def _attempt(
+        self,
+        name: str,
+        options: LockOptions,
+        request_id: Optional[str],
+        cancel: Optional[Cancel],
+        helper: Optional["Session"],
+    ) -> Lease:
         attempts = AcquireAttempts(name, options, request_id, self.timeout)
         granted = Permit if options.kind == SEMAPHORES else Lease
         while True:
@@ -186,20 +236,25 @@ class Client(ClientBase):
                     raise
                 continue
             waited = attempts.answered()
-            lease = granted(self, data, attempts.sent_at, options.ttl, attempts.held_from)
-            if waited:
+            lease = granted(self, data, attempts.sent_at, lease_ttl(options, data),
+                            attempts.held_from)
+            if settle([lease], options, helper, attempts.answered_at - attempts.sent_at):
+                assert helper is not None
+                helper._resync()
+            elif waited and options.session is None:
                 lease._resync()
             return lease
 
     def acquire_all(
         self,
         locks: Sequence[Union[str, LockAsk]],
-        ttl: Duration = DEFAULT_TTL,
+        ttl: Duration = ACQUIRE_TTL,
         *,
         wait: Duration = 0.0,
         owner: Optional[str] = None,
         request_id: Optional[str] = None,
         lock_delay: Optional[Duration] = None,
+        session: Union[str, "Session", None] = None,
     ) -> List[Lease]:
         """Takes a lease on every lock of ``locks`` (names, or :class:`LockAsk`
         for a shared lease), or on none, in one request; the leases come back in
@@ -213,13 +268,21 @@ class Client(ClientBase):
         :class:`ValueError` without asking; no locks are no leases. An answer
         that names other locks than asked for raises :class:`LockBrokerError`
         (code ``bad_response``) after giving back the leases it granted.
-        Nothing renews the leases: see :meth:`lock_all`."""
-        options = LockOptions.check(ttl=ttl, wait=wait, owner=owner, lock_delay=lock_delay,
-                                    fair=False)
-        return self._acquire_all(lock_asks(locks), options, request_id)
+        Nothing renews the leases: see :meth:`lock_all`. ``session`` takes every
+        lease under a session, as for :meth:`acquire`."""
+        helper, token = session_parts(session, Session)
+        options = LockOptions.check(ttl=ttl, wait=wait, owner=lease_owner(owner, helper),
+                                    lock_delay=lock_delay, fair=False, session=token)
+        asks = lock_asks(locks)
+        with asking(helper):
+            return self._acquire_all(asks, options, request_id, helper)
 
     def _acquire_all(
-        self, asks: Sequence[LockAsk], options: LockOptions, request_id: Optional[str] = None
+        self,
+        asks: Sequence[LockAsk],
+        options: LockOptions,
+        request_id: Optional[str] = None,
+        helper: Optional["Session"] = None,
     ) -> List[Lease]:
         if not asks:
             return []
@@ -241,10 +304,14 @@ class Client(ClientBase):
                 self._give_back(give_back(data))
                 raise
             leases = [
-                Lease(self, lease, attempts.sent_at, options.ttl, attempts.held_from)
+                Lease(self, lease, attempts.sent_at, lease_ttl(options, lease),
+                      attempts.held_from)
                 for lease in granted
             ]
-            if waited:
+            if settle(leases, options, helper, attempts.answered_at - attempts.sent_at):
+                assert helper is not None
+                helper._resync()
+            elif waited and options.session is None:
                 try:
                     for lease in leases:
                         lease._resync()
@@ -338,6 +405,76 @@ class Client(ClientBase):
 
     def _release(self, name: str, token: str, kind: str = LOCKS) -> Dict[str, Any]:
         return self._transport.request(*release_request(name, token, kind))
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def open_session(
+        self,
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        owner: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+    ) -> SessionGrant:
+        """Opens a session, valid for ``ttl`` seconds after each keepalive:
+        leases taken with its token (``acquire(name, session=grant.token)``)
+        are renewed by its keepalives and end with it. ``lock_delay`` is the
+        lock-delay of every lease under it (``None``: the broker's default);
+        ``owner`` defaults to ``host:pid``. Nothing keeps the session alive:
+        call :meth:`keep_session` in time, or use :meth:`session`."""
+        return SessionGrant.from_json(
+            self._transport.request(*opening(ttl, owner, lock_delay))
+        )
+
+    def keep_session(self, session_id: str, token: str) -> SessionRenewal:
+        """Renews the session ``session_id`` and every lease under it to its TTL,
+        in one request; ``ended`` names the leases that had ended meanwhile.
+        Raises :class:`SessionLost` when the session is not open (it expired,
+        was closed, or ``token`` is not its)."""
+        return SessionRenewal.from_json(
+            self._transport.request(*keep_session_request(session_id, token))
+        )
+
+    def close_session(self, session_id: str, token: str) -> int:
+        """Closes the session and releases every lease under it; returns how
+        many it released. Raises :class:`SessionLost` when the session is not
+        open."""
+        return leases_released(self._transport.request(*close_session_request(session_id, token)))
+
+    def session_status(self, session_id: str) -> SessionStatus:
+        """The session's current state (never its token): ``open``,
+        ``expires_in``, its terms and how many leases it holds."""
+        return SessionStatus.from_json(
+            self._transport.request(*session_status_request(session_id))
+        )
+
+    def session(
+        self,
+        ttl: Duration = DEFAULT_TTL,
+        *,
+        owner: Optional[str] = None,
+        lock_delay: Optional[Duration] = None,
+    ) -> "Session":
+        """A session kept alive from a background thread, with the leases taken
+        under it; use it in a ``with`` statement (or call :meth:`Session.open`
+        and :meth:`Session.close`)::
+
+            with client.session(ttl=10, owner="batch-7") as session:
+                leases = [session.acquire(f"ledger:{n}", wait=5) for n in range(100)]
+                for lease in leases:
+                    session.raise_if_lost()        # the session is gone: stop
+                    post(lease.name, fence=lease.fence)
+
+        Entering it opens the session; a thread sends one keepalive every
+        ``ttl / 3`` seconds, which renews the session and every lease under it
+        at once (no lease is ever extended on its own). When the broker says
+        the session is not open, or no keepalive succeeded before ``ttl`` ran
+        out by the local clock, ``session.lost`` is set and every lease taken
+        through the helper is lost with it (``lost_reason`` ``"session_lost"``,
+        its ``lost`` set). On exit the session is closed, which releases every
+        lease under it (each reads ``released``); if it was lost while the body
+        ran, :class:`SessionLost` is raised unless the body raised first.
+        """
+        return Session(self, ttl=ttl, owner=owner, lock_delay=lock_delay)
 
     # -- watching and leader election --------------------------------------------------
 
@@ -759,6 +896,166 @@ class Semaphore(Lock):
 
     def __enter__(self) -> Permit:
         return cast(Permit, super().__enter__())
+
+
+class Session(SessionBase):
+    """What :meth:`Client.session` returns: one session, kept alive by a
+    background thread, and the leases taken under it. ``lost`` is a
+    :class:`threading.Event`; every call may be made from any thread."""
+
+    client: Client
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        ttl: Duration,
+        owner: Optional[str],
+        lock_delay: Optional[Duration],
+    ) -> None:
+        super().__init__(client, ttl=ttl, owner=owner, lock_delay=lock_delay)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "Session":
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self._leave(self._close(), exc_type)
+
+    def open(self) -> "Session":
+        """Opens the session and starts keeping it alive; returns the helper."""
+        request = self._open_request()
+        sent = time.monotonic()
+        self._opened(self.client._transport.request(*request), sent)
+        self._thread = threading.Thread(
+            target=self._keep, args=(sent,), name=f"lockbroker-session:{self.id}", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def acquire(
+        self,
+        name: str,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        shared: bool = False,
+        fair: bool = False,
+        request_id: Optional[str] = None,
+    ) -> Lease:
+        """Takes the lock under the session, waiting up to ``wait`` seconds; see
+        :meth:`Client.acquire`. ``owner`` defaults to the session's. The lease
+        is tracked by the helper: renewed by its keepalives, lost with it,
+        released by its close. Raises :class:`SessionLost` at once when the
+        session is lost or closed."""
+        return self.client.acquire(name, wait=wait, owner=owner, shared=shared, fair=fair,
+                                   request_id=request_id, session=self)
+
+    def acquire_permit(
+        self,
+        name: str,
+        limit: int,
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        fair: bool = False,
+        request_id: Optional[str] = None,
+    ) -> Permit:
+        """Takes one of the ``limit`` permits of the semaphore ``name`` under the
+        session; see :meth:`Client.acquire_permit` and :meth:`acquire`."""
+        return self.client.acquire_permit(name, limit, wait=wait, owner=owner, fair=fair,
+                                          request_id=request_id, session=self)
+
+    def acquire_all(
+        self,
+        locks: Sequence[Union[str, LockAsk]],
+        *,
+        wait: Duration = 0.0,
+        owner: Optional[str] = None,
+        request_id: Optional[str] = None,
+    ) -> List[Lease]:
+        """A lease on every lock of ``locks``, or on none, all under the
+        session; see :meth:`Client.acquire_all` and :meth:`acquire`."""
+        return self.client.acquire_all(locks, wait=wait, owner=owner, request_id=request_id,
+                                       session=self)
+
+    def status(self) -> SessionStatus:
+        """The session as the broker reads it now (see :meth:`Client.session_status`)."""
+        if self.id is None:
+            raise RuntimeError("the session is not open yet: use it in a with statement")
+        return self.client.session_status(self.id)
+
+    def close(self) -> int:
+        """Stops the keepalives and closes the session, which releases every
+        lease under it (each then reads ``released``); returns how many the
+        broker released. Raises :class:`SessionLost` if the session was lost,
+        and the error of a close that could not be sent (the session and its
+        leases then end at its TTL). Closing again does nothing more."""
+        return self._close_result(self._close())
+
+    def _close(self) -> Optional[LockBrokerError]:
+        """Stops the keepalive thread (waiting for a keepalive in flight, so none
+        reaches the broker after the close), then sends the close."""
+        send = self._closing()
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(self.client.timeout + 1.0)
+        if not send:
+            return None
+        assert self.id is not None and self._token is not None
+        try:
+            data = self.client._transport.request(*close_session_request(self.id, self._token))
+        except LockBrokerError as error:
+            self._close_failed(error)
+            return error
+        self._closed(data)
+        return None
+
+    def _resync(self) -> None:
+        """A keepalive at once, after a grant that waited: it renews the new
+        lease with the session, so its deadline counts from now rather than from
+        the acquire's send time. An unreachable broker is left to the thread."""
+        assert self.id is not None and self._token is not None
+        covered = self._snapshot()
+        sent = time.monotonic()
+        try:
+            with self._asking():
+                data = self.client._transport.request(
+                    *keep_session_request(self.id, self._token)
+                )
+        except BrokerUnavailable:
+            return
+        self._kept(data, sent, covered)
+
+    def _keep(self, opened_at: float) -> None:
+        """The keepalive thread: steps through :class:`Keepalives`."""
+        keepalives = Keepalives(self, self.client.timeout, opened_at)
+        assert self.id is not None and self._token is not None
+        request = keep_session_request(self.id, self._token)
+        try:
+            while not self._stop.is_set():
+                step = keepalives.next_step(time.monotonic())
+                if step.action is Action.STOP:
+                    return
+                if step.action is Action.WAIT:
+                    self._stop.wait(step.delay)
+                    continue
+                try:
+                    data = self.client._transport.request(*request, timeout=step.timeout)
+                except LockBrokerError as error:
+                    keepalives.failed(error, time.monotonic())
+                else:
+                    keepalives.kept(data)
+        except Exception:
+            keepalives.crashed()
 
 
 class Watch:

@@ -98,6 +98,20 @@ class LeaseLost(LockBrokerError):
     """
 
 
+class SessionLost(LeaseLost):
+    """The session is not open (409 ``session_lost``): it expired, was closed, or
+    the token is not its; or the session helper saw it lost (no keepalive
+    succeeded within its TTL). Every lease taken under it has ended or ends with
+    it, so this is a :class:`LeaseLost` too: treat the work done under them as
+    possibly duplicated, and open a new session to go on."""
+
+
+class SessionFull(LockBrokerError):
+    """The session already holds as many leases as one may (409
+    ``session_full``, the broker's ``locks.max_leases_per_session``). Nothing
+    was granted: release some, or take the lease under another session."""
+
+
 class MaxHoldExceeded(LockBrokerError):
     """The broker refuses to extend the lease past its maximum hold (409).
 
@@ -123,8 +137,8 @@ class LimitConflict(LockBrokerError):
 class BrokerUnavailable(LockBrokerError):
     """The broker could not be reached or cannot serve now: connection failures,
     timeouts, ``backend_unavailable``, ``overloaded``, ``shutting_down``,
-    ``too_many_waiters``, ``too_many_streams``, ``rate_limited``, ``request_timeout``,
-    ``contended`` (quorum mode: acquires in flight split the votes; no lease holds
+    ``too_many_waiters``, ``too_many_sessions``, ``too_many_streams``, ``rate_limited``,
+    ``request_timeout``, ``contended`` (quorum mode: acquires in flight split the votes; no lease holds
     the lock) and any other 5xx.
     Nothing was granted; retrying later (after ``retry_after``) is safe."""
 
@@ -147,11 +161,14 @@ class AuthError(LockBrokerError):
 _BY_CODE: Dict[str, Type[LockBrokerError]] = {
     "lock_busy": LockBusy,
     "lease_lost": LeaseLost,
+    "session_lost": SessionLost,
+    "session_full": SessionFull,
     "max_hold_exceeded": MaxHoldExceeded,
     "limit_conflict": LimitConflict,
     "backend_unavailable": BrokerUnavailable,
     "shutting_down": BrokerUnavailable,
     "too_many_waiters": BrokerUnavailable,
+    "too_many_sessions": BrokerUnavailable,
     "too_many_streams": BrokerUnavailable,
     "contended": BrokerUnavailable,
     "rate_limited": BrokerUnavailable,
