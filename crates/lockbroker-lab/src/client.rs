@@ -26,9 +26,11 @@ use serde_json::{Map, Value};
 use crate::history::family;
 
 mod answers;
+mod sessions;
 
 use answers::{decode, not_the_api, refusal, refused, release_result, status_outcome, timed};
 pub use answers::{Outcome, Timed};
+pub use sessions::{Kept, OpenSession};
 
 /// Microseconds since the Unix epoch by this machine's clock.
 pub fn now_us() -> i64 {

@@ -29,6 +29,14 @@ pub enum Op {
     AcquireAll,
     /// `POST /v1/locks/release-all`, as seen by one of its leases.
     ReleaseAll,
+    /// `POST /v1/sessions/{id}/keepalive`, as seen by one lease of the
+    /// session: the same request is recorded once per lease the session
+    /// held when it was sent, as that lease's extend (renewed to the
+    /// session's expiry, found ended, or lost with the session).
+    Keepalive,
+    /// `POST /v1/sessions/{id}/close`, as seen by one lease of the session:
+    /// that lease's release.
+    Close,
 }
 
 impl Op {
@@ -38,7 +46,8 @@ impl Op {
     pub fn single(self) -> Self {
         match self {
             Self::AcquireAll => Self::Acquire,
-            Self::ReleaseAll => Self::Release,
+            Self::ReleaseAll | Self::Close => Self::Release,
+            Self::Keepalive => Self::Extend,
             op => op,
         }
     }

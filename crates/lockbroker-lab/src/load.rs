@@ -4,7 +4,8 @@
 //! a [`Mix`] gives some of them shared leases of the same locks, or permits
 //! of semaphores named like the locks, which they drive the same way, and
 //! may have the clients of locks take two or three at once (acquire-all)
-//! and give them back together (release-all).
+//! and give them back together (release-all), and any client hold some of
+//! its rounds under a session.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use crate::client::{now_us, BrokerClient, Outcome, Timed};
 use crate::history::{family, Event, Family, History, LeaseId, LeaseKind, Op};
 
 mod all;
+mod sessions;
 
 /// What the load does, and for how long.
 #[derive(Clone, Debug)]
@@ -57,6 +59,10 @@ pub struct Mix {
     /// one, and mostly give them back with one release-all. Needs two
     /// locks or more; 0 (the default) never does.
     pub all_at_once_rate: f64,
+    /// Share of every client's rounds held under a session: one or two
+    /// names taken under it, only the session kept alive, then closed (or
+    /// left to expire). 0 (the default) never does.
+    pub session_rate: f64,
 }
 
 impl Mix {
@@ -109,6 +115,7 @@ pub async fn run_mixed(brokers: &[String], plan: &LoadPlan, mix: &Mix) -> (Histo
             id: i,
             kind: mix.kind_of(i, plan.clients),
             all_at_once_rate: mix.all_at_once_rate.clamp(0.0, 1.0),
+            session_rate: mix.session_rate.clamp(0.0, 1.0),
             client,
             history: Arc::clone(&history),
             plan: plan.clone(),
@@ -137,6 +144,8 @@ struct Client {
     kind: LeaseKind,
     /// Share of rounds that take several locks at once (clients of locks).
     all_at_once_rate: f64,
+    /// Share of rounds held under a session.
+    session_rate: f64,
     client: BrokerClient,
     history: Arc<History>,
     plan: LoadPlan,
@@ -175,6 +184,11 @@ impl Client {
                 && self.plan.locks >= 2
                 && self.all_at_once_rate > 0.0
                 && self.rng.gen_bool(self.all_at_once_rate);
+            // (Nor does one without sessions draw for them.)
+            if !several && self.session_rate > 0.0 && self.rng.gen_bool(self.session_rate) {
+                self.session_round().await;
+                continue;
+            }
             if several {
                 // Every lock of the set must be free at once: wait longer,
                 // or most are refused.

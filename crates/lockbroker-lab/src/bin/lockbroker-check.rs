@@ -49,9 +49,12 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --all-at-once R    share of the rounds of clients of locks that take two or
                      three locks at once (acquire-all) and give them back
                      together (release-all) (default 0, or 0.3 with --mix)
+  --sessions R       share of every client's rounds held under a session (open,
+                     take one or two names under it, keepalives only, close or
+                     walk away) (default 0, or 0.2 with --mix)
   --mix              a mixed load: a third of the clients shared, a third on
                      semaphores (unless --shared or --permits say otherwise),
-                     and some rounds on several locks at once
+                     some rounds on several locks at once, some under sessions
   --seed N           seed for the clients' choices (default: the time)";
 
 fn main() -> ExitCode {
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         "permits",
         "limit",
         "all-at-once",
+        "sessions",
         "mix",
         "seed",
     ];
@@ -128,16 +132,17 @@ async fn run(args: &Args) -> Result<bool, String> {
     if plan.clients == 0 || plan.ttl_ms < 20 {
         return Err("--clients must be at least 1 and --ttl-ms at least 20".into());
     }
-    let (third, all_at_once) = if args.flag("mix") {
-        (plan.clients / 3, 0.3)
+    let (third, all_at_once, sessions) = if args.flag("mix") {
+        (plan.clients / 3, 0.3, 0.2)
     } else {
-        (0, 0.0)
+        (0, 0.0, 0.0)
     };
     let mix = Mix {
         shared_clients: args.get("shared", third)?,
         permit_clients: args.get("permits", third)?,
         limit: args.get("limit", 2)?,
         all_at_once_rate: args.get("all-at-once", all_at_once)?,
+        session_rate: args.get("sessions", sessions)?,
     };
     if mix.limit == 0 || mix.shared_clients + mix.permit_clients > plan.clients {
         return Err(
@@ -146,6 +151,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     }
     if !(0.0..=1.0).contains(&mix.all_at_once_rate) {
         return Err("--all-at-once must be between 0 and 1".into());
+    }
+    if !(0.0..=1.0).contains(&mix.session_rate) {
+        return Err("--sessions must be between 0 and 1".into());
     }
     let mut urls: Vec<String> = args
         .raw("url")
@@ -252,7 +260,7 @@ async fn run(args: &Args) -> Result<bool, String> {
 /// The load's clients by kind, as the summary prints them.
 fn clients(plan: &LoadPlan, mix: &Mix) -> String {
     let exclusive = plan.clients - mix.shared_clients - mix.permit_clients;
-    let several = if mix.all_at_once_rate > 0.0 {
+    let mut several = if mix.all_at_once_rate > 0.0 {
         format!(
             ", {:.0}% of the rounds on locks taking several at once",
             mix.all_at_once_rate * 100.0
@@ -260,6 +268,12 @@ fn clients(plan: &LoadPlan, mix: &Mix) -> String {
     } else {
         String::new()
     };
+    if mix.session_rate > 0.0 {
+        several.push_str(&format!(
+            ", {:.0}% of the rounds under a session",
+            mix.session_rate * 100.0
+        ));
+    }
     if exclusive == plan.clients {
         return format!("{} clients{several}", plan.clients);
     }

@@ -98,6 +98,16 @@ impl<'a> Lease<'a> {
     }
 }
 
+/// How a violation names the request of `op` that renewed or ended a lease.
+fn step(op: Op) -> &'static str {
+    match op {
+        Op::Keepalive => "its session's keepalive",
+        Op::Close => "its session's close",
+        Op::Release | Op::ReleaseAll => "release",
+        _ => "extend",
+    }
+}
+
 /// What [`follow`] needs besides the lease and its steps.
 pub(super) struct Context<'a> {
     /// Bounds on (Redis clock - local clock), ms.
@@ -182,7 +192,7 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                 let at = cx.backend.node_instant(*ttl_ms, *expires_at_ms);
                 if *fence != lease.fence {
                     cx.violations
-                        .push(format!("{name}: extend answered fence {fence}"));
+                        .push(format!("{name}: {} answered fence {fence}", step(e.op)));
                 }
                 if release_undone {
                     cx.stats.undone_by_failover += 1;
@@ -207,7 +217,8 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                     cx.stats.release_probes += 1;
                 } else if valid_at_recv {
                     let violation = format!(
-                        "{name}: extend answered lease_lost by {:.0} ms although the lease was valid until {certain_end:.0} ms",
+                        "{name}: {} answered lease_lost by {:.0} ms although the lease was valid until {certain_end:.0} ms",
+                        step(e.op),
                         recv + hi
                     );
                     cx.early_loss(lease, t, violation);
@@ -219,7 +230,7 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
             (Op::Release, Outcome::Released { fence }) => {
                 if *fence != lease.fence {
                     cx.violations
-                        .push(format!("{name}: release answered fence {fence}"));
+                        .push(format!("{name}: {} answered fence {fence}", step(e.op)));
                 }
                 if release_sent.is_none() && !ambiguous && send + lo > latest_hold + 1.0 {
                     cx.violations.push(format!(
@@ -232,7 +243,8 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
             }
             (Op::Release, Outcome::Lost) if valid_at_recv => {
                 let violation = format!(
-                    "{name}: release answered lease_lost by {:.0} ms although the lease was valid until {certain_end:.0} ms",
+                    "{name}: {} answered lease_lost by {:.0} ms although the lease was valid until {certain_end:.0} ms",
+                    step(e.op),
                     recv + hi
                 );
                 cx.early_loss(lease, t, violation);

@@ -86,6 +86,8 @@ impl fmt::Display for Report {
             Op::Extend,
             Op::Release,
             Op::ReleaseAll,
+            Op::Keepalive,
+            Op::Close,
             Op::Status,
         ];
         for op in ops {

@@ -375,3 +375,45 @@ fn an_acquire_of_unknown_outcome_explains_a_holder_only_until_its_lease_would_en
     assert!(check(&unanswered).ok(), "{}", check(&unanswered));
     assert!(check_against(&later, &sentinel(&[])).ok());
 }
+
+/// A session's keepalive renews each lease under it, and its close releases
+/// each: the same rules as the lease's own extend and release.
+#[test]
+fn a_session_keepalive_and_close_are_held_to_each_lease_under_the_session() {
+    let kept = Outcome::Renewed {
+        fence: 10,
+        ttl_ms: 200,
+        expires_at_ms: 1_250,
+    };
+    // Renewed by the keepalive: a grant before the new expiry overlaps.
+    let events = [
+        grant(0, 1_000, 10, 100),
+        event(Op::Keepalive, 0, 1_050, kept.clone()),
+        grant(1, 1_150, 11, 100),
+    ];
+    assert!(!check(&events).ok(), "a keepalive keeps others out");
+
+    // Closed: free at once, and never shown held after the close came back.
+    let events = [
+        grant(0, 1_000, 10, 100),
+        event(Op::Keepalive, 0, 1_050, kept.clone()),
+        event(Op::Close, 0, 1_060, Outcome::Released { fence: 10 }),
+        grant(1, 1_070, 11, 100),
+    ];
+    let report = check(&events);
+    assert!(report.ok(), "{report}");
+    let events = [
+        grant(0, 1_000, 10, 100),
+        event(Op::Close, 0, 1_060, Outcome::Released { fence: 10 }),
+        event(Op::Status, 0, 1_070, status(&[10], 10)),
+    ];
+    assert!(!check(&events).ok(), "held after the close");
+
+    // A session lost while its lease was surely valid.
+    let events = [
+        grant(0, 1_000, 10, 100),
+        event(Op::Keepalive, 0, 1_020, Outcome::Lost),
+    ];
+    let report = check(&events);
+    assert_eq!(report.violations.len(), 1, "{report}");
+}
