@@ -136,6 +136,9 @@ func (l *Lease) ExpiresAtMs() int64 {
 	return l.expiresAtMs
 }
 
+// GoString is String: %#v shows no token either.
+func (l *Lease) GoString() string { return l.String() }
+
 // String describes the lease without its token.
 func (l *Lease) String() string {
 	state := "held"

@@ -63,6 +63,11 @@ func TestLeaseStringLeavesTheTokenOut(t *testing.T) {
 	if strings.Contains(text, lease.Token()) || !strings.Contains(text, "held") {
 		t.Fatalf("String() = %q", text)
 	}
+	for _, shown := range []string{fmt.Sprintf("%v", lease), fmt.Sprintf("%+v", lease), fmt.Sprintf("%#v", lease)} {
+		if strings.Contains(shown, lease.Token()) {
+			t.Fatalf("a fmt verb shows the token: %q", shown)
+		}
+	}
 }
 
 func TestFencesGrowFromOneLeaseToTheNext(t *testing.T) {

@@ -153,7 +153,7 @@ async fn callers_asking_for_overlapping_sets_in_opposite_orders_all_get_them() {
 async fn two_callers_looping_over_one_pair_in_opposite_orders_both_make_progress() {
     let redis = RedisServer::start();
     let app = std::sync::Arc::new(TestApp::spawn(&redis).await);
-    let until = std::time::Instant::now() + Duration::from_secs(4);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
     let mut callers = Vec::new();
     for names in [["pair:a", "pair:b"], ["pair:b", "pair:a"]] {
         let app = std::sync::Arc::clone(&app);
@@ -181,13 +181,13 @@ async fn two_callers_looping_over_one_pair_in_opposite_orders_both_make_progress
     }
     let mut every: Vec<(String, u64)> = Vec::new();
     for caller in callers {
-        let fences = tokio::time::timeout(Duration::from_secs(20), caller)
+        let fences = tokio::time::timeout(Duration::from_secs(40), caller)
             .await
             .expect("no deadlock: both callers finish")
             .expect("caller");
         // Each caller got the pair again and again, not once and then
         // starved behind the other.
-        assert!(fences.len() >= 2 * 5, "{} grants", fences.len() / 2);
+        assert!(fences.len() >= 2 * 10, "{} grants", fences.len() / 2);
         every.extend(fences);
     }
     // Every grant of either lock carries a fence of its own.
