@@ -203,6 +203,57 @@ async fn two_callers_looping_over_one_pair_in_opposite_orders_both_make_progress
     }
 }
 
+/// Where every lock lives on one server (single and Sentinel mode), each
+/// try takes the whole set in one step: while one lock of a set is held by
+/// another lease, a third caller never sees the free one held, as it could
+/// when a set is taken one lock at a time and given back (Cluster and
+/// quorum mode, where this test has nothing to check).
+#[tokio::test]
+async fn a_third_caller_never_sees_a_part_of_a_set_held_on_one_server() {
+    if !lockbroker_tests::modes::one_server_mode() {
+        return;
+    }
+    let redis = RedisServer::start();
+    let app = std::sync::Arc::new(TestApp::spawn(&redis).await);
+    let holder = app.acquire("set:b", 60_000).await;
+    assert_eq!(holder.status, StatusCode::OK);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let mut callers = Vec::new();
+    for names in [["set:a", "set:b"], ["set:b", "set:a"]] {
+        let app = std::sync::Arc::clone(&app);
+        callers.push(tokio::spawn(async move {
+            let mut tries = 0;
+            while std::time::Instant::now() < until {
+                let answer = app
+                    .post("/v1/locks/acquire-all", all_of(&names, json!({})))
+                    .await;
+                assert_eq!(answer.status, StatusCode::LOCKED, "{}", answer.body);
+                tries += 1;
+            }
+            tries
+        }));
+    }
+    let (mut reads, mut shown) = (0, Vec::new());
+    while std::time::Instant::now() < until {
+        let status = app.status("set:a").await;
+        reads += 1;
+        if status.body["held"] == true {
+            shown.push(status.body);
+        }
+    }
+    let mut tries = 0;
+    for caller in callers {
+        tries += caller.await.expect("caller");
+    }
+    assert!(tries >= 100 && reads >= 100, "{tries} tries, {reads} reads");
+    assert!(
+        shown.is_empty(),
+        "set:a shown held {} times by a set given back, first: {}",
+        shown.len(),
+        shown[0]
+    );
+}
+
 #[tokio::test]
 async fn a_waiting_acquire_all_holds_nothing_while_it_waits() {
     let redis = RedisServer::start();

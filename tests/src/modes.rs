@@ -39,6 +39,12 @@ pub fn cluster_mode() -> bool {
     std::env::var("LOCKBROKER_TEST_MODE").is_ok_and(|mode| mode == "cluster")
 }
 
+/// Whether every test broker keeps all its locks on one server: single mode
+/// (no `LOCKBROKER_TEST_MODE`) and Sentinel mode.
+pub fn one_server_mode() -> bool {
+    std::env::var("LOCKBROKER_TEST_MODE").map_or(true, |mode| mode == "sentinel")
+}
+
 /// The `T` running for `url`, or a new one from `start`.
 fn shared<T>(registry: &Registry<T>, url: &str, start: impl FnOnce() -> T) -> Arc<T> {
     let mut all = registry.lock().unwrap_or_else(PoisonError::into_inner);

@@ -19,6 +19,7 @@ mod holders;
 mod leases;
 mod listing;
 mod sessions;
+mod together;
 mod waiting;
 
 pub use fencing::*;
@@ -27,6 +28,7 @@ pub use holders::*;
 pub use leases::*;
 pub use listing::*;
 pub use sessions::*;
+pub use together::*;
 pub use waiting::*;
 
 use crate::name::LockName;
@@ -87,7 +89,8 @@ macro_rules! store_conformance {
             a_place_release_is_remembered_across_the_next_grants,
             listing_shows_semaphores_apart_from_locks,
             a_session_record_takes_leases_only_while_its_lease_is_valid,
-            an_expired_session_takes_no_lease_and_keeps_its_record
+            an_expired_session_takes_no_lease_and_keeps_its_record,
+            a_set_of_leases_is_granted_whole_or_not_at_all
         );
     };
     (@cases $backend:expr; $($case:ident),*) => {

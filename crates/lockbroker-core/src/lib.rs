@@ -58,6 +58,6 @@ pub use session::{
 pub use store::{contended_back_off, ForceReleaseOutcome};
 pub use store::{
     AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
-    Watch,
+    Together, Watch,
 };
 pub use wait::{TakeOnce, Wake, WakeStream};

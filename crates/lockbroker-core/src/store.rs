@@ -98,6 +98,21 @@ pub enum AcquireOutcome {
     Contended,
 }
 
+/// The answer of [`LockStore::acquire_together`].
+#[derive(Debug)]
+pub enum Together {
+    /// Every lease was granted, in the order asked.
+    Granted(Vec<Lease>),
+    /// The lease at `at` (in the order asked) was refused, for the reason
+    /// its own acquire would give; nothing was granted.
+    Refused {
+        /// Its place in the order asked.
+        at: usize,
+        /// What its acquire answered (never a grant).
+        outcome: AcquireOutcome,
+    },
+}
+
 /// How long to wait before trying again after the `tries`-th
 /// [`AcquireOutcome::Contended`] answer in a row (counted from 0): a random
 /// time up to 2 ms, doubling with each try up to 32 ms, so that contenders
@@ -191,6 +206,18 @@ pub trait LockStore: Send + Sync + 'static {
         &self,
         params: AcquireParams<'_>,
     ) -> impl Future<Output = Result<AcquireOutcome, StoreError>> + Send;
+
+    /// Grants every lease of `all` or none, in one atomic step, so no other
+    /// caller ever sees a part of them held: possible where every name
+    /// lives on one server. `None` when this store cannot (its names live
+    /// on several servers): the caller takes them one by one instead.
+    fn acquire_together(
+        &self,
+        all: &[AcquireParams<'_>],
+    ) -> impl Future<Output = Option<Result<Together, StoreError>>> + Send {
+        let _ = all;
+        async { None }
+    }
 
     /// Sets the remaining TTL of a held lease to `ttl`. `max_hold_ms` of 0
     /// means no limit on the total hold time.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, LeaseToken,
     ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome,
-    SessionEntry, SessionRecord, SessionWrite, StoreError, Ttl, Wake,
+    SessionEntry, SessionRecord, SessionWrite, StoreError, Together, Ttl, Wake,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -52,6 +52,13 @@ impl RedisStore {
 impl LockStore for RedisStore {
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
         each!(self, store => store.acquire(params).await)
+    }
+
+    async fn acquire_together(
+        &self,
+        all: &[AcquireParams<'_>],
+    ) -> Option<Result<Together, StoreError>> {
+        each!(self, store => store.acquire_together(all).await)
     }
 
     async fn extend(

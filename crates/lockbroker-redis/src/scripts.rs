@@ -66,11 +66,14 @@ pub enum ScriptName {
     HoldRelease,
     /// `session.lua`
     Session,
+    /// `acquire_together.lua` (single and Sentinel mode): after `acquire`
+    /// and `hold`, which it calls.
+    AcquireTogether,
 }
 
 impl ScriptName {
     /// Every script, in [`Scripts`] order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Acquire,
         Self::Extend,
         Self::Release,
@@ -85,6 +88,7 @@ impl ScriptName {
         Self::HoldExtend,
         Self::HoldRelease,
         Self::Session,
+        Self::AcquireTogether,
     ];
 
     /// The script's name for metrics: its file name without `.lua`.
@@ -104,6 +108,7 @@ impl ScriptName {
             Self::HoldExtend => "hold_extend",
             Self::HoldRelease => "hold_release",
             Self::Session => "session",
+            Self::AcquireTogether => "acquire_together",
         }
     }
 
@@ -128,6 +133,7 @@ impl ScriptName {
             Self::HoldExtend => include_str!("../scripts/hold_extend.lua"),
             Self::HoldRelease => include_str!("../scripts/hold_release.lua"),
             Self::Session => include_str!("../scripts/session.lua"),
+            Self::AcquireTogether => include_str!("../scripts/acquire_together.lua"),
         }
     }
 }
@@ -390,5 +396,15 @@ impl Reply {
     /// Whether items are left.
     pub fn has_more(&self) -> bool {
         self.0.len() > 0
+    }
+
+    /// The next `count` items, as a reply of their own: one part of a
+    /// reply that carries several (`acquire_together.lua`).
+    pub fn take(&mut self, count: usize) -> Result<Reply, StoreError> {
+        if self.0.len() < count {
+            return Err(StoreError::Protocol("script reply is too short".into()));
+        }
+        let items: Vec<ReplyItem> = self.0.by_ref().take(count).collect();
+        Ok(Reply::new(items))
     }
 }

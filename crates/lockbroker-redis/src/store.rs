@@ -12,8 +12,8 @@ use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
     AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, Fence, ForceReleaseOutcome,
     LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal,
-    ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError, TakeOnce, Ttl, Wake,
-    WakeStream,
+    ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError, TakeOnce, Together, Ttl,
+    Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -36,6 +36,7 @@ pub use node::NodeIdentity;
 mod observer;
 pub use observer::{QuorumEvent, StoreObserver};
 mod replicas;
+mod together;
 pub(crate) mod watches;
 
 /// A [`LockStore`] over one Redis, the primary Sentinel names, or a Redis
@@ -245,6 +246,13 @@ impl RedisLockStore {
 impl LockStore for RedisLockStore {
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
         self.acquire_in_epoch(&params, None).await
+    }
+
+    async fn acquire_together(
+        &self,
+        all: &[AcquireParams<'_>],
+    ) -> Option<Result<Together, StoreError>> {
+        self.grant_together(all).await
     }
 
     async fn extend(

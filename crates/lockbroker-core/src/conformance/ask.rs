@@ -123,26 +123,31 @@ impl Ask {
 
     pub(super) async fn on<S: LockStore>(&self, store: &S, lock: &LockName) -> AcquireOutcome {
         store
-            .acquire(AcquireParams {
-                name: lock,
-                kind: self.kind,
-                limit: self.limit,
-                token: &self.token,
-                ttl: self.ttl,
-                owner: self.owner.as_ref(),
-                request_id: self.request_id.as_ref(),
-                principal: &self.principal,
-                lock_delay: self.lock_delay,
-                fair: self.fair.as_deref().map(|waiter_id| FairEntry {
-                    waiter_id,
-                    always: self.always,
-                    entry_ttl_ms: 5_000,
-                    arrived_at_us: self.arrived_at_us,
-                }),
-                waits: self.waits || self.fair.is_some(),
-            })
+            .acquire(self.params(lock))
             .await
             .expect("the store answers")
+    }
+
+    /// This acquire of `lock`, as the store is asked it.
+    pub(super) fn params<'a>(&'a self, lock: &'a LockName) -> AcquireParams<'a> {
+        AcquireParams {
+            name: lock,
+            kind: self.kind,
+            limit: self.limit,
+            token: &self.token,
+            ttl: self.ttl,
+            owner: self.owner.as_ref(),
+            request_id: self.request_id.as_ref(),
+            principal: &self.principal,
+            lock_delay: self.lock_delay,
+            fair: self.fair.as_deref().map(|waiter_id| FairEntry {
+                waiter_id,
+                always: self.always,
+                entry_ttl_ms: 5_000,
+                arrived_at_us: self.arrived_at_us,
+            }),
+            waits: self.waits || self.fair.is_some(),
+        }
     }
 }
 

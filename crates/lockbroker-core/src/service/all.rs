@@ -7,20 +7,26 @@
 //! for that one lock alone, the way `std::lock` of C++ takes several
 //! mutexes. Once it has it, the others are tried again in order. Each
 //! lease is an ordinary one (its own token and fence), so this works the
-//! same over every store.
+//! same over every store. Where every name lives on one server (single and
+//! Sentinel mode), each try takes the whole set in one step instead, so no
+//! other caller ever sees a part of it held.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use tokio::time::sleep_until;
+
 use super::{Grant, LockService};
-use crate::error::LockError;
-use crate::lease::LeaseKind;
+use crate::error::{LockError, StoreError};
+use crate::events::{Change, ChangeKind};
+use crate::lease::{Lease, LeaseKind, LeaseToken};
 use crate::name::LockName;
-use crate::policy::AcquireRequest;
-use crate::store::LockStore;
+use crate::policy::{AcquirePlan, AcquireRequest};
+use crate::store::{AcquireOutcome, AcquireParams, LockStore, Together, Watch};
 use crate::validation::ValidationError;
+use crate::wait::{WaitMode, WaitTicket};
 
 /// How many locks one all-or-nothing acquire may name.
 pub const MAX_LOCKS_PER_ACQUIRE: usize = 32;
@@ -92,6 +98,14 @@ impl<S: LockStore> LockService<S> {
             )));
         }
         let deadline = Instant::now() + plan.wait;
+        // Where every name lives on one server, the set is taken in one
+        // step; under a session, each lease also joins the session, so they
+        // are taken one by one.
+        if request.session.is_none() {
+            if let Some(answer) = self.acquire_together(locks, &plan, deadline).await {
+                return answer;
+            }
+        }
         let mut waiting_for = order[0];
         loop {
             match self
@@ -154,6 +168,158 @@ impl<S: LockStore> LockService<S> {
         }
         taken.sort_by_key(|(at, _)| *at);
         Ok(taken.into_iter().map(|(_, grant)| grant).collect())
+    }
+
+    /// [`LockService::acquire_all`] in one step per try: every lease or
+    /// none, so no other caller ever sees a part of the set held. A busy
+    /// lock is waited for, holding none of the others, until a release or
+    /// its holder's expiry frees it, or the deadline. `None` when the store
+    /// cannot take a set in one step.
+    async fn acquire_together(
+        self: &Arc<Self>,
+        locks: &[LockAsk],
+        plan: &AcquirePlan,
+        deadline: Instant,
+    ) -> Option<Result<Vec<Grant<S>>, AcquireAllError>> {
+        let failed = |at: usize, error: LockError| AcquireAllError {
+            name: Some(locks[at].name.clone()),
+            error,
+        };
+        // The busy lock watched, once a try found it busy: a release after
+        // the watch began wakes the next try.
+        let mut watching: Option<(usize, WaitTicket, Watch<'_, S>)> = None;
+        let mut shutdown = self.shutdown.subscribe();
+        loop {
+            // Listening before the try, so that a release between a busy
+            // answer and the wait below is kept as a wake-up.
+            let woken = watching.as_ref().map(|(_, ticket, _)| {
+                let mut woken = Box::pin(ticket.notify().notified());
+                woken.as_mut().enable();
+                woken
+            });
+            let tokens: Vec<LeaseToken> = (locks.iter())
+                .map(|ask| LeaseToken::generate_for(ask.kind))
+                .collect();
+            let waits = !plan.wait.is_zero() && Instant::now() < deadline;
+            let params: Vec<AcquireParams<'_>> = (locks.iter().zip(&tokens))
+                .map(|(ask, token)| AcquireParams {
+                    name: &ask.name,
+                    kind: ask.kind,
+                    limit: None,
+                    token,
+                    ttl: plan.ttl,
+                    owner: plan.owner.as_ref(),
+                    request_id: plan.request_id.as_ref(),
+                    principal: &plan.principal,
+                    lock_delay: plan.lock_delay,
+                    fair: None,
+                    waits,
+                })
+                .collect();
+            let started = Instant::now();
+            let (at, blockers) = match self.store.acquire_together(&params).await? {
+                Ok(Together::Granted(leases)) => {
+                    return Some(
+                        self.deliver_together(leases, &tokens, started)
+                            .map_err(|e| failed(0, e)),
+                    );
+                }
+                Ok(Together::Refused {
+                    at,
+                    outcome: AcquireOutcome::Busy { blockers, .. },
+                }) => (at, blockers),
+                Ok(Together::Refused { at, outcome }) => {
+                    let error = match outcome {
+                        AcquireOutcome::LimitConflict { limit } => {
+                            LockError::LimitConflict { limit }
+                        }
+                        AcquireOutcome::Contended => LockError::Contended,
+                        _ => StoreError::Protocol("a refusal that granted".into()).into(),
+                    };
+                    return Some(Err(failed(at, error)));
+                }
+                Err(error) => {
+                    if let StoreError::OutcomeUnknown(_) = error {
+                        for (ask, token) in locks.iter().zip(&tokens) {
+                            self.release_orphan(&ask.name, token, plan.ttl);
+                        }
+                    }
+                    return Some(Err(failed(0, error.into())));
+                }
+            };
+            if !waits {
+                return Some(Err(failed(at, LockError::Busy(Box::new(blockers)))));
+            }
+            let Some(woken) = woken.filter(|_| watching.as_ref().is_some_and(|(on, ..)| *on == at))
+            else {
+                drop(watching.take());
+                let ticket = match self.waiters.join(&locks[at].name, WaitMode::Local) {
+                    Ok(ticket) => ticket,
+                    Err(error) => return Some(Err(failed(at, error))),
+                };
+                let watch = Watch::start(&self.store, &locks[at].name).await;
+                watching = Some((at, ticket, watch));
+                // A release between the busy answer and the watch would go
+                // unheard: try again at once, watched.
+                continue;
+            };
+            let available_in = Duration::from_millis(blockers.holder.available_in_ms.max(1));
+            let wake_at = (Instant::now() + available_in).min(deadline);
+            tokio::select! {
+                () = woken => {}
+                () = sleep_until(wake_at) => {}
+                _ = shutdown.wait_for(|stopping| *stopping) => {
+                    return Some(Err(failed(at, LockError::ShuttingDown)));
+                }
+            }
+        }
+    }
+
+    /// The leases of a set granted together, on their way to the caller:
+    /// given back (by dropping them) if the answer came too late to leave
+    /// them the validity a grant must have.
+    fn deliver_together(
+        self: &Arc<Self>,
+        leases: Vec<Lease>,
+        tokens: &[LeaseToken],
+        started: Instant,
+    ) -> Result<Vec<Grant<S>>, LockError> {
+        let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let mut grants = Vec::with_capacity(leases.len());
+        for mut lease in leases {
+            lease.validity_ms = lease.validity_ms.saturating_sub(elapsed);
+            grants.push(Grant {
+                lease,
+                service: Arc::clone(self),
+                armed: true,
+            });
+        }
+        for grant in &grants {
+            let lease = &grant.lease;
+            let min_validity = self.policy.min_validity_ms.min(lease.ttl_ms / 2);
+            if lease.validity_ms < min_validity {
+                return Err(LockError::GrantTooLate {
+                    elapsed_ms: elapsed,
+                    min_validity_ms: min_validity,
+                });
+            }
+        }
+        for grant in &grants {
+            let lease = &grant.lease;
+            // A retry that got back a lease taken before told its grant then.
+            if tokens.contains(&lease.token) {
+                self.changed(|| Change {
+                    name: lease.name.clone(),
+                    kind: ChangeKind::Acquired,
+                    mode: lease.token.kind(),
+                    fence: lease.fence,
+                    owner: lease.owner.clone(),
+                    expires_in_ms: lease.ttl_ms,
+                    expires_at_ms: Some(lease.expires_at_ms),
+                });
+            }
+        }
+        Ok(grants)
     }
 
     /// Releases the leases of a round that did not take every lock, and

@@ -15,12 +15,14 @@ mod golden;
 mod holders;
 mod quorum;
 mod sessions;
+mod together;
 
 use acquire::{holder_kind, read_holders};
 pub use acquire::{AcquireCall, Acquired, HoldCall};
 pub use holders::{HoldExtendCall, HoldReleaseCall};
 pub use quorum::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 pub use sessions::{SessionForgetCall, SessionReadCall, SessionWriteCall};
+pub use together::{AcquireTogetherCall, AcquiredTogether, Part};
 
 /// The keys of the scripts that may free a lock: its lease and fair queue.
 fn queue_keys(context: &ScriptContext, name: &LockName) -> Vec<String> {

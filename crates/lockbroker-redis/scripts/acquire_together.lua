@@ -1,0 +1,96 @@
+-- Grants every lease of one acquire-all, or none, in one step, where every
+-- lock lives on this one server (single and Sentinel mode). Each lock's
+-- grant runs as its own step would (acquire.lua or hold.lua); when one is
+-- refused, each grant before it is undone by putting back every key its
+-- step could change, as it was, so no other caller ever sees a part of the
+-- set held, and no trace of the undone grants stays (their fences, never
+-- handed out, are taken back with their hashes).
+--
+-- ARGV[1] how many locks; then per lock three numbers: its step (1:
+-- acquire.lua, 2: hold.lua), how many KEYS and how many ARGV it takes;
+-- then every lock's ARGV in turn. KEYS: every lock's KEYS in turn.
+--
+-- Returns {1, length, reply, length, reply, ...} when every lock was
+-- granted (each reply as its step answers it), or {0, i, length, reply}
+-- when lock i (from 1) was refused and nothing was granted.
+
+local n = tonumber(ARGV[1])
+
+-- A key as it is now: its type, value and remaining time to live.
+local function saved(key)
+  local kind = redis.call('TYPE', key)['ok']
+  local value = nil
+  if kind == 'hash' then
+    value = redis.call('HGETALL', key)
+  elseif kind == 'zset' then
+    value = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  elseif kind == 'string' then
+    value = redis.call('GET', key)
+  elseif kind ~= 'none' then
+    error('lockbroker acquire_together.lua: cannot put back a ' .. kind)
+  end
+  return {key, kind, value, redis.call('PTTL', key)}
+end
+
+local function put_back(copy)
+  local key, kind, value, ttl = copy[1], copy[2], copy[3], copy[4]
+  redis.call('DEL', key)
+  if kind == 'hash' and #value > 0 then
+    redis.call('HSET', key, unpack(value))
+  elseif kind == 'zset' and #value > 0 then
+    local scored = {}
+    for j = 1, #value, 2 do
+      scored[#scored + 1] = value[j + 1]
+      scored[#scored + 1] = value[j]
+    end
+    redis.call('ZADD', key, unpack(scored))
+  elseif kind == 'string' then
+    redis.call('SET', key, value)
+  end
+  if kind ~= 'none' and ttl > 0 then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+local reply = {1}
+local copies = {}
+local key_at, arg_at = 1, 2 + 3 * n
+for i = 1, n do
+  local head = 2 + 3 * (i - 1)
+  local step, key_count, arg_count = tonumber(ARGV[head]), tonumber(ARGV[head + 1]),
+    tonumber(ARGV[head + 2])
+  local keys, args = {}, {}
+  for k = 1, key_count do
+    keys[k] = KEYS[key_at + k - 1]
+  end
+  for a = 1, arg_count do
+    args[a] = ARGV[arg_at + a - 1]
+  end
+  key_at, arg_at = key_at + key_count, arg_at + arg_count
+  for _, key in ipairs(keys) do
+    copies[#copies + 1] = saved(key)
+  end
+  local answer
+  if step == 1 then
+    answer = acquire(keys, args)
+  else
+    answer = hold(keys, args)
+  end
+  if answer[1] ~= 1 and answer[1] ~= 2 then
+    -- Refused: the grants before it are put back; this lock's own answer
+    -- (a busy answer marking its holder for a waiter) stands.
+    for c = #copies - #keys, 1, -1 do
+      put_back(copies[c])
+    end
+    local refused = {0, i, #answer}
+    for _, item in ipairs(answer) do
+      refused[#refused + 1] = item
+    end
+    return refused
+  end
+  reply[#reply + 1] = #answer
+  for _, item in ipairs(answer) do
+    reply[#reply + 1] = item
+  end
+end
+return reply
