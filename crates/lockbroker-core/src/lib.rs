@@ -57,7 +57,7 @@ pub use session::{
 };
 pub use store::{contended_back_off, ForceReleaseOutcome};
 pub use store::{
-    AcquireOutcome, AcquireParams, ExtendOutcome, FairEntry, LockStore, Release, ReleaseOutcome,
-    Together, Watch,
+    AcquireOutcome, AcquireParams, ExtendOutcome, ExtendStep, FairEntry, LockStore, Release,
+    ReleaseOutcome, Together, Watch,
 };
 pub use wait::{TakeOnce, Wake, WakeStream};

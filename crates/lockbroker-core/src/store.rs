@@ -98,6 +98,19 @@ pub enum AcquireOutcome {
     Contended,
 }
 
+/// One lease of a renewal of several ([`LockStore::extend_together`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ExtendStep<'a> {
+    /// The lock, semaphore or session.
+    pub name: &'a LockName,
+    /// The lease's token.
+    pub token: &'a LeaseToken,
+    /// The new remaining TTL.
+    pub ttl: Ttl,
+    /// No expiry past acquisition plus this; 0 for no limit.
+    pub max_hold_ms: u64,
+}
+
 /// The answer of [`LockStore::acquire_together`].
 #[derive(Debug)]
 pub enum Together {
@@ -215,6 +228,17 @@ pub trait LockStore: Send + Sync + 'static {
         &self,
         all: &[AcquireParams<'_>],
     ) -> impl Future<Output = Option<Result<Together, StoreError>>> + Send {
+        let _ = all;
+        async { None }
+    }
+
+    /// Renews every lease of `all` in one step, each answering as its own
+    /// extend would: possible where every lease lives on one server. `None`
+    /// when this store cannot: the caller extends them one by one.
+    fn extend_together(
+        &self,
+        all: &[ExtendStep<'_>],
+    ) -> impl Future<Output = Option<Result<Vec<ExtendOutcome>, StoreError>>> + Send {
         let _ = all;
         async { None }
     }

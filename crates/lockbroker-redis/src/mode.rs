@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ForceReleaseOutcome, LeaseToken,
-    ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ExtendStep, ForceReleaseOutcome,
+    LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome,
     SessionEntry, SessionRecord, SessionWrite, StoreError, Together, Ttl, Wake,
 };
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -59,6 +59,13 @@ impl LockStore for RedisStore {
         all: &[AcquireParams<'_>],
     ) -> Option<Result<Together, StoreError>> {
         each!(self, store => store.acquire_together(all).await)
+    }
+
+    async fn extend_together(
+        &self,
+        all: &[ExtendStep<'_>],
+    ) -> Option<Result<Vec<ExtendOutcome>, StoreError>> {
+        each!(self, store => store.extend_together(all).await)
     }
 
     async fn extend(

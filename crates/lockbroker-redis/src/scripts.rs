@@ -69,11 +69,14 @@ pub enum ScriptName {
     /// `acquire_together.lua` (single and Sentinel mode): after `acquire`
     /// and `hold`, which it calls.
     AcquireTogether,
+    /// `extend_together.lua` (single and Sentinel mode): after `extend`
+    /// and `hold_extend`, which it calls.
+    ExtendTogether,
 }
 
 impl ScriptName {
     /// Every script, in [`Scripts`] order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Acquire,
         Self::Extend,
         Self::Release,
@@ -89,6 +92,7 @@ impl ScriptName {
         Self::HoldRelease,
         Self::Session,
         Self::AcquireTogether,
+        Self::ExtendTogether,
     ];
 
     /// The script's name for metrics: its file name without `.lua`.
@@ -109,6 +113,7 @@ impl ScriptName {
             Self::HoldRelease => "hold_release",
             Self::Session => "session",
             Self::AcquireTogether => "acquire_together",
+            Self::ExtendTogether => "extend_together",
         }
     }
 
@@ -134,6 +139,7 @@ impl ScriptName {
             Self::HoldRelease => include_str!("../scripts/hold_release.lua"),
             Self::Session => include_str!("../scripts/session.lua"),
             Self::AcquireTogether => include_str!("../scripts/acquire_together.lua"),
+            Self::ExtendTogether => include_str!("../scripts/extend_together.lua"),
         }
     }
 }

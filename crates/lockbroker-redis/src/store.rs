@@ -10,10 +10,10 @@ use fred::interfaces::{ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, Fence, ForceReleaseOutcome,
-    LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal,
-    ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError, TakeOnce, Together, Ttl,
-    Wake, WakeStream,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ExtendStep, Fence,
+    ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
+    LockStore, Principal, ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError,
+    TakeOnce, Together, Ttl, Wake, WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -253,6 +253,13 @@ impl LockStore for RedisLockStore {
         all: &[AcquireParams<'_>],
     ) -> Option<Result<Together, StoreError>> {
         self.grant_together(all).await
+    }
+
+    async fn extend_together(
+        &self,
+        all: &[ExtendStep<'_>],
+    ) -> Option<Result<Vec<ExtendOutcome>, StoreError>> {
+        self.renew_together(all).await
     }
 
     async fn extend(

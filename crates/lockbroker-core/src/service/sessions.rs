@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::{Grant, LockService};
 
 mod book;
+mod renew;
 
 use crate::error::{LockError, StoreError};
 use crate::lease::{LockDelay, Principal, Ttl};
@@ -207,31 +208,19 @@ impl<S: LockStore> LockService<S> {
         let (Some(_), Some(terms)) = (record.valid_for_ms, record.terms) else {
             return Err(LockError::SessionLost);
         };
-        let started = Instant::now();
-        let renewal = self
-            .extend(&name, token.lease(), Some(terms.ttl.as_millis()))
+        let (renewal, renewed) = match self
+            .renew_together(&name, token.lease(), record.members.clone(), terms.ttl)
             .await
-            .map_err(as_session)?;
-        // The leases' expiry is counted from the session's own step, so
-        // none outlasts the session by more than the difference between
-        // the two steps' trips to the store.
-        let left = terms.ttl.as_millis().saturating_sub(millis_since(started));
-        let mut renewals = JoinSet::new();
-        for member in record.members {
-            let service = Arc::clone(self);
-            renewals.spawn(async move {
-                let renewed = service
-                    .extend(&member.name, &member.token, Some(left.max(1)))
-                    .await;
-                (member, renewed)
-            });
-        }
+        {
+            Some(together) => together?,
+            None => {
+                self.renew_one_by_one(&name, token, record.members, terms.ttl)
+                    .await?
+            }
+        };
         let (mut leases, mut ended, mut ended_tokens, mut failure) =
             (0, Vec::new(), Vec::new(), None);
-        while let Some(joined) = renewals.join_next().await {
-            let Ok((member, renewed)) = joined else {
-                continue;
-            };
+        for (member, renewed) in renewed {
             match renewed {
                 Ok(_) => leases += 1,
                 Err(

@@ -64,7 +64,21 @@ impl<S: LockStore> LockService<S> {
         check_token_space(name, token)?;
         let max_hold_ms = self.policy.max_hold_ms.unwrap_or(0);
         let started = Instant::now();
-        match self.store.extend(name, token, ttl, max_hold_ms).await? {
+        let outcome = self.store.extend(name, token, ttl, max_hold_ms).await?;
+        self.extended(name, token, outcome, started)
+    }
+
+    /// What an extend of `token`'s lease on `name`, sent at `started`,
+    /// answers: the renewal (its validity less the time the answer took,
+    /// and told to the watchers), or why the lease is gone.
+    pub(super) fn extended(
+        self: &Arc<Self>,
+        name: &LockName,
+        token: &LeaseToken,
+        outcome: ExtendOutcome,
+        started: Instant,
+    ) -> Result<Renewal, LockError> {
+        match outcome {
             ExtendOutcome::Extended(mut renewal) => {
                 let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                 renewal.validity_ms = renewal.validity_ms.saturating_sub(elapsed);
@@ -83,7 +97,7 @@ impl<S: LockStore> LockService<S> {
             ExtendOutcome::Released => Err(LockError::LeaseReleased),
             ExtendOutcome::ForceReleased { by } => Err(LockError::LeaseForceReleased { by }),
             ExtendOutcome::MaxHoldExceeded { expires_in_ms } => Err(LockError::MaxHoldExceeded {
-                max_hold_ms,
+                max_hold_ms: self.policy.max_hold_ms.unwrap_or(0),
                 expires_in_ms,
             }),
         }

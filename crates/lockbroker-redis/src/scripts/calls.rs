@@ -22,7 +22,7 @@ pub use acquire::{AcquireCall, Acquired, HoldCall};
 pub use holders::{HoldExtendCall, HoldReleaseCall};
 pub use quorum::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 pub use sessions::{SessionForgetCall, SessionReadCall, SessionWriteCall};
-pub use together::{AcquireTogetherCall, AcquiredTogether, Part};
+pub use together::{AcquireTogetherCall, AcquiredTogether, ExtendPart, ExtendTogetherCall, Part};
 
 /// The keys of the scripts that may free a lock: its lease and fair queue.
 fn queue_keys(context: &ScriptContext, name: &LockName) -> Vec<String> {

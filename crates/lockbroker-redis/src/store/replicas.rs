@@ -169,4 +169,27 @@ impl RedisLockStore {
             ))),
         }
     }
+
+    /// Renewals made in one step stand only once enough replicas have them:
+    /// one `WAIT` covers the step, as for a single extend.
+    pub(super) async fn renewals_acknowledged(
+        &self,
+        client: &Client,
+        name: &LockName,
+        outcomes: Vec<ExtendOutcome>,
+    ) -> Result<Vec<ExtendOutcome>, StoreError> {
+        if !outcomes
+            .iter()
+            .any(|o| matches!(o, ExtendOutcome::Extended(_)))
+        {
+            return Ok(outcomes);
+        }
+        match self.shortfall(client, name, "extend").await {
+            None => Ok(outcomes),
+            Some(shortfall) => Err(StoreError::Unacknowledged {
+                change: Unacknowledged::Extend,
+                detail: shortfall,
+            }),
+        }
+    }
 }

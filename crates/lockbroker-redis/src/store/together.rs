@@ -1,12 +1,18 @@
-//! Every lease of an acquire-all in one step (`acquire_together.lua`),
-//! where every name lives on one server: single and Sentinel mode.
+//! Every lease of an acquire-all in one step (`acquire_together.lua`), and
+//! a session's renewals in one step (`extend_together.lua`), where every
+//! name lives on one server: single and Sentinel mode.
 
 use std::sync::atomic::Ordering;
 
-use lockbroker_core::{AcquireOutcome, AcquireParams, StoreError, Together};
+use lockbroker_core::{
+    AcquireOutcome, AcquireParams, ExtendOutcome, ExtendStep, StoreError, Together,
+};
 
 use super::RedisLockStore;
-use crate::scripts::calls::{AcquireCall, AcquireTogetherCall, Acquired, AcquiredTogether, Part};
+use crate::scripts::calls::{
+    AcquireCall, AcquireTogetherCall, Acquired, AcquiredTogether, ExtendCall, ExtendPart,
+    ExtendTogetherCall, Part,
+};
 
 impl RedisLockStore {
     /// `None` in Cluster mode (the names live on several shards) and for a
@@ -82,6 +88,37 @@ impl RedisLockStore {
             }
         }
         Ok(Together::Granted(leases))
+    }
+
+    /// `None` where the leases live on several servers, as for
+    /// [`RedisLockStore::grant_together`].
+    pub(super) async fn renew_together(
+        &self,
+        all: &[ExtendStep<'_>],
+    ) -> Option<Result<Vec<ExtendOutcome>, StoreError>> {
+        if self.inner.settings.cluster.is_some() || self.inner.node_index.is_some() {
+            return None;
+        }
+        let first = all.first()?;
+        let parts = (all.iter())
+            .map(|step| {
+                ExtendPart::of(ExtendCall {
+                    name: step.name,
+                    token: step.token,
+                    ttl: step.ttl,
+                    max_hold_ms: step.max_hold_ms,
+                })
+            })
+            .collect();
+        let client = self.client_for(first.name);
+        let outcomes = match self.call_on(client, &ExtendTogetherCall { parts }).await {
+            Ok(outcomes) => outcomes,
+            Err(error) => return Some(Err(error)),
+        };
+        Some(
+            self.renewals_acknowledged(client, first.name, outcomes)
+                .await,
+        )
     }
 
     /// Keeps the broker's fence floor above every fence a part reported.
