@@ -6,15 +6,12 @@
 -- set held, and no trace of the undone grants stays (their fences, never
 -- handed out, are taken back with their hashes).
 --
--- ARGV[1] how many locks; then per lock three numbers: its step (1:
--- acquire.lua, 2: hold.lua), how many KEYS and how many ARGV it takes;
--- then every lock's ARGV in turn. KEYS: every lock's KEYS in turn.
+-- KEYS and ARGV: one part per lock (prelude.lua's parts_of), its step 1
+-- for acquire.lua, 2 for hold.lua.
 --
 -- Returns {1, length, reply, length, reply, ...} when every lock was
 -- granted (each reply as its step answers it), or {0, i, length, reply}
 -- when lock i (from 1) was refused and nothing was granted.
-
-local n = tonumber(ARGV[1])
 
 -- A key as it is now: its type, value and remaining time to live.
 local function saved(key)
@@ -54,19 +51,8 @@ end
 
 local reply = {1}
 local copies = {}
-local key_at, arg_at = 1, 2 + 3 * n
-for i = 1, n do
-  local head = 2 + 3 * (i - 1)
-  local step, key_count, arg_count = tonumber(ARGV[head]), tonumber(ARGV[head + 1]),
-    tonumber(ARGV[head + 2])
-  local keys, args = {}, {}
-  for k = 1, key_count do
-    keys[k] = KEYS[key_at + k - 1]
-  end
-  for a = 1, arg_count do
-    args[a] = ARGV[arg_at + a - 1]
-  end
-  key_at, arg_at = key_at + key_count, arg_at + arg_count
+for i, part in ipairs(parts_of(KEYS, ARGV)) do
+  local step, keys, args = part[1], part[2], part[3]
   for _, key in ipairs(keys) do
     copies[#copies + 1] = saved(key)
   end
@@ -82,15 +68,10 @@ for i = 1, n do
     for c = #copies - #keys, 1, -1 do
       put_back(copies[c])
     end
-    local refused = {0, i, #answer}
-    for _, item in ipairs(answer) do
-      refused[#refused + 1] = item
-    end
+    local refused = {0, i}
+    append_answer(refused, answer)
     return refused
   end
-  reply[#reply + 1] = #answer
-  for _, item in ipairs(answer) do
-    reply[#reply + 1] = item
-  end
+  append_answer(reply, answer)
 end
 return reply

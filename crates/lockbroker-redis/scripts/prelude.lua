@@ -87,3 +87,35 @@ local function record_grant(horizon_key, epoch_key, until_ms, fence, node_max)
     redis.call('HSET', epoch_key, 'max', string.format('%d', fence))
   end
 end
+
+-- The parts of a step over several leases (acquire_together.lua,
+-- extend_together.lua): ARGV[1] how many; then per part its step (a
+-- number), how many KEYS and how many ARGV it takes; then every part's ARGV
+-- in turn. KEYS: every part's KEYS in turn. Returns {{step, keys, args}...}.
+local function parts_of(keys_in, argv)
+  local n = tonumber(argv[1])
+  local parts = {}
+  local key_at, arg_at = 1, 2 + 3 * n
+  for i = 1, n do
+    local head = 2 + 3 * (i - 1)
+    local key_count, arg_count = tonumber(argv[head + 1]), tonumber(argv[head + 2])
+    local keys, args = {}, {}
+    for k = 1, key_count do
+      keys[k] = keys_in[key_at + k - 1]
+    end
+    for a = 1, arg_count do
+      args[a] = argv[arg_at + a - 1]
+    end
+    key_at, arg_at = key_at + key_count, arg_at + arg_count
+    parts[i] = {tonumber(argv[head]), keys, args}
+  end
+  return parts
+end
+
+-- Appends one part's answer to `reply`: its length, then its items.
+local function append_answer(reply, answer)
+  reply[#reply + 1] = #answer
+  for _, item in ipairs(answer) do
+    reply[#reply + 1] = item
+  end
+end
