@@ -66,6 +66,10 @@ async fn a_session_keeps_every_lease_under_it_and_a_close_releases_them_all() {
 
     let lock = acquire_in(&app, &session, "ledger:a", json!({})).await;
     assert_eq!(lock.status, StatusCode::OK, "{}", lock.body);
+    assert_eq!(
+        lock.body["owner"], "batch-7",
+        "the session's owner, named by none"
+    );
     assert!(
         lock.lease().ttl_ms <= 1_500,
         "the session's TTL: {}",

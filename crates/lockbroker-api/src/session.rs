@@ -16,7 +16,8 @@ pub struct SessionOpenBody {
     /// in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
-    /// A label of who holds the session, shown on the session.
+    /// A label of who holds the session, shown on the session and on each
+    /// lease under it that names no owner of its own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// How long each lock of the session stays unavailable when the session

@@ -188,6 +188,9 @@ pub struct SessionRecord {
     /// When read with the session's token: how long its lease stays valid,
     /// `None` when that token holds no valid lease.
     pub valid_for_ms: Option<u64>,
+    /// When read with the session's token and it holds the session: the
+    /// label its opener gave, if any.
+    pub owner: Option<String>,
     /// The terms, `None` once the record is gone (the session ended long
     /// enough ago, or never opened).
     pub terms: Option<SessionTerms>,

@@ -14,7 +14,8 @@
 --   valid lease, {-1} when the record holds as many leases as it may.
 -- read:   ARGV[2] the session's token, or '' to read without it
 --   Returns {valid_for_ms (-1: no token, or it holds no valid lease),
---   field, value, ...}.
+--   the session's owner ('' without a valid token, or none), field, value,
+--   ...}.
 -- forget: ARGV[2..] the member tokens to take out; none: the whole record.
 --   Returns {1}.
 -- The record lives as long as the session's lease plus a grace, so a close
@@ -76,9 +77,10 @@ end
 
 if step == 'read' then
   local left = valid_for(ARGV[2])
-  local reply = {left or -1}
+  local reply = {left or -1, ''}
   if left then
     keep(left)
+    reply[2] = redis.call('HGET', lease_key, 'owner') or ''
   end
   for _, item in ipairs(redis.call('HGETALL', record_key)) do
     reply[#reply + 1] = item

@@ -38,7 +38,7 @@ pub async fn a_session_record_takes_leases_only_while_its_lease_is_valid<B: Back
     let (store, other) = (backend.broker().await, backend.broker().await);
     let run = run_id();
     let session = session_name(&run);
-    let lease = Ask::new(5_000);
+    let lease = Ask::new(5_000).owner("opener");
     granted(lease.on(&store, &session).await, "the session's lease");
     let terms = SessionTerms {
         ttl: ttl(5_000),
@@ -92,6 +92,7 @@ pub async fn a_session_record_takes_leases_only_while_its_lease_is_valid<B: Back
         .session_read(&session, Some(&lease.token))
         .await
         .expect("read");
+    assert_eq!(read.owner.as_deref(), Some("opener"), "the session's owner");
     assert!(
         read.valid_for_ms
             .is_some_and(|ms| ms > 3_000 && ms <= 5_000),
@@ -134,7 +135,11 @@ pub async fn a_session_record_takes_leases_only_while_its_lease_is_valid<B: Back
         .session_read(&session, Some(&lease.token))
         .await
         .expect("read");
-    assert_eq!(read.valid_for_ms, None);
+    assert_eq!(
+        (read.valid_for_ms, read.owner),
+        (None, None),
+        "a session no longer held"
+    );
     assert_eq!(read.members, vec![permit], "kept for the close");
 
     other

@@ -84,9 +84,14 @@ pub(super) fn read(
     now_ms: u64,
 ) -> SessionRecord {
     let valid_for_ms = token.and_then(|token| valid_for(backend, session, token, now_ms));
+    let owner = (backend.leases.get(session))
+        .filter(|_| valid_for_ms.is_some())
+        .map(|record| record.owner.clone())
+        .filter(|owner| !owner.is_empty());
     let Some(kept) = kept(backend, session, now_ms) else {
         return SessionRecord {
             valid_for_ms,
+            owner,
             ..SessionRecord::default()
         };
     };
@@ -104,6 +109,7 @@ pub(super) fn read(
     members.sort_by(|a, b| a.name.cmp(&b.name));
     SessionRecord {
         valid_for_ms,
+        owner,
         terms: kept.terms,
         members,
     }

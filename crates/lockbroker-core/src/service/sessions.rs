@@ -349,6 +349,10 @@ impl<S: LockStore> LockService<S> {
             return Err(LockError::SessionFull { max });
         }
         request.ttl_ms = Some(valid_for_ms.min(terms.ttl.as_millis()));
+        // A lease that names no holder carries its session's.
+        if request.owner.is_none() {
+            request.owner = record.owner;
+        }
         request.lock_delay_ms = Some(terms.lock_delay.as_millis());
         let mut grant = self.acquire_plain(name, request).await?;
         let granted = Instant::now();

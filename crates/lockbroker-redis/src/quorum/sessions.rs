@@ -136,8 +136,12 @@ impl QuorumStore {
             }
         }
         members.sort_by(|a, b| a.name.cmp(&b.name));
+        let owner = (records.iter())
+            .filter(|r| r.valid_for_ms.is_some())
+            .find_map(|r| r.owner.clone());
         Ok(SessionRecord {
             valid_for_ms: valid.get(majority - 1).copied(),
+            owner,
             terms: records.iter().find_map(|r| r.terms),
             members,
         })

@@ -98,6 +98,7 @@ impl ScriptCall for SessionReadCall<'_> {
 
     fn decode(&self, reply: &mut Reply) -> Result<SessionRecord, StoreError> {
         let valid_for_ms = u64::try_from(reply.int()?).ok();
+        let owner = reply.optional_text()?;
         let (mut ttl, mut delay, mut members) = (None, None, Vec::new());
         while reply.has_more() {
             let field = reply.text()?;
@@ -131,6 +132,7 @@ impl ScriptCall for SessionReadCall<'_> {
         members.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(SessionRecord {
             valid_for_ms,
+            owner,
             terms,
             members,
         })
