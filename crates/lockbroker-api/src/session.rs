@@ -101,9 +101,12 @@ pub struct SessionRenewalResponse {
     pub id: String,
     /// The validity given to the session and each of its leases, in ms.
     pub ttl_ms: u64,
-    /// When the session now expires, in Unix milliseconds of the Redis clock.
+    /// Until when the session and every lease renewed with it are valid,
+    /// in Unix milliseconds of the Redis clock: the earliest of their
+    /// expiries.
     pub expires_at_ms: u64,
-    /// How long the session is sure to stay valid, in milliseconds.
+    /// How long the session and every lease renewed with it are sure to
+    /// stay valid, in milliseconds.
     pub validity_ms: u64,
     /// How many leases were renewed with it.
     pub leases: u64,

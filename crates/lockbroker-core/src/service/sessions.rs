@@ -68,9 +68,12 @@ pub struct OpenedSession {
 pub struct KeptSession {
     /// The validity given to the session and its leases.
     pub ttl_ms: u64,
-    /// When the session now expires, in Unix milliseconds of the store's clock.
+    /// When the session, and every lease renewed with it, is sure to be
+    /// valid until, in Unix milliseconds of the store's clock: the earliest
+    /// of their expiries.
     pub expires_at_ms: u64,
-    /// How long the session is sure to stay valid.
+    /// How long the session and every lease renewed with it are sure to
+    /// stay valid.
     pub validity_ms: u64,
     /// The leases renewed with it.
     pub leases: u64,
@@ -220,9 +223,17 @@ impl<S: LockStore> LockService<S> {
         };
         let (mut leases, mut ended, mut ended_tokens, mut failure) =
             (0, Vec::new(), Vec::new(), None);
+        // The answer promises every lease it renewed until the earliest of
+        // their expiries and the session's: a lease renewed a little after
+        // the session (from the time the session had left) may end first.
+        let (mut expires_at_ms, mut validity_ms) = (renewal.expires_at_ms, renewal.validity_ms);
         for (member, renewed) in renewed {
             match renewed {
-                Ok(_) => leases += 1,
+                Ok(lease) => {
+                    leases += 1;
+                    expires_at_ms = expires_at_ms.min(lease.expires_at_ms);
+                    validity_ms = validity_ms.min(lease.validity_ms);
+                }
                 Err(
                     LockError::LeaseLost
                     | LockError::LeaseReleased
@@ -247,8 +258,8 @@ impl<S: LockStore> LockService<S> {
         ended.sort();
         Ok(KeptSession {
             ttl_ms: renewal.ttl_ms,
-            expires_at_ms: renewal.expires_at_ms,
-            validity_ms: renewal.validity_ms,
+            expires_at_ms,
+            validity_ms,
             leases,
             ended,
         })
