@@ -22,6 +22,7 @@ mod openapi;
 mod outage;
 mod overload;
 mod quorum;
+mod readiness;
 mod retries;
 mod security;
 mod semaphores;

@@ -113,8 +113,16 @@ impl TestApp {
         Self::spawn_with(test_settings(redis)).await
     }
 
-    /// A broker with settings the test adjusted.
-    pub async fn spawn_with(mut settings: Settings) -> Self {
+    /// A broker with settings the test adjusted, once it says it is ready.
+    pub async fn spawn_with(settings: Settings) -> Self {
+        let app = Self::start_with(settings).await;
+        app.wait_ready().await;
+        app
+    }
+
+    /// A broker with settings the test adjusted, serving at once, ready or
+    /// not.
+    pub async fn start_with(mut settings: Settings) -> Self {
         lockbroker_server::telemetry::init(&settings.log);
         let peers = crate::modes::apply_test_mode(&mut settings.redis);
         let prefix = settings.redis.key_prefix.clone();
@@ -128,16 +136,14 @@ impl TestApp {
             .timeout(Duration::from_secs(30))
             .build()
             .expect("http client");
-        let app = Self {
+        Self {
             base,
             prefix,
             http,
             stop: Some(stop),
             task: Some(task),
             _peers: peers,
-        };
-        app.wait_ready().await;
-        app
+        }
     }
 
     /// Records a last fence for lock `name` ten minutes ahead of `redis`'s

@@ -26,7 +26,7 @@ use crate::scripts::calls::{
     SessionForgetCall, SessionReadCall, SessionWriteCall, StatusCall,
 };
 use crate::scripts::{ScriptContext, Scripts};
-use crate::wakes::{forward_wakes, Announcements, Subscription};
+use crate::wakes::{forward_wakes, Announcements, Hearing, Subscription};
 use watches::Watches;
 
 mod calling;
@@ -71,6 +71,11 @@ struct Inner {
     watches: Option<Watches>,
     /// Cluster mode: every primary was seen to run a Redis new enough.
     versions_checked: AtomicBool,
+    /// The subscription of this process was proven by a probe
+    /// ([`Hearing`]): until it is, another broker's releases and changes
+    /// would go unheard (a waiter here would sleep through them, an event
+    /// stream here would miss them), so the broker is not ready.
+    subscribed: Arc<AtomicBool>,
     /// One permit per command in flight (`max_commands_in_flight`).
     in_flight: Semaphore,
 }
@@ -126,7 +131,10 @@ impl RedisLockStore {
         };
         let (wake_tx, wake_rx) = unbounded_channel();
         let (announce_tx, announce_rx) = unbounded_channel();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let runtime = tokio::runtime::Handle::try_current();
+        // Without a runtime nothing subscribes, and nothing can wait for it.
+        let subscribed = Arc::new(AtomicBool::new(runtime.is_err()));
+        if let Ok(runtime) = runtime {
             let subscription = match &watches {
                 Some(watches) => Subscription::PerLock(watches.clone()),
                 None => Subscription::Shared(context.wake_channel.clone()),
@@ -148,6 +156,11 @@ impl RedisLockStore {
                     channel: context.keys.events_channel(),
                     sender: announce_tx,
                 },
+                Hearing::new(
+                    connections.pool.next().clone(),
+                    &context.broker_id,
+                    subscribed.clone(),
+                ),
             ));
         }
         Ok(Self {
@@ -164,6 +177,7 @@ impl RedisLockStore {
                 node_index,
                 watches,
                 versions_checked: AtomicBool::new(false),
+                subscribed,
             }),
         })
     }
@@ -303,6 +317,11 @@ impl LockStore for RedisLockStore {
     async fn ping(&self) -> Result<(), StoreError> {
         let client = self.client();
         let _: Value = client.ping(None).await.map_err(store_error)?;
+        if !self.inner.subscribed.load(Ordering::Acquire) {
+            return Err(StoreError::Unavailable(
+                "not subscribed to other brokers' announcements yet".into(),
+            ));
+        }
         // Each client of the pool routes by its own copy of the slot map,
         // and refuses commands until it has one.
         let pool = &self.inner.connections.pool;

@@ -14,6 +14,10 @@ use tokio::time::{interval, sleep, MissedTickBehavior};
 
 use crate::store::watches::Watches;
 
+mod hearing;
+
+pub use hearing::Hearing;
+
 /// Where the announcements about watching go: their channel, and the
 /// stream the service reads.
 pub struct Announcements {
@@ -36,7 +40,8 @@ pub enum Subscription {
 const TOPOLOGY_CHECK: Duration = Duration::from_secs(1);
 
 /// Keeps this process subscribed (fred subscribes again after every
-/// reconnect) and turns announcements into [`Wake`]s.
+/// reconnect) and turns announcements into [`Wake`]s. `hearing` proves the
+/// subscription by a probe, after the start and after every reconnect.
 ///
 /// In cluster mode it also follows the slot map: when slots move (a
 /// resharding, a failover inside the cluster), a lock's channel moves with
@@ -49,6 +54,7 @@ pub async fn forward_wakes(
     broker_id: String,
     wakes: UnboundedSender<Wake>,
     announcements: Announcements,
+    mut hearing: Hearing,
 ) {
     let mut messages = subscriber.message_rx();
     let mut reconnects = subscriber.reconnect_rx();
@@ -64,6 +70,14 @@ pub async fn forward_wakes(
         subscribe(&subscriber, channel).await;
     }
     subscribe(&subscriber, &announcements.channel).await;
+    let mut probes = interval(hearing::PROBE_EVERY);
+    probes.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // Subscribed again after a probe goes unheard; in cluster mode the lock
+    // channels have their own refresh.
+    let mut channels = vec![announcements.channel.clone()];
+    if let Subscription::Shared(channel) = &subscription {
+        channels.push(channel.clone());
+    }
     let mut topology = interval(TOPOLOGY_CHECK);
     topology.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut slots = slot_map(&subscriber);
@@ -71,9 +85,12 @@ pub async fn forward_wakes(
         let wake = tokio::select! {
             message = messages.recv() => match message {
                 Ok(message) if *message.channel == *announcements.channel => {
-                    let read = message.value.as_str().and_then(|text| crate::announcements::read(&text));
-                    if let Some(announcement) = read {
-                        let _ = announcements.sender.send(announcement);
+                    if let Some(text) = message.value.as_str() {
+                        if !hearing.take(&text) {
+                            if let Some(announcement) = crate::announcements::read(&text) {
+                                let _ = announcements.sender.send(announcement);
+                            }
+                        }
                     }
                     None
                 }
@@ -84,17 +101,24 @@ pub async fn forward_wakes(
             },
             reconnect = reconnects.recv() => match reconnect {
                 // Releases announced while disconnected were missed.
-                Ok(_) | Err(RecvError::Lagged(_)) => match &watches {
-                    Some(watches) => {
-                        // Nobody resubscribes for this process in cluster mode.
-                        let (subscriber, channel) = (subscriber.clone(), announcements.channel.clone());
-                        tokio::spawn(async move { subscribe(&subscriber, &channel).await });
-                        refresh_then_resync(watches.clone(), wakes.clone());
-                        None
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    hearing.reconnected();
+                    match &watches {
+                        Some(watches) => {
+                            // Nobody resubscribes for this process in cluster mode.
+                            let (subscriber, channel) = (subscriber.clone(), announcements.channel.clone());
+                            tokio::spawn(async move { subscribe(&subscriber, &channel).await });
+                            refresh_then_resync(watches.clone(), wakes.clone());
+                            None
+                        }
+                        None => Some(Wake::Resync),
                     }
-                    None => Some(Wake::Resync),
-                },
+                }
                 Err(RecvError::Closed) => return,
+            },
+            _ = probes.tick(), if !hearing.is_heard() => {
+                hearing.send(&subscriber, &announcements.channel, channels.clone());
+                None
             },
             _ = topology.tick(), if watches.is_some() => {
                 let _ = subscriber.sync_cluster().await;

@@ -15,8 +15,9 @@ pub async fn healthz() -> Json<HealthResponse> {
     })
 }
 
-/// `GET /readyz`: Redis answers and has the lock scripts loaded, and the broker
-/// is not shutting down. `503` otherwise, so load balancers route elsewhere.
+/// `GET /readyz`: Redis answers, has the lock scripts loaded and takes
+/// writes, the broker hears other brokers' announcements, and it is not
+/// shutting down. `503` otherwise, so load balancers route elsewhere.
 pub async fn readyz(State(app): State<AppState>) -> Result<Json<HealthResponse>, ApiError> {
     if app.service.is_shutting_down() {
         return Err(ApiError::ShuttingDown);
