@@ -142,6 +142,9 @@ impl LeaseKind {
 /// Bytes of randomness in a lease token (128 bits).
 const TOKEN_BYTES: usize = 16;
 
+/// What a lease token under a session starts with, before its kind's prefix.
+const UNDER_SESSION: &str = "u-";
+
 /// The secret that proves a caller holds a lease.
 ///
 /// `Debug` and `Display` print a redaction, so a token cannot reach a log line
@@ -167,11 +170,24 @@ impl LeaseToken {
         }
     }
 
+    /// A fresh token for a lease of `kind` taken under a session, which
+    /// [`LeaseToken::is_under_session`] reads back: such a lease is renewed
+    /// only by its session's keepalives, never extended on its own.
+    pub fn generate_under_session(kind: LeaseKind) -> Self {
+        Self(format!("{UNDER_SESSION}{}", Self::generate_for(kind).0))
+    }
+
+    /// Whether this token was made for a lease under a session.
+    pub fn is_under_session(&self) -> bool {
+        self.0.starts_with(UNDER_SESSION)
+    }
+
     /// The kind of lease this token was made for.
     pub fn kind(&self) -> LeaseKind {
+        let text = self.0.strip_prefix(UNDER_SESSION).unwrap_or(&self.0);
         [LeaseKind::Shared, LeaseKind::Permit]
             .into_iter()
-            .find(|kind| self.0.starts_with(kind.token_prefix()))
+            .find(|kind| text.starts_with(kind.token_prefix()))
             .unwrap_or(LeaseKind::Exclusive)
     }
 
@@ -183,17 +199,18 @@ impl LeaseToken {
         if raw.is_empty() {
             return Err(ValidationError::new("token", "must not be empty"));
         }
+        let kinded = raw.strip_prefix(UNDER_SESSION).unwrap_or(raw);
         let digits = [LeaseKind::Shared, LeaseKind::Permit]
             .into_iter()
-            .find_map(|kind| raw.strip_prefix(kind.token_prefix()))
-            .unwrap_or(raw);
+            .find_map(|kind| kinded.strip_prefix(kind.token_prefix()))
+            .unwrap_or(kinded);
         let issued = digits.len() == TOKEN_BYTES * 2 && digits.bytes().all(|b| HEX.contains(&b));
         if !issued {
             return Err(ValidationError::new(
                 "token",
                 "is not a token this broker issued (32 lowercase hex digits, after `r-` for \
-                 a shared lease or `s-` for a permit): send the token of the acquire's answer \
-                 unchanged",
+                 a shared lease or `s-` for a permit, and `u-` before those for a lease under \
+                 a session): send the token of the acquire's answer unchanged",
             ));
         }
         Ok(Self(raw.to_owned()))
@@ -387,6 +404,24 @@ mod tests {
             assert_eq!(parsed.kind(), kind);
         }
         assert_eq!(LeaseToken::generate().expose().len(), 32);
+    }
+
+    #[test]
+    fn a_token_under_a_session_tells_its_kind_and_that_it_is_under_a_session() {
+        for kind in [LeaseKind::Exclusive, LeaseKind::Shared, LeaseKind::Permit] {
+            let token = LeaseToken::generate_under_session(kind);
+            let parsed = LeaseToken::parse(token.expose()).expect("valid");
+            assert_eq!((parsed.kind(), parsed.is_under_session()), (kind, true));
+            let plain = LeaseToken::generate_for(kind);
+            assert!(!plain.is_under_session());
+        }
+        for bad in [
+            "u-",
+            "u-u-0123456789abcdef0123456789abcdef",
+            "r-u-0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(LeaseToken::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

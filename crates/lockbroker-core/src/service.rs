@@ -141,15 +141,18 @@ impl<S: LockStore> LockService<S> {
             // Boxed: a waiting acquire carries its future's size for its
             // whole wait, and most are not under a session.
             Some(session) => Box::pin(self.acquire_in_session(name, request, &session)).await,
-            None => self.acquire_plain(name, request).await,
+            None => self.acquire_plain(name, request, false).await,
         }
     }
 
     /// [`LockService::acquire`] of a lease with a TTL of its own.
+    /// An acquire with a TTL of its own; `under_session` marks its token as
+    /// a lease under a session, which only the session's keepalives renew.
     async fn acquire_plain(
         self: &Arc<Self>,
         name: &LockName,
         request: AcquireRequest,
+        under_session: bool,
     ) -> Result<Grant<S>, LockError> {
         let plan = self.policy.plan(request, self.is_shutting_down())?;
         if (name.space() == Space::Semaphore) != (plan.kind == LeaseKind::Permit) {
@@ -168,7 +171,11 @@ impl<S: LockStore> LockService<S> {
         // but whose answer was lost is recognised as ours by the next one.
         let attempt = Attempt {
             name,
-            token: LeaseToken::generate_for(plan.kind),
+            token: if under_session {
+                LeaseToken::generate_under_session(plan.kind)
+            } else {
+                LeaseToken::generate_for(plan.kind)
+            },
             queues_always: plan.fair || plan.kind != LeaseKind::Exclusive,
             plan,
             // Only a waiter's place needs the clock.

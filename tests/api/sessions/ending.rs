@@ -1,6 +1,6 @@
 //! How a session's leases end: at the session's TTL when its holder dies
-//! (lock-delay and waiters as for any expiry), and never past the session
-//! when granted after a wait.
+//! (lock-delay and waiters as for any expiry), never past the session when
+//! granted after a wait, and never past it by an extend of their own.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -140,4 +140,65 @@ async fn a_lease_its_holder_released_leaves_the_session_at_the_next_keepalive() 
         ("jobs:one", "lock")
     );
     assert_eq!(state(&app, &session).await.leases, 1);
+}
+
+#[tokio::test]
+async fn a_lease_under_a_session_is_never_extended_on_its_own_and_ends_with_it() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let session = open(&app, json!({"ttl_ms": 1_000})).await;
+    let lock = acquire_in(&app, &session, "jobs:bound", json!({})).await;
+    assert_eq!(lock.status, StatusCode::OK, "{}", lock.body);
+    let shared = acquire_in(&app, &session, "jobs:read", json!({"mode": "shared"})).await;
+    assert_eq!(shared.status, StatusCode::OK, "{}", shared.body);
+    let permit = app
+        .post(
+            "/v1/semaphores/jobs:slots/acquire",
+            json!({"session": session.token, "limit": 2}),
+        )
+        .await;
+    assert_eq!(permit.status, StatusCode::OK, "{}", permit.body);
+
+    let tries = [
+        ("/v1/locks/jobs:bound/extend", lock.token()),
+        ("/v1/locks/jobs:read/extend", shared.token()),
+        (
+            "/v1/semaphores/jobs:slots/extend",
+            permit.body["token"].as_str().unwrap_or("").to_owned(),
+        ),
+    ];
+    for (path, token) in &tries {
+        let extended = app
+            .post(path, json!({"token": token, "ttl_ms": 60_000}))
+            .await;
+        assert_eq!(
+            (extended.status, extended.code()),
+            (StatusCode::BAD_REQUEST, "invalid_request"),
+            "{path}: {}",
+            extended.body
+        );
+        assert_eq!(
+            extended.body["error"]["field"], "token",
+            "{}",
+            extended.body
+        );
+        assert!(
+            !extended.body.to_string().contains(token.as_str()),
+            "a token"
+        );
+    }
+    // Nothing was extended: with no keepalive every lease ends with the
+    // session, and the lock is free to another caller.
+    let ends = std::time::Instant::now() + Duration::from_secs(5);
+    while held(&app, "jobs:bound").await {
+        assert!(std::time::Instant::now() < ends, "outlived its session");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!state(&app, &session).await.open);
+    assert_eq!(app.status("jobs:read").await.body["held"], false);
+    assert_eq!(app.get("/v1/semaphores/jobs:slots").await.body["held"], 0);
+    assert_eq!(
+        app.acquire("jobs:bound", 1_000).await.status,
+        StatusCode::OK
+    );
 }

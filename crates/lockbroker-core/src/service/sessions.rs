@@ -155,6 +155,7 @@ impl<S: LockStore> LockService<S> {
                     principal: request.principal,
                     ..AcquireRequest::default()
                 },
+                false,
             )
             .await?;
         let lease = grant.lease().clone();
@@ -365,7 +366,7 @@ impl<S: LockStore> LockService<S> {
             request.owner = record.owner;
         }
         request.lock_delay_ms = Some(terms.lock_delay.as_millis());
-        let mut grant = self.acquire_plain(name, request).await?;
+        let mut grant = self.acquire_plain(name, request, true).await?;
         let granted = Instant::now();
         let member = SessionMember {
             name: name.clone(),
@@ -399,7 +400,7 @@ impl<S: LockStore> LockService<S> {
             .saturating_sub(valid_for_ms);
         if overhang > OVERHANG_MS {
             let renewal =
-                Box::pin(self.extend(name, &member.token, Some(valid_for_ms.max(1)))).await?;
+                Box::pin(self.extend_lease(name, &member.token, Some(valid_for_ms.max(1)))).await?;
             let lease = &mut grant.lease;
             lease.expires_at_ms = renewal.expires_at_ms;
             lease.validity_ms = lease.validity_ms.min(renewal.validity_ms);

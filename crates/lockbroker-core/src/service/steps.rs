@@ -12,6 +12,7 @@ use crate::events::{Change, ChangeKind};
 use crate::lease::{LeaseToken, Principal, Renewal, Ttl};
 use crate::name::LockName;
 use crate::store::{ExtendOutcome, ForceReleaseOutcome, LockStore, Release, ReleaseOutcome};
+use crate::validation::ValidationError;
 use crate::wait::Wake;
 
 impl<S: LockStore> LockService<S> {
@@ -48,8 +49,31 @@ impl<S: LockStore> LockService<S> {
         });
     }
 
-    /// Sets the remaining TTL of the caller's lease to `ttl_ms` (replace, not add).
+    /// Sets the remaining TTL of the caller's lease to `ttl_ms` (replace, not
+    /// add). A lease under a session is refused, naming `token`: it is valid
+    /// exactly while its session is, so only the session's keepalives renew
+    /// it (an extend of its own would let it outlive the session).
     pub async fn extend(
+        self: &Arc<Self>,
+        name: &LockName,
+        token: &LeaseToken,
+        ttl_ms: Option<u64>,
+    ) -> Result<Renewal, LockError> {
+        if token.is_under_session() {
+            return Err(ValidationError::new(
+                "token",
+                "is a lease under a session: it is renewed by the session's keepalive \
+                 (POST /v1/sessions/{id}/keepalive) and ends with the session, never extended \
+                 on its own",
+            )
+            .into());
+        }
+        self.extend_lease(name, token, ttl_ms).await
+    }
+
+    /// [`LockService::extend`] for any lease, a session's own and those
+    /// under it included: the keepalive's renewals.
+    pub(super) async fn extend_lease(
         self: &Arc<Self>,
         name: &LockName,
         token: &LeaseToken,

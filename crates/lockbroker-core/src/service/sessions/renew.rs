@@ -76,7 +76,7 @@ impl<S: LockStore> LockService<S> {
     ) -> Result<Renewals, LockError> {
         let started = Instant::now();
         let renewal = self
-            .extend(name, token.lease(), Some(ttl.as_millis()))
+            .extend_lease(name, token.lease(), Some(ttl.as_millis()))
             .await
             .map_err(as_session)?;
         let left = ttl.as_millis().saturating_sub(millis_since(started));
@@ -85,7 +85,7 @@ impl<S: LockStore> LockService<S> {
             let service = Arc::clone(self);
             renewals.spawn(async move {
                 let renewed = service
-                    .extend(&member.name, &member.token, Some(left.max(1)))
+                    .extend_lease(&member.name, &member.token, Some(left.max(1)))
                     .await;
                 (member, renewed)
             });
