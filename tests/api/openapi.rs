@@ -453,14 +453,22 @@ fn the_session_types_have_the_fields_of_the_spec_schemas() {
         &session(Some("w")),
         &session(None),
     );
+    let forced = SessionLeaseRef {
+        name: "job".into(),
+        space: "lock".into(),
+        reason: Some("force_released".into()),
+        force_released_by: Some("ops".into()),
+    };
     let ended = SessionLeaseRef {
         name: "job".into(),
         space: "lock".into(),
+        reason: Some("lost".into()),
+        force_released_by: None,
     };
     check_response(
         "SessionLeaseRef",
         &schemas["SessionLeaseRef"],
-        &ended,
+        &forced,
         &ended,
     );
     let renewal = SessionRenewalResponse {

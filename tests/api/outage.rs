@@ -68,7 +68,7 @@ async fn redis_killed_mid_test_gives_503_then_recovers_without_a_broker_restart(
         assert!(Instant::now() < deadline, "the broker never reconnected");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(app.get("/readyz").await.status, StatusCode::OK);
+    app.wait_ready().await;
 }
 
 #[tokio::test]

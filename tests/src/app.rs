@@ -163,7 +163,11 @@ impl TestApp {
         ahead
     }
 
-    async fn wait_ready(&self) {
+    /// Waits up to about five seconds for `/readyz` to answer `200`; panics
+    /// when it never does. After Redis comes back the broker is ready only
+    /// once its subscription is proven again, a moment after its first
+    /// successful step.
+    pub async fn wait_ready(&self) {
         for _ in 0..200 {
             if self.get("/readyz").await.status == StatusCode::OK {
                 return;

@@ -92,6 +92,15 @@ pub struct SessionLeaseRef {
     pub name: String,
     /// `lock` or `semaphore`.
     pub space: String,
+    /// Why it ended: `released` (by its holder), `force_released`,
+    /// `max_hold_exceeded` (it runs out at its TTL) or `lost`. Absent from
+    /// brokers older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// With `force_released`: the API key id that did it (`anonymous`
+    /// without keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force_released_by: Option<String>,
 }
 
 /// A kept session (`SessionRenewal` in the spec).

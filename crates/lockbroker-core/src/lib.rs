@@ -49,8 +49,8 @@ pub use listing::{ListCursor, ListLimit, ListRequest, LockEntry, LockPage};
 pub use name::{LockName, LockPrefix, Space};
 pub use policy::{AcquireRequest, LockPolicy};
 pub use service::{
-    AcquireAllError, Grant, KeptSession, LockAsk, LockService, OpenedSession, SessionRequest,
-    SessionState, MAX_LOCKS_PER_ACQUIRE,
+    AcquireAllError, EndedLease, Grant, KeptSession, LeaseEnd, LockAsk, LockService, OpenedSession,
+    SessionRequest, SessionState, MAX_LOCKS_PER_ACQUIRE,
 };
 pub use session::{
     SessionEntry, SessionId, SessionMember, SessionRecord, SessionTerms, SessionToken, SessionWrite,

@@ -30,7 +30,9 @@ mod watch;
 pub use all::{AcquireAllError, LockAsk, MAX_LOCKS_PER_ACQUIRE};
 pub use grant::Grant;
 use grant::{check_token_space, spawn_detached, QueueExit};
-pub use sessions::{KeptSession, OpenedSession, SessionRequest, SessionState};
+pub use sessions::{
+    EndedLease, KeptSession, LeaseEnd, OpenedSession, SessionRequest, SessionState,
+};
 
 /// One waiting or non-waiting acquire: its token and, for a waiter, its
 /// queue id, kept for every attempt.

@@ -85,7 +85,7 @@ async fn with_full_coverage_off_one_primary_down_stops_every_lock_until_it_retur
             StatusCode::OK
         );
     }
-    assert_eq!(app.get("/readyz").await.status, StatusCode::OK);
+    app.wait_ready().await;
 }
 
 #[tokio::test]

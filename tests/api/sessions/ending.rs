@@ -119,25 +119,46 @@ async fn a_lease_granted_after_a_wait_ends_no_later_than_its_session() {
 }
 
 #[tokio::test]
-async fn a_lease_its_holder_released_leaves_the_session_at_the_next_keepalive() {
+async fn a_lease_that_ended_on_its_own_leaves_the_session_at_the_next_keepalive_saying_why() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(&redis).await;
     let session = open(&app, json!({"ttl_ms": 10_000})).await;
     let first = acquire_in(&app, &session, "jobs:one", json!({})).await;
     acquire_in(&app, &session, "jobs:two", json!({})).await;
+    acquire_in(&app, &session, "jobs:three", json!({})).await;
     assert_eq!(
         app.release("jobs:one", &first.token()).await.status,
         StatusCode::OK
     );
+    let forced = app
+        .send(app.http.delete(app.url("/v1/locks/jobs:three")))
+        .await;
+    assert_eq!(forced.status, StatusCode::OK, "{}", forced.body);
     let renewal = kept(&app, &session).await;
     assert_eq!(renewal.leases, 1);
-    assert_eq!(renewal.ended.len(), 1, "{renewal:?}");
+    // Each named with why, as its own extend (which the routes refuse for a
+    // lease under a session) would have answered.
+    let ended: Vec<_> = (renewal.ended.iter())
+        .map(|gone| {
+            (
+                gone.name.as_str(),
+                gone.space.as_str(),
+                gone.reason.as_deref(),
+                gone.force_released_by.as_deref(),
+            )
+        })
+        .collect();
     assert_eq!(
-        (
-            renewal.ended[0].name.as_str(),
-            renewal.ended[0].space.as_str()
-        ),
-        ("jobs:one", "lock")
+        ended,
+        [
+            ("jobs:one", "lock", Some("released"), None),
+            (
+                "jobs:three",
+                "lock",
+                Some("force_released"),
+                Some("anonymous")
+            ),
+        ]
     );
     assert_eq!(state(&app, &session).await.leases, 1);
 }

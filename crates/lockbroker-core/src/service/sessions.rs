@@ -78,8 +78,34 @@ pub struct KeptSession {
     /// The leases renewed with it.
     pub leases: u64,
     /// Leases of the session that had ended (released by their holder,
-    /// force-released, past their max hold or lost): taken out of the session.
-    pub ended: Vec<LockName>,
+    /// force-released, past their max hold or lost): taken out of the
+    /// session, each with why.
+    pub ended: Vec<EndedLease>,
+}
+
+/// A lease a keepalive found ended, and took out of its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndedLease {
+    /// The lock's or semaphore's name.
+    pub name: LockName,
+    /// Why it ended: what an extend of its own would have answered.
+    pub end: LeaseEnd,
+}
+
+/// Why a lease under a session ended before its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// Its holder released it.
+    Released,
+    /// An operator force-released it.
+    ForceReleased {
+        /// Who force-released it.
+        by: Principal,
+    },
+    /// It reached the broker's maximum hold and runs out at its TTL.
+    MaxHoldExceeded,
+    /// It expired, or was replaced, before the keepalive came.
+    Lost,
 }
 
 /// A session as anyone may read it: never its token.
@@ -235,13 +261,12 @@ impl<S: LockStore> LockService<S> {
                     expires_at_ms = expires_at_ms.min(lease.expires_at_ms);
                     validity_ms = validity_ms.min(lease.validity_ms);
                 }
-                Err(
-                    LockError::LeaseLost
-                    | LockError::LeaseReleased
-                    | LockError::LeaseForceReleased { .. }
-                    | LockError::MaxHoldExceeded { .. },
-                ) => {
-                    ended.push(member.name);
+                Err(error) if lease_end(&error).is_some() => {
+                    let end = lease_end(&error).unwrap_or(LeaseEnd::Lost);
+                    ended.push(EndedLease {
+                        name: member.name,
+                        end,
+                    });
                     ended_tokens.push(member.token);
                 }
                 Err(error) => failure = Some(error),
@@ -256,7 +281,7 @@ impl<S: LockStore> LockService<S> {
             return Err(error);
         }
         self.sessions.kept(id, principal, renewal.validity_ms);
-        ended.sort();
+        ended.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(KeptSession {
             ttl_ms: renewal.ttl_ms,
             expires_at_ms,
@@ -414,5 +439,16 @@ impl<S: LockStore> LockService<S> {
         lease.expires_at_ms = ends;
         lease.ttl_ms = ends.saturating_sub(granted_at).max(1);
         Ok(grant)
+    }
+}
+
+/// Why a lease's own extend failed, when it says the lease ended.
+fn lease_end(error: &LockError) -> Option<LeaseEnd> {
+    match error {
+        LockError::LeaseLost => Some(LeaseEnd::Lost),
+        LockError::LeaseReleased => Some(LeaseEnd::Released),
+        LockError::LeaseForceReleased { by } => Some(LeaseEnd::ForceReleased { by: by.clone() }),
+        LockError::MaxHoldExceeded { .. } => Some(LeaseEnd::MaxHoldExceeded),
+        _ => None,
     }
 }

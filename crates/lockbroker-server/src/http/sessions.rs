@@ -8,13 +8,13 @@ use lockbroker_api::{
     SessionClosedResponse, SessionLeaseRef, SessionOpenBody, SessionRenewalResponse,
     SessionResponse, SessionStatusResponse, SessionTokenBody,
 };
-use lockbroker_core::{SessionId, SessionRequest, SessionToken};
+use lockbroker_core::{EndedLease, LeaseEnd, SessionId, SessionRequest, SessionToken};
 
 use super::error::{ApiError, Step};
 use super::extract::{JsonBody, SessionPath};
 use super::locks::in_step;
 use super::AppState;
-use crate::auth::Caller;
+use crate::auth::{Caller, ANONYMOUS_ID};
 
 /// `POST /v1/sessions`
 pub async fn open(
@@ -67,12 +67,7 @@ pub async fn keepalive(
         expires_at_ms: kept.expires_at_ms,
         validity_ms: kept.validity_ms,
         leases: kept.leases,
-        ended: (kept.ended.iter())
-            .map(|name| SessionLeaseRef {
-                name: name.as_str().to_owned(),
-                space: name.space().noun().to_owned(),
-            })
-            .collect(),
+        ended: kept.ended.iter().map(ended_lease).collect(),
     }))
 }
 
@@ -119,4 +114,27 @@ fn required_token(body: SessionTokenBody) -> Result<SessionToken, ApiError> {
         message: "is required".into(),
     })?;
     Ok(SessionToken::parse("token", &token)?)
+}
+
+/// A lease a keepalive found ended, as the answer names it.
+fn ended_lease(ended: &EndedLease) -> SessionLeaseRef {
+    let (reason, by) = match &ended.end {
+        LeaseEnd::Released => ("released", None),
+        LeaseEnd::ForceReleased { by } => ("force_released", Some(by)),
+        LeaseEnd::MaxHoldExceeded => ("max_hold_exceeded", None),
+        LeaseEnd::Lost => ("lost", None),
+    };
+    SessionLeaseRef {
+        name: ended.name.as_str().to_owned(),
+        space: ended.name.space().noun().to_owned(),
+        reason: Some(reason.to_owned()),
+        force_released_by: by.map(|by| {
+            (if by.is_anonymous() {
+                ANONYMOUS_ID
+            } else {
+                by.as_str()
+            })
+            .to_owned()
+        }),
+    }
 }

@@ -6,8 +6,9 @@
 //!
 //! A keepalive that finds one of the run's leases gone (the broker names it
 //! among `ended`: an operator force-released it, or it reached the broker's
-//! max hold) counts as that lease's own renewal failing: lockctl asks the
-//! lease once more, so that the answer says why, as a renewal's would.
+//! max hold) counts as that lease's own renewal failing, for the `reason`
+//! the broker gives, as a renewal's answer would. (A broker older than
+//! `reason` is asked with the lease's own extend, which it still allowed.)
 
 use std::future::Future;
 use std::pin::pin;
@@ -136,7 +137,8 @@ pub fn keepalive<'a>(
             .and_then(|body| first_ended(body, &leases));
         let (lock, result) = match gone {
             None => (String::new(), answer),
-            Some(lease) => {
+            Some((lease, Some(error))) => (lease.name.clone(), Err(error)),
+            Some((lease, None)) => {
                 let again = broker
                     .extend(Family::Locks, &lease.name, &lease.token, ttl, timeout)
                     .await;
@@ -155,15 +157,49 @@ pub fn keepalive<'a>(
     })
 }
 
-/// The first of `leases` that a keepalive's answer names as ended.
-fn first_ended<'l>(body: &Value, leases: &'l [Lease]) -> Option<&'l Lease> {
+/// The first of `leases` that a keepalive's answer names as ended, with
+/// the error its own extend would have answered when the answer says why.
+fn first_ended<'l>(body: &Value, leases: &'l [Lease]) -> Option<(&'l Lease, Option<BrokerError>)> {
     let ended = body.get("ended").and_then(Value::as_array)?;
-    leases.iter().find(|lease| {
-        ended.iter().any(|gone| {
+    leases.iter().find_map(|lease| {
+        let gone = ended.iter().find(|gone| {
             gone.get("name").and_then(Value::as_str) == Some(lease.name.as_str())
                 && gone.get("space").and_then(Value::as_str) == Some("lock")
-        })
+        })?;
+        Some((lease, why_ended(&lease.name, gone)))
     })
+}
+
+/// The error an extend of the lease `name` would have answered, from the
+/// `reason` a keepalive gave for it (`None` when it gave none).
+fn why_ended(name: &str, gone: &Value) -> Option<BrokerError> {
+    let reason = gone.get("reason").and_then(Value::as_str)?;
+    let mut error = serde_json::Map::new();
+    let (code, message) = match reason {
+        "max_hold_exceeded" => (
+            "max_hold_exceeded",
+            format!("the lease on {name:?} reached the broker's max hold and runs out at its TTL"),
+        ),
+        "released" => (
+            "lease_lost",
+            format!("the lease on {name:?} was released by its holder"),
+        ),
+        "force_released" => {
+            let by = gone
+                .get("force_released_by")
+                .cloned()
+                .unwrap_or(json!("anonymous"));
+            error.insert("force_released_by".to_owned(), by);
+            (
+                "lease_lost",
+                format!("the lease on {name:?} was force-released"),
+            )
+        }
+        _ => ("lease_lost", format!("the lease on {name:?} was lost")),
+    };
+    error.insert("code".to_owned(), json!(code));
+    error.insert("message".to_owned(), json!(message));
+    Some(BrokerError::of_lease(error))
 }
 
 /// A lease that left the run's session although an extend still found it.
@@ -196,14 +232,36 @@ mod tests {
             {"name": "other", "space": "lock"},
             {"name": "ledger:b", "space": "lock"},
         ]});
+        let found = first_ended(&body, &leases);
         assert_eq!(
-            first_ended(&body, &leases).map(|l| l.name.as_str()),
+            found.as_ref().map(|(l, _)| l.name.as_str()),
             Some("ledger:b")
+        );
+        assert!(
+            found.is_some_and(|(_, why)| why.is_none()),
+            "no reason given: the lease is asked"
         );
         let none = json!({"ended": [{"name": "ledger:a", "space": "semaphore"}]});
         assert!(first_ended(&none, &leases).is_none());
         assert!(first_ended(&json!({"ended": []}), &leases).is_none());
         assert_eq!(left_the_session().code(), "lease_lost");
+    }
+
+    #[test]
+    fn an_ended_leases_reason_is_what_its_own_extend_would_have_answered() {
+        let leases = [lease("ledger:a")];
+        for (reason, code) in [
+            ("released", "lease_lost"),
+            ("force_released", "lease_lost"),
+            ("lost", "lease_lost"),
+            ("max_hold_exceeded", "max_hold_exceeded"),
+        ] {
+            let body = json!({"ended": [
+                {"name": "ledger:a", "space": "lock", "reason": reason, "force_released_by": "ops"},
+            ]});
+            let why = first_ended(&body, &leases).and_then(|(_, why)| why);
+            assert_eq!(why.as_ref().map(BrokerError::code), Some(code), "{reason}");
+        }
     }
 
     #[test]
