@@ -135,7 +135,16 @@ pub fn keepalive<'a>(
             .as_ref()
             .ok()
             .and_then(|body| first_ended(body, &leases));
+        // Fewer leases renewed than the run holds, none named: the answer
+        // that named it was lost, and the broker has forgotten it since.
+        let renewed = answer
+            .as_ref()
+            .ok()
+            .and_then(|body| body.get("leases")?.as_u64());
         let (lock, result) = match gone {
+            None if renewed.is_some_and(|n| n < leases.len() as u64) => {
+                (String::new(), Err(left_the_session()))
+            }
             None => (String::new(), answer),
             Some((lease, Some(error))) => (lease.name.clone(), Err(error)),
             Some((lease, None)) => {
