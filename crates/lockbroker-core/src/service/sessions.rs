@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use super::{Grant, LockService};
 
 mod book;
+mod ended;
 mod renew;
 
 use crate::error::{LockError, StoreError};
@@ -28,6 +29,8 @@ use crate::session::{
 use crate::store::LockStore;
 use crate::validation::ValidationError;
 pub(super) use book::SessionBook;
+use ended::lease_end;
+pub use ended::{EndedLease, LeaseEnd};
 
 /// A session as a transport received its opening.
 #[derive(Clone, Debug, Default)]
@@ -81,31 +84,6 @@ pub struct KeptSession {
     /// force-released, past their max hold or lost): taken out of the
     /// session, each with why.
     pub ended: Vec<EndedLease>,
-}
-
-/// A lease a keepalive found ended, and took out of its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndedLease {
-    /// The lock's or semaphore's name.
-    pub name: LockName,
-    /// Why it ended: what an extend of its own would have answered.
-    pub end: LeaseEnd,
-}
-
-/// Why a lease under a session ended before its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LeaseEnd {
-    /// Its holder released it.
-    Released,
-    /// An operator force-released it.
-    ForceReleased {
-        /// Who force-released it.
-        by: Principal,
-    },
-    /// It reached the broker's maximum hold and runs out at its TTL.
-    MaxHoldExceeded,
-    /// It expired, or was replaced, before the keepalive came.
-    Lost,
 }
 
 /// A session as anyone may read it: never its token.
@@ -261,15 +239,16 @@ impl<S: LockStore> LockService<S> {
                     expires_at_ms = expires_at_ms.min(lease.expires_at_ms);
                     validity_ms = validity_ms.min(lease.validity_ms);
                 }
-                Err(error) if lease_end(&error).is_some() => {
-                    let end = lease_end(&error).unwrap_or(LeaseEnd::Lost);
-                    ended.push(EndedLease {
-                        name: member.name,
-                        end,
-                    });
-                    ended_tokens.push(member.token);
-                }
-                Err(error) => failure = Some(error),
+                Err(error) => match lease_end(&error) {
+                    Some(end) => {
+                        ended.push(EndedLease {
+                            name: member.name,
+                            end,
+                        });
+                        ended_tokens.push(member.token);
+                    }
+                    None => failure = Some(error),
+                },
             }
         }
         if !ended_tokens.is_empty() {
@@ -439,16 +418,5 @@ impl<S: LockStore> LockService<S> {
         lease.expires_at_ms = ends;
         lease.ttl_ms = ends.saturating_sub(granted_at).max(1);
         Ok(grant)
-    }
-}
-
-/// Why a lease's own extend failed, when it says the lease ended.
-fn lease_end(error: &LockError) -> Option<LeaseEnd> {
-    match error {
-        LockError::LeaseLost => Some(LeaseEnd::Lost),
-        LockError::LeaseReleased => Some(LeaseEnd::Released),
-        LockError::LeaseForceReleased { by } => Some(LeaseEnd::ForceReleased { by: by.clone() }),
-        LockError::MaxHoldExceeded { .. } => Some(LeaseEnd::MaxHoldExceeded),
-        _ => None,
     }
 }
