@@ -25,6 +25,7 @@ use axum::http::Method;
 use axum::middleware;
 use axum::routing::{delete, get, post, MethodRouter};
 use axum::{Extension, Router};
+use tower::ServiceBuilder;
 
 use crate::auth::KeyRing;
 use crate::config::HttpSettings;
@@ -177,20 +178,23 @@ pub fn router(
     let front = observe::Front {
         metrics: Arc::clone(&metrics),
         limits,
+        gate: Arc::new(auth::Gate::new(keys, served_routes())),
     };
+    // One layer: each `Router::layer` boxes every request's future once
+    // more, and a waiting acquire holds them all for as long as it waits.
+    // The limits, the origin guard and the gate run inside `observe`.
+    let around_handlers = ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(front, observe::observe))
+        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
+        .layer(Extension(Arc::new(events::StreamAdmission::new(settings))));
     routes()
         .into_iter()
         .fold(Router::new(), |router, (_, path, handler)| {
             router.route(path, handler)
         })
-        .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(Extension(Arc::new(events::StreamAdmission::new(settings))))
-        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
-        // Limits and the origin guard run inside `observe`: one boxed layer
-        // instead of three, for as long as a waiting acquire waits.
-        .layer(middleware::from_fn_with_state(front, observe::observe))
+        .layer(around_handlers)
         .with_state(AppState { service, metrics })
 }
 

@@ -4,6 +4,7 @@
 //! The lock-name prefix check happens where the name is parsed
 //! ([`super::extract::LockPath`]), so it covers every route with a `{name}`.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
@@ -36,12 +37,56 @@ pub fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     }
 }
 
-/// Identifies the caller, checks the route's scope and the caller's rate
-/// limit, and hands the [`Caller`] to the handler. With no keys configured
-/// every caller is [`Caller::Anonymous`].
-///
-/// The response carries the [`Caller`] too, so the request log line and the
-/// per-key request count name the key (never the key itself: its id).
+/// Who may call which route: the API keys, and the routes they guard.
+pub struct Gate {
+    keys: Arc<KeyRing>,
+    /// The `(method, route template)` pairs a handler serves; a request the
+    /// router answers by itself (`404`, `405`) is not asked for a key.
+    served: HashSet<(Method, &'static str)>,
+}
+
+impl Gate {
+    /// Guards the `served` routes (a `GET` route serves `HEAD` too) with
+    /// `keys`.
+    pub fn new(
+        keys: Arc<KeyRing>,
+        served: impl IntoIterator<Item = (Method, &'static str)>,
+    ) -> Self {
+        let mut routes = HashSet::new();
+        for (method, path) in served {
+            if method == Method::GET {
+                routes.insert((Method::HEAD, path));
+            }
+            routes.insert((method, path));
+        }
+        Self {
+            keys,
+            served: routes,
+        }
+    }
+
+    /// Identifies the caller of a served route, checks the route's scope and
+    /// the caller's rate limit, and hands the [`Caller`] to the handler (with
+    /// no keys configured every caller is [`Caller::Anonymous`]). Returns
+    /// the caller, to be named in the request's log line and per-key count
+    /// (never the key itself: its id); `None` for a request no handler
+    /// serves.
+    pub fn admit(&self, request: &mut Request) -> Result<Option<Caller>, Refusal> {
+        let Some(path) = request.extensions().get::<MatchedPath>() else {
+            return Ok(None);
+        };
+        let route = (request.method().clone(), path.as_str());
+        if !self.served.contains(&route) {
+            return Ok(None);
+        }
+        let caller = identify(&self.keys, request, required_scope(&route.0, route.1))?;
+        request.extensions_mut().insert(caller.clone());
+        Ok(Some(caller))
+    }
+}
+
+/// [`Gate::admit`] as a middleware, for a router every route of which is
+/// served by a handler (the metrics listener's).
 pub async fn authenticate(
     State(keys): State<Arc<KeyRing>>,
     mut request: Request,
@@ -51,24 +96,22 @@ pub async fn authenticate(
         Some(path) => required_scope(request.method(), path.as_str()),
         None => Some(Scope::Admin),
     };
-    let (caller, mut response) = match identify(&keys, &request, scope) {
+    match identify(&keys, &request, scope) {
         Ok(caller) => {
-            request.extensions_mut().insert(caller.clone());
-            (Some(caller), next.run(request).await)
+            request.extensions_mut().insert(caller);
+            next.run(request).await
         }
-        Err(Refusal { error, caller }) => (caller, error.into_response()),
-    };
-    if let Some(caller @ Caller::Key(_)) = caller {
-        response.extensions_mut().insert(caller);
+        Err(refusal) => refusal.error.into_response(),
     }
-    response
 }
 
 /// Why a request is refused, and by whom it came when its key is known (a
 /// known key can still lack the scope or exceed its rate limit).
-struct Refusal {
-    error: ApiError,
-    caller: Option<Caller>,
+pub struct Refusal {
+    /// The answer.
+    pub error: ApiError,
+    /// The caller, when its key was accepted.
+    pub caller: Option<Caller>,
 }
 
 impl From<ApiError> for Refusal {
@@ -130,7 +173,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
-        // Set by `authenticate` on every routed request; absent only if a
+        // Set by the gate on every request a handler serves; absent only if a
         // route was wired without it, and then nobody is let in.
         parts
             .extensions

@@ -2,18 +2,19 @@
 //! concurrency limit, the request timeout and the body read timeout, and the
 //! host and origin rules of [`super::origin`].
 //!
-//! Not a layer of its own: [`super::observe`] awaits [`enforce`] inline. Every
-//! layer boxes a future of its own per request (and `Next` one more), which a
-//! waiting acquire holds for as long as it waits.
+//! Not a layer of its own: [`super::observe`] runs [`admit`] and
+//! [`within_timeout`] inline. Every layer boxes a future of its own per
+//! request (and `Next` one more), which a waiting acquire holds for as long
+//! as it waits.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
 use super::extract::BodyReadTimeout;
@@ -34,15 +35,16 @@ pub struct Limits {
     pub sources: Arc<Sources>,
 }
 
-/// Refuses a request with `503 overloaded` when the broker already serves as
-/// many as it allows, instead of queueing it behind waiting acquires, and
-/// tells the body extractor its read timeout. Refuses a request from a host
-/// name or page origin the broker does not take (after the limits, before
-/// authentication and before any body is read). Answers `503` when a
-/// request outlives the request timeout.
-pub async fn enforce(limits: &Limits, mut request: Request, next: Next) -> Response {
-    let Ok(_permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
-        return ApiError::Overloaded.into_response();
+/// Admits a request under the limits, or refuses it: `503 overloaded` when
+/// the broker already serves as many as it allows (instead of queueing it
+/// behind waiting acquires), `413` for a body announced over the limit, and
+/// a request from a host name or page origin the broker does not take
+/// (before authentication and before any body is read). An admitted request
+/// is told its body read timeout and holds the returned permit until it is
+/// answered.
+pub fn admit(limits: &Limits, request: &mut Request) -> Result<OwnedSemaphorePermit, Response> {
+    let Ok(permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
+        return Err(ApiError::Overloaded.into_response());
     };
     // A body announced larger than the limit is refused from its header, at
     // once, rather than after waiting for bytes that will be refused anyway.
@@ -52,15 +54,20 @@ pub async fn enforce(limits: &Limits, mut request: Request, next: Next) -> Respo
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if announced.is_some_and(|length| length > limits.max_body_bytes as u64) {
-        return ApiError::PayloadTooLarge.into_response();
+        return Err(ApiError::PayloadTooLarge.into_response());
     }
     if let Some(refusal) = limits.sources.refusal(request.uri(), request.headers()) {
-        return refusal.into_response();
+        return Err(refusal.into_response());
     }
     request
         .extensions_mut()
         .insert(BodyReadTimeout(limits.body_read_timeout));
-    match tokio::time::timeout(limits.request_timeout, next.run(request)).await {
+    Ok(permit)
+}
+
+/// `answer`, or `503` when it outlives the request timeout.
+pub async fn within_timeout(limits: &Limits, answer: impl Future<Output = Response>) -> Response {
+    match tokio::time::timeout(limits.request_timeout, answer).await {
         Ok(response) => response,
         Err(_) => ApiError::Timeout {
             limit: limits.request_timeout,

@@ -6,8 +6,9 @@
 //! (grants, releases, errors) carries it through the request's span. An error
 //! answer's line also carries its error code, as the body spells it.
 //!
-//! The outermost layer, and the one that runs [`super::limits`] inline, so
-//! that a request pays for one boxed middleware future here, not two.
+//! The one layer around the handlers: it runs [`super::limits`] and the
+//! [`Gate`] inline, so that a request pays for one boxed middleware future
+//! here, not one for each (a waiting acquire holds them all while it waits).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,31 +16,38 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use lockbroker_api::ErrorCode;
 use tracing::Instrument;
 
+use super::auth::{Gate, Refusal};
 use super::limits::{self, Limits};
 use crate::auth::Caller;
 use crate::metrics::Metrics;
 
-/// What the outermost layer needs: the metrics it reports to and the limits
-/// it enforces.
+/// What the layer needs: the metrics it reports to, the limits it enforces
+/// and who may call which route.
 #[derive(Clone)]
 pub struct Front {
     /// The broker's metrics.
     pub metrics: Arc<Metrics>,
     /// The limits every request is held to.
     pub limits: Arc<Limits>,
+    /// The API keys and the routes they guard.
+    pub gate: Arc<Gate>,
 }
 
 /// The header that carries the request id both ways.
 pub static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// Logs and measures one request, held to the limits (whose refusals are
-/// logged and measured like any answer).
+/// Logs and measures one request, held to the limits and then to the gate
+/// (whose refusals are logged and measured like any answer).
 pub async fn observe(State(front): State<Front>, request: Request, next: Next) -> Response {
-    let Front { metrics, limits } = front;
+    let Front {
+        metrics,
+        limits,
+        gate,
+    } = front;
     let started = Instant::now();
     let request_id = request
         .headers()
@@ -56,7 +64,7 @@ pub async fn observe(State(front): State<Front>, request: Request, next: Next) -
     let span =
         tracing::info_span!("request", request_id = %request_id, method = %method, route = %route);
 
-    let mut response = limits::enforce(&limits, request, next)
+    let (caller, mut response) = admitted(&limits, &gate, request, next)
         .instrument(span.clone())
         .await;
 
@@ -65,11 +73,11 @@ pub async fn observe(State(front): State<Front>, request: Request, next: Next) -
     metrics.request_finished(&route, method.as_str(), status, elapsed);
     // The id of the API key that made the request, when one was presented and
     // accepted: operators rotating a key watch for its id to disappear.
-    let key = response
-        .extensions()
-        .get::<Caller>()
-        .map(|caller| caller.id().to_owned());
-    if let Some(key) = &key {
+    let key = match &caller {
+        Some(caller @ Caller::Key(_)) => Some(caller.id()),
+        _ => None,
+    };
+    if let Some(key) = key {
         metrics.request_by_key(key);
     }
     let code = response.extensions().get::<ErrorCode>().map(|c| c.as_str());
@@ -86,6 +94,27 @@ pub async fn observe(State(front): State<Front>, request: Request, next: Next) -
         response.headers_mut().insert(REQUEST_ID.clone(), value);
     }
     response
+}
+
+/// The answer to `request` once the limits and the gate admit it, with its
+/// caller when the gate knew it.
+async fn admitted(
+    limits: &Limits,
+    gate: &Gate,
+    mut request: Request,
+    next: Next,
+) -> (Option<Caller>, Response) {
+    let _permit = match limits::admit(limits, &mut request) {
+        Ok(permit) => permit,
+        Err(refusal) => return (None, refusal),
+    };
+    match gate.admit(&mut request) {
+        Ok(caller) => (
+            caller,
+            limits::within_timeout(limits, next.run(request)).await,
+        ),
+        Err(Refusal { error, caller }) => (caller, error.into_response()),
+    }
 }
 
 /// A fresh request id. Ids are labels, not secrets, so the thread-local

@@ -1,5 +1,5 @@
 //! What a waiting acquire holds for its whole wait, pinned in bytes: the
-//! outermost middleware's boxed future (observe, limits and the origin guard
+//! middleware's boxed future (observe, limits, the origin guard and the gate
 //! in one) and the acquire handler's boxed future (which holds the lock
 //! service's wait). Each is allocated once per request and lives until the
 //! answer, so 10,000 waiters hold 10,000 of each; a layer or a local that
@@ -40,9 +40,10 @@ fn the_acquire_handler_future_stays_small() {
     assert!(size <= ACQUIRE_BOUND, "acquire's future is {size} bytes");
 }
 
-/// Measured at 1,648 bytes in the test build, with the limits and the
-/// origin guard awaited inline.
-const OBSERVE_BOUND: usize = 2_048;
+/// Measured at 2,104 bytes in the test build, with the limits, the origin
+/// guard and the gate awaited inline (1,648 before the gate moved in, which
+/// took away a middleware future of its own and two boxed `Next`s).
+const OBSERVE_BOUND: usize = 2_304;
 /// Measured at 3,080 bytes in the test build (2,776 before a waiting
 /// acquire also retried the split votes of a quorum).
 const ACQUIRE_BOUND: usize = 3_328;
