@@ -336,7 +336,10 @@ impl<S: LockStore> LockService<S> {
             armed: true,
         };
         let started = Instant::now();
-        let outcome = self.store.acquire(params).await;
+        // Boxed: the store's future is the largest part of an acquire's, and
+        // a waiting acquire would carry its size for its whole wait, not only
+        // while the store is asked.
+        let outcome = Box::pin(self.store.acquire(params)).await;
         let mut grant = in_flight;
         match outcome {
             Ok(AcquireOutcome::Granted(lease)) => {
@@ -418,3 +421,4 @@ impl<S: LockStore> LockService<S> {
         self.shutdown.send_replace(true);
     }
 }
+
