@@ -421,4 +421,3 @@ impl<S: LockStore> LockService<S> {
         self.shutdown.send_replace(true);
     }
 }
-

@@ -42,9 +42,9 @@ pub struct Limits {
 /// (before authentication and before any body is read). An admitted request
 /// is told its body read timeout and holds the returned permit until it is
 /// answered.
-pub fn admit(limits: &Limits, request: &mut Request) -> Result<OwnedSemaphorePermit, Response> {
+pub fn admit(limits: &Limits, request: &mut Request) -> Result<OwnedSemaphorePermit, ApiError> {
     let Ok(permit) = Arc::clone(&limits.in_flight).try_acquire_owned() else {
-        return Err(ApiError::Overloaded.into_response());
+        return Err(ApiError::Overloaded);
     };
     // A body announced larger than the limit is refused from its header, at
     // once, rather than after waiting for bytes that will be refused anyway.
@@ -54,10 +54,10 @@ pub fn admit(limits: &Limits, request: &mut Request) -> Result<OwnedSemaphorePer
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if announced.is_some_and(|length| length > limits.max_body_bytes as u64) {
-        return Err(ApiError::PayloadTooLarge.into_response());
+        return Err(ApiError::PayloadTooLarge);
     }
     if let Some(refusal) = limits.sources.refusal(request.uri(), request.headers()) {
-        return Err(refusal.into_response());
+        return Err(refusal);
     }
     request
         .extensions_mut()

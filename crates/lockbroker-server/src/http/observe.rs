@@ -106,7 +106,7 @@ async fn admitted(
 ) -> (Option<Caller>, Response) {
     let _permit = match limits::admit(limits, &mut request) {
         Ok(permit) => permit,
-        Err(refusal) => return (None, refusal),
+        Err(refusal) => return (None, refusal.into_response()),
     };
     match gate.admit(&mut request) {
         Ok(caller) => (

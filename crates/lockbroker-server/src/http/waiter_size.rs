@@ -48,4 +48,3 @@ const OBSERVE_BOUND: usize = 2_304;
 /// future was boxed in the lock service: only an attempt needs it, not the
 /// wait between attempts).
 const ACQUIRE_BOUND: usize = 2_304;
-
