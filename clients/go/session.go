@@ -587,7 +587,8 @@ func (s *Session) keepAlive(last time.Time) {
 
 // keep sends one keepalive. On success the session's deadline, and each of
 // its leases', moves to the send time plus the validity given; a lease the
-// answer says ended is checked on its own.
+// answer says ended is checked on its own, and every lease is when the
+// answer renewed fewer than the session holds.
 func (s *Session) keep(timeout time.Duration) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -624,23 +625,28 @@ func (s *Session) keep(timeout time.Duration) (time.Time, error) {
 	for _, lease := range leases {
 		lease.keptBySession(deadline, renewal.ExpiresAtMs, sent)
 	}
-	if len(renewal.Ended) > 0 {
+	// Fewer leases renewed than held: an earlier answer that named an ended
+	// lease was lost on its way, and the broker has forgotten that lease
+	// since, so no answer will name it again. Every lease is checked then.
+	short := renewal.Leases < len(leases)
+	if len(renewal.Ended) > 0 || short {
 		// Off the keepalive's schedule: the checks may take a while.
-		go s.checkEnded(renewal.Ended, leases)
+		go s.checkEnded(renewal.Ended, leases, short)
 	}
 	return sent, nil
 }
 
-// checkEnded asks, for each lease whose name the keepalive said ended,
-// whether its own fence is still current (a name can stand for another lease
-// of the session, taken since), and marks it lost when not.
-func (s *Session) checkEnded(ended []SessionLeaseRef, leases []*Lease) {
+// checkEnded asks, for each lease whose name the keepalive said ended (or
+// for every lease, when all is set), whether its own fence is still current
+// (a name can stand for another lease of the session, taken since), and
+// marks it lost when not.
+func (s *Session) checkEnded(ended []SessionLeaseRef, leases []*Lease, all bool) {
 	for _, lease := range leases {
 		space := "lock"
 		if lease.routes == semaphoreRoutes {
 			space = "semaphore"
 		}
-		named := false
+		named := all
 		for _, ref := range ended {
 			named = named || (ref.Name == lease.Name && ref.Space == space)
 		}

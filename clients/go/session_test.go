@@ -409,6 +409,38 @@ func TestALeaseThatEndsOutsideItsSessionIsLostAndTheOthersStay(t *testing.T) {
 	}
 }
 
+func TestALeaseWhoseEndWasToldInALostAnswerIsStillFoundLost(t *testing.T) {
+	client, name := newClient(t), lockName(t)
+	ttl := 900 * time.Millisecond
+	session := openSession(t, client, lockbroker.SessionOptions{TTL: ttl})
+	forced, err := session.Acquire(bg, name+"-forced", lockbroker.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := session.Acquire(bg, name+"-kept", lockbroker.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forceRelease(t, shared, name+"-forced")
+	// A keepalive of its own takes the one answer that names the ended
+	// lease, as if the session's answer had been lost on its way: the
+	// session's next keepalive renews one lease of the two it holds.
+	renewal, err := client.KeepSession(bg, session.ID(), session.Token())
+	if err != nil || renewal.Leases != 1 {
+		t.Fatalf("the keepalive that took the answer: %+v, %v", renewal, err)
+	}
+
+	waitDone(t, "the force-released lease's Context", forced.Context().Done(), 2*ttl)
+	var lost *lockbroker.LeaseLost
+	if !errors.As(forced.Err(), &lost) || lost.Reason != "lease_lost" {
+		t.Fatalf("the force-released lease: Err %v", forced.Err())
+	}
+	time.Sleep(ttl)
+	if session.Err() != nil || kept.Err() != nil {
+		t.Fatalf("session %v, kept %v", session.Err(), kept.Err())
+	}
+}
+
 func TestAFullSessionRefusesMoreLeases(t *testing.T) {
 	b := ownBroker(t, nil, map[string]string{"LOCKBROKER_LOCKS_MAX_LEASES_PER_SESSION": "2"})
 	client, name := clientOf(t, b.URL, lockbroker.ClientOptions{Timeout: 5 * time.Second}), lockName(t)
