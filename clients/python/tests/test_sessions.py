@@ -135,6 +135,22 @@ def test_a_lease_the_broker_ended_is_lost_at_the_next_keepalive(broker, client, 
     assert session.leases_released == 1 and kept.released
 
 
+def test_a_lease_whose_end_was_told_in_a_lost_answer_is_still_found_lost(broker, client, name):
+    with client.session(ttl=1.5) as session:
+        kept = session.acquire(f"{name}-kept")
+        taken = session.acquire(f"{name}-taken")
+        force_release(broker, f"{name}-taken")
+        # A keepalive of its own takes the one answer that names the ended
+        # lease, as if the session's answer had been lost on its way: the
+        # session's next keepalive renews one lease of the two it holds.
+        assert client.keep_session(session.id, session.token).leases == 1
+        assert taken.lost.wait(3), "the keepalive's short count went unnoticed"
+        assert taken.lost_reason == "lease_lost"
+        time.sleep(0.6)  # another keepalive
+        kept.raise_if_lost()
+        session.raise_if_lost()
+
+
 def test_a_grant_that_waited_past_the_ttl_counts_from_a_fresh_keepalive(client, name):
     client.acquire(name, 2.0)  # not renewed: ends in 2 s
     with client.session(ttl=1.0) as session:
@@ -354,6 +370,24 @@ def test_async_session_closed_elsewhere_is_lost(broker, name):
         with pytest.raises(SessionLost):
             await client.keep_session(grant.id, grant.token)
         assert not (await client.session_status(grant.id)).open
+
+    run(scenario())
+
+
+def test_async_session_finds_a_lease_whose_end_was_told_in_a_lost_answer(broker, name):
+    async def scenario():
+        client = AsyncClient(broker.url, timeout=5)
+        async with client.session(ttl=1.5) as session:
+            kept = await session.acquire(f"{name}-kept")
+            taken = await session.acquire(f"{name}-taken")
+            force_release(broker, f"{name}-taken")
+            # The answer that names the ended lease goes to another keepalive.
+            assert (await client.keep_session(session.id, session.token)).leases == 1
+            await asyncio.wait_for(taken.lost.wait(), 3)
+            assert taken.lost_reason == "lease_lost"
+            await asyncio.sleep(0.6)  # another keepalive
+            kept.raise_if_lost()
+            session.raise_if_lost()
 
     run(scenario())
 

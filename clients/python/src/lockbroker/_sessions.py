@@ -25,6 +25,7 @@ from ._renewals import RETRY_PAUSE, Action, Step
 from ._retry import RESYNC_SHARE
 from ._wire import (
     LOCKS,
+    FenceCheck,
     SEMAPHORES,
     Request,
     SessionGrant,
@@ -214,18 +215,23 @@ class SessionBase:
 
     def _kept(
         self, data: Dict[str, Any], sent_at: float, covered: Sequence[LeaseBase]
-    ) -> SessionRenewal:
+    ) -> List[LeaseBase]:
         """A keepalive sent at ``sent_at`` succeeded: the session, and each lease
         of ``covered`` (those tracked when it was sent), are valid until
         ``sent_at`` plus the session's validity. The leases the broker named as
-        ended are lost (unless their own release did it)."""
+        ended are lost (unless their own release did it).
+
+        Returns the leases to check on their own: when the broker renewed fewer
+        than ``covered`` still held, an earlier answer that named an ended lease
+        was lost on its way, and the broker has forgotten that lease since, so
+        no answer will name it again: every one of them is checked then."""
         renewal = SessionRenewal.from_json(data)
         until = sent_at + min(renewal.ttl, renewal.validity)
         ended = {(item.name, _SPACES.get(item.space, item.space)) for item in renewal.ended}
         gone: List[LeaseBase] = []
         with self._guard:
             if self._state != OPEN:
-                return renewal
+                return []
             self.deadline = max(self.deadline, until)
             self.expires_at_ms = max(self.expires_at_ms, renewal.expires_at_ms)
             for lease in covered:
@@ -238,9 +244,17 @@ class SessionBase:
                 lease for lease in self._leases
                 if not (lease.released or lease.lost.is_set() or lease in gone)
             ]
+            held = [lease for lease in covered if lease in self._leases]
         for lease in gone:
             lease._mark_lost("lease_lost")
-        return renewal
+        return held if renewal.leases < len(held) else []
+
+    @staticmethod
+    def _ended_if(lease: LeaseBase, check: FenceCheck) -> None:
+        """Marks ``lease`` lost when ``check`` (of its fence) says it is not
+        current, unless its own release is under way."""
+        if not check.current and not lease.releasing and not lease.released:
+            lease._mark_lost("lease_lost")
 
     def _check_deadline(self, now: Optional[float] = None) -> None:
         """Marks the session lost once its local deadline passed while open."""
@@ -446,11 +460,13 @@ class Keepalives:
         self._covered = session._snapshot()
         return Step(Action.EXTEND, timeout=min(self.timeout, max(0.05, session.deadline - now)))
 
-    def kept(self, data: Dict[str, Any]) -> None:
-        """The keepalive succeeded: the deadlines count from when it was sent."""
-        self.session._kept(data, self._sent_at, self._covered)
+    def kept(self, data: Dict[str, Any]) -> List[LeaseBase]:
+        """The keepalive succeeded: the deadlines count from when it was sent.
+        Returns the leases to check on their own (see ``SessionBase._kept``)."""
+        unaccounted = self.session._kept(data, self._sent_at, self._covered)
         self._covered = []
         self.next_at = self._sent_at + self.interval
+        return unaccounted
 
     def failed(self, error: LockBrokerError, now: float) -> None:
         """The keepalive raised ``error``; decides whether and when to try again."""

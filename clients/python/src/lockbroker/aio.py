@@ -811,7 +811,17 @@ class AsyncSession(SessionBase):
                 )
         except BrokerUnavailable:
             return
-        self._kept(data, sent, covered)
+        await self._check_each(self._kept(data, sent, covered))
+
+    async def _check_each(self, leases: List[LeaseBase]) -> None:
+        """Checks the fence of each of ``leases`` on its own; see
+        :meth:`lockbroker.Session._check_each`."""
+        for lease in leases:
+            try:
+                check = await cast(AsyncLease, lease).check_fence()
+            except LockBrokerError:
+                continue
+            self._ended_if(lease, check)
 
     async def _keep(self, opened_at: float) -> None:
         """The keepalive task: steps through :class:`Keepalives`."""
@@ -831,7 +841,7 @@ class AsyncSession(SessionBase):
                 except LockBrokerError as error:
                     keepalives.failed(error, time.monotonic())
                 else:
-                    keepalives.kept(data)
+                    await self._check_each(keepalives.kept(data))
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -1033,7 +1033,17 @@ class Session(SessionBase):
                 )
         except BrokerUnavailable:
             return
-        self._kept(data, sent, covered)
+        self._check_each(self._kept(data, sent, covered))
+
+    def _check_each(self, leases: List[LeaseBase]) -> None:
+        """Checks the fence of each of ``leases`` on its own, and marks lost
+        those that ended; a check the broker does not answer decides nothing."""
+        for lease in leases:
+            try:
+                check = cast(Lease, lease).check_fence()
+            except LockBrokerError:
+                continue
+            self._ended_if(lease, check)
 
     def _keep(self, opened_at: float) -> None:
         """The keepalive thread: steps through :class:`Keepalives`."""
@@ -1053,7 +1063,7 @@ class Session(SessionBase):
                 except LockBrokerError as error:
                     keepalives.failed(error, time.monotonic())
                 else:
-                    keepalives.kept(data)
+                    self._check_each(keepalives.kept(data))
         except Exception:
             keepalives.crashed()
 
