@@ -463,7 +463,11 @@ export class Session {
     this.#lastSent = sent;
     for (const lease of this.#leases) lease._renewedWith(this.#deadline, this.#expiresAtMs);
     this.#schedule();
-    if (renewal.ended.length > 0) void this.#checkEnded(renewal.ended);
+    // Fewer leases renewed than held: an answer that named an ended lease was
+    // lost on its way, and the broker has forgotten that lease since, so no
+    // answer will name it again. Every lease is checked then.
+    const short = renewal.leases < this.#leases.size;
+    if (renewal.ended.length > 0 || short) void this.#checkEnded(renewal.ended, short);
     return sent;
   }
 
@@ -472,11 +476,14 @@ export class Session {
    * released by their token elsewhere) are lost. The answer names locks, not
    * leases: a lease of the same name taken after one released is still held,
    * so each lease of a named lock is lost only when its fence is no longer
-   * current. A check that fails leaves the lease as it was.
+   * current. With `all`, every lease is checked so. A check that fails
+   * leaves the lease as it was.
    */
-  async #checkEnded(ended: SessionLeaseRef[]): Promise<void> {
+  async #checkEnded(ended: SessionLeaseRef[], all: boolean): Promise<void> {
     const named = new Set(ended.map((ref) => `${ref.space === "semaphore" ? "semaphores" : "locks"}/${ref.name}`));
-    const suspects = [...this.#leases].filter((lease) => !lease._releasing && named.has(`${lease._kind}/${lease.name}`));
+    const suspects = [...this.#leases].filter(
+      (lease) => !lease._releasing && (all || named.has(`${lease._kind}/${lease.name}`)),
+    );
     await Promise.all(
       suspects.map(async (lease) => {
         const check = await lease.checkFence().catch(() => undefined);

@@ -235,6 +235,26 @@ test("a lease force-released under its session is lost; one released by its hold
   }
 });
 
+test("a lease whose end was told in a lost keepalive answer is still found lost", async () => {
+  const base = lockName("short");
+  const session = await client.session({ ttlMs: 1200 });
+  try {
+    const forced = await session.acquire(`${base}:forced`);
+    const kept = await session.acquire(`${base}:kept`);
+    await forceRelease(broker.url, `${base}:forced`);
+    // A keepalive of its own takes the one answer that names the ended lease,
+    // as if the session's answer had been lost on its way: the session's next
+    // keepalive renews one lease of the two it holds.
+    assert.equal((await client.keepSession(session.id, session.token)).leases, 1);
+    assert.ok(await waitUntil(() => forced.lost, 2000), "the keepalive's short count went unnoticed");
+    assert.deepEqual([forced.lostReason, session.lost], ["lease_lost", false]);
+    await sleep(600); // another keepalive
+    assert.deepEqual([kept.lost, session.lost], [false, false]);
+  } finally {
+    assert.equal(await session.close(), 1);
+  }
+});
+
 test("a session holds at most the broker's leases per session", async () => {
   const own = await servers.broker(redis, { LOCKBROKER_LOCKS_MAX_LEASES_PER_SESSION: "2" });
   const c = new Client(own.url, { timeoutMs: 5000 });
