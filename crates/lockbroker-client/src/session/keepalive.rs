@@ -7,7 +7,8 @@
 //! deadline; any other refusal stops the keepalives and lets the session
 //! run out. A lease the broker names as ended (an operator force-released
 //! it, or it reached its maximum hold) is lost on its own, with
-//! [`LostReason::LeaseLost`], when the name tells which lease it is.
+//! [`LostReason::LeaseLost`], when the name tells which lease it is; when a
+//! keepalive renews fewer leases than are held, each is checked by its fence.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -71,7 +72,8 @@ async fn keep_once(shared: &SessionShared) {
     let next = match answer {
         Ok(kept) => {
             let interval = Duration::from_millis(kept.ttl_ms) / 3;
-            kept_alive(shared, &kept, sent, &members);
+            let unaccounted = kept_alive(shared, &kept, sent, &members);
+            check_each(&unaccounted).await;
             sent + interval
         }
         Err(Error::LeaseLost { .. }) => {
@@ -103,18 +105,23 @@ async fn keep_once(shared: &SessionShared) {
 /// A keepalive sent at `sent` succeeded: the session's deadline, and that
 /// of each lease that was under it then (`members`), move to `sent` plus
 /// the validity it answered; a lease it names as ended is lost.
+///
+/// Returns the leases to check on their own: when the broker renewed fewer
+/// than are still held, an earlier answer that named an ended lease was
+/// lost on its way, and the broker has forgotten that lease since, so no
+/// answer will name it again: every one of them is checked then.
 fn kept_alive(
     shared: &SessionShared,
     kept: &SessionRenewalResponse,
     sent: Instant,
     members: &[Weak<Shared>],
-) {
+) -> Vec<Arc<Shared>> {
     let validity = Duration::from_millis(kept.validity_ms.min(kept.ttl_ms));
     {
         let mut state = shared.state();
         // Ended while the keepalive was in flight: it stays ended.
         if state.end.is_some() {
-            return;
+            return Vec::new();
         }
         state.deadline = sent + validity;
         state.expires_at_ms = kept.expires_at_ms;
@@ -137,12 +144,38 @@ fn kept_alive(
             }
         }
     }
-    for lease in &members {
+    let mut held = Vec::new();
+    for lease in members {
         let mut state = lease.state();
         if state.end.is_none() {
             state.deadline = sent + validity;
             state.expires_at_ms = kept.expires_at_ms;
             state.last_sent = sent;
+            if !state.releasing {
+                drop(state);
+                held.push(lease);
+            }
+        }
+    }
+    if kept.leases < held.len() as u64 {
+        held
+    } else {
+        Vec::new()
+    }
+}
+
+/// Checks the fence of each of `leases` on its own, and ends as lost those
+/// whose fence is no longer current; a check the broker does not answer
+/// decides nothing.
+async fn check_each(leases: &[Arc<Shared>]) {
+    for lease in leases {
+        let checked = (lease.client)
+            .fence_check(lease.family, &lease.name, lease.fence)
+            .await;
+        if let Ok(check) = checked {
+            if !check.current && !lease.state().releasing {
+                lease.finish(LeaseEnd::Lost(LostReason::LeaseLost));
+            }
         }
     }
 }

@@ -208,3 +208,28 @@ async fn a_lease_force_released_under_a_session_is_lost_alone() {
     );
     assert_eq!(leases[2].end(), Some(LeaseEnd::Released));
 }
+
+#[tokio::test]
+async fn a_lease_whose_end_was_told_in_a_lost_answer_is_still_found_lost() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let client = client(&app);
+    let ttl = Duration::from_millis(900);
+    let session = open(&client, ttl, "batch-11").await;
+    let none = SessionAcquireOptions::default;
+    let forced = session.lock("ledger:x").acquire(none()).await.expect("x");
+    let kept = session.lock("ledger:y").acquire(none()).await.expect("y");
+
+    client.force_release("ledger:x").await.expect("forced");
+    // A keepalive of its own takes the one answer that names the ended
+    // lease, as if the session's answer had been lost on its way: the
+    // session's next keepalive renews one lease of the two it holds.
+    let renewal = (client.keep_session(session.id(), session.token()).await).expect("kept");
+    assert_eq!(renewal.leases, 1);
+
+    let lost = tokio::time::timeout(ttl / 3 + Duration::from_millis(500), forced.lost()).await;
+    assert!(lost.is_ok(), "the keepalive's short count went unnoticed");
+    assert_eq!(forced.lost_reason(), Some(LostReason::LeaseLost));
+    tokio::time::sleep(ttl).await;
+    assert_eq!((session.end(), kept.end()), (None, None));
+}
