@@ -85,8 +85,9 @@ impl Gate {
     }
 }
 
-/// [`Gate::admit`] as a middleware, for a router every route of which is
-/// served by a handler (the metrics listener's).
+/// The gate's check as a middleware, for a router every route of which a
+/// handler serves (the metrics listener's); a path no route matches needs
+/// `admin`, so nothing there is open by accident.
 pub async fn authenticate(
     State(keys): State<Arc<KeyRing>>,
     mut request: Request,
