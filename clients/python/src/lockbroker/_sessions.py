@@ -244,7 +244,8 @@ class SessionBase:
                 lease for lease in self._leases
                 if not (lease.released or lease.lost.is_set() or lease in gone)
             ]
-            held = [lease for lease in covered if lease in self._leases]
+            tracked = {id(lease) for lease in self._leases}
+            held = [lease for lease in covered if id(lease) in tracked]
         for lease in gone:
             lease._mark_lost("lease_lost")
         return held if renewal.leases < len(held) else []
