@@ -204,7 +204,10 @@ impl LeaseToken {
             .into_iter()
             .find_map(|kind| kinded.strip_prefix(kind.token_prefix()))
             .unwrap_or(kinded);
-        let issued = digits.len() == TOKEN_BYTES * 2 && digits.bytes().all(|b| HEX.contains(&b));
+        let issued = digits.len() == TOKEN_BYTES * 2
+            && digits
+                .bytes()
+                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
         if !issued {
             return Err(ValidationError::new(
                 "token",

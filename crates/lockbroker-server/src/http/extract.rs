@@ -216,6 +216,11 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             message: format!("must be a JSON object ({{...}}), not {kind}"),
         });
     }
+    // A body that decodes needs no path: only a failure is decoded again,
+    // tracking the path (which copies every key it passes), to name its field.
+    if let Ok(value) = serde_json::from_slice(bytes) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         if is_syntax(error.inner()) {

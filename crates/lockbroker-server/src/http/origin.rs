@@ -11,6 +11,7 @@
 //! is the third part: no page can send `application/json` to another origin
 //! without a CORS preflight, which the broker never grants.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -100,15 +101,15 @@ impl Sources {
     /// Why a request with these `headers` and `uri` is refused, if it is.
     pub(super) fn refusal(&self, uri: &Uri, headers: &HeaderMap) -> Option<ApiError> {
         let authority = match uri.authority() {
-            Some(authority) => Some(authority.as_str().to_owned()),
+            Some(authority) => Some(authority.as_str()),
             None => match headers.get(header::HOST).map(|v| v.to_str()) {
-                Some(Ok(host)) => Some(host.to_owned()),
+                Some(Ok(host)) => Some(host),
                 Some(Err(_)) => return Some(host_refused("(not ASCII)")),
                 // HTTP/1.0 without Host: no browser sends that.
                 None => None,
             },
         };
-        if let Some(authority) = &authority {
+        if let Some(authority) = authority {
             let host = host_of(authority);
             if !self.answers_to(&host) {
                 return Some(host_refused(&host));
@@ -143,8 +144,8 @@ pub async fn guard(State(sources): State<Arc<Sources>>, request: Request, next: 
 }
 
 /// The host of an authority (`name:port`, `[v6]:port`), lower case, without
-/// port or trailing dot.
-fn host_of(authority: &str) -> String {
+/// port or trailing dot: copied only when it has capitals to lower.
+fn host_of(authority: &str) -> Cow<'_, str> {
     let host = if authority.starts_with('[') {
         authority
             .find(']')
@@ -154,7 +155,12 @@ fn host_of(authority: &str) -> String {
             .rsplit_once(':')
             .map_or(authority, |(host, _)| host)
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    let host = host.trim_end_matches('.');
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
+    }
 }
 
 fn host_refused(host: &str) -> ApiError {
