@@ -14,6 +14,10 @@
 -- are kept per lock; a force release keeps them too.
 
 local MEMO_SLOTS = 4
+-- Each slot's number and field as text, written without converting a Lua
+-- number to text on every release (that conversion formats a float).
+local MEMO_SLOT_TEXT = {'1', '2', '3', '4'}
+local MEMO_SLOT_FIELD = {'m1', 'm2', 'm3', 'm4'}
 
 -- The fields a release sets to remember `token`'s lease of `fence_text`
 -- until `until_ms`, after the slot written last (`last_slot`, nil for none);
@@ -24,7 +28,7 @@ local function memo_fields(last_slot, token, fence_text, until_ms, forced_by)
   if forced_by then
     entry = entry .. ' !' .. forced_by
   end
-  return 'm' .. slot, entry, 'mn', tostring(slot), 'mu', string.format('%d', until_ms)
+  return MEMO_SLOT_FIELD[slot], entry, 'mn', MEMO_SLOT_TEXT[slot], 'mu', string.format('%d', until_ms)
 end
 
 -- The fence of `token`'s lease when it was released and the memo lasts at
