@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Instructions per lock cycle (acquire, then release) in the broker beside
+# the thin broker (the bench's `thin` target), counted by valgrind's
+# callgrind: a count, not a time, so it repeats on a busy machine where the
+# timed benchmarks swing. One caller on one keep-alive connection runs the
+# cycles on 50 lock names in turn; each process is counted from after a
+# warm-up until the last cycle. The count is of the process's user-space
+# work (system calls and Redis are not in it), including what its
+# background tasks did meanwhile (a few percent). Prints both counts, their
+# ratio, and the broker's costliest functions with what they call (callgrind
+# inclusive counts per cycle). Starts its own redis-server on a free port.
+#   scripts/instructions.sh [cycles, default 2000]
+set -euo pipefail
+shopt -s inherit_errexit
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+ensure_cargo
+ensure_packages redis-server redis-tools valgrind curl
+
+cycles="${1:-2000}"
+cargo build --release -q -p lockbroker-server -p lockbroker-bench
+bin="${CARGO_TARGET_DIR:-target}/release"
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+dir="$(mktemp -d)"
+redis_port="$(free_port)"
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+  --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
+until redis_answers 127.0.0.1 "$redis_port"; do sleep 0.05; done
+
+# Runs `count` cycles against the broker or thin broker on `port`.
+cycle() { # port count
+  python3 - "$1" "$2" <<'EOF'
+import http.client, json, sys
+port, count = int(sys.argv[1]), int(sys.argv[2])
+conn = http.client.HTTPConnection("127.0.0.1", port)
+headers = {"content-type": "application/json"}
+for i in range(count):
+    path = "/v1/locks/cycle-%d" % (i % 50)
+    conn.request("POST", path + "/acquire", body='{"ttl_ms": 30000}', headers=headers)
+    answer = conn.getresponse()
+    lease = json.loads(answer.read())
+    assert answer.status == 200, (answer.status, lease)
+    conn.request("POST", path + "/release", body=json.dumps({"token": lease["token"]}), headers=headers)
+    answer = conn.getresponse()
+    released = answer.read()
+    assert answer.status == 200, (answer.status, released)
+EOF
+}
+
+# Counts `cycles` cycles of the target `name` started by the rest of the
+# arguments under callgrind, listening on `port`; prints instructions per cycle.
+count() { # name port command...
+  local name="$1" port="$2"
+  shift 2
+  valgrind --tool=callgrind --compress-strings=no --compress-pos=no \
+    --callgrind-out-file="$dir/$name.out" "$@" >"$dir/$name.log" 2>&1 &
+  pids+=($!)
+  local pid=$!
+  until cycle "$port" 1 2>/dev/null; do sleep 0.2; done
+  cycle "$port" 200
+  callgrind_control -z "$pid" >/dev/null
+  cycle "$port" "$cycles"
+  callgrind_control -d "$pid" >/dev/null
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  awk -v n="$cycles" '/^summary:/ { printf "%.0f\n", $2 / n }' "$dir/$name.out.1"
+}
+
+broker_port="$(free_port)"
+thin_port="$(free_port)"
+broker="$(LOCKBROKER_LISTEN="127.0.0.1:$broker_port" \
+  LOCKBROKER_REDIS_URL="redis://127.0.0.1:$redis_port/0" LOCKBROKER_LOG_LEVEL=warn \
+  count broker "$broker_port" "$bin/lockbroker")"
+thin="$(count thin "$thin_port" "$bin/lockbroker-bench" __thin --port "$thin_port" \
+  --redis "redis://127.0.0.1:$redis_port/1")"
+printf 'instructions per cycle: broker %s  thin %s  broker/thin %sx\n' "$broker" "$thin" \
+  "$(awk -v b="$broker" -v t="$thin" 'BEGIN { printf "%.2f", b / t }')"
+echo "the broker's costliest functions, instructions per cycle (inclusive):"
+callgrind_annotate --inclusive=yes --threshold=100 "$dir/broker.out.1" 2>/dev/null |
+  grep -E '^ *[0-9,]+ .*(lockbroker_|fred::|serde|axum::|hyper::|tokio::time)' |
+  head -40 |
+  awk -v n="$cycles" '{ v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "");
+    sub(/ \[.*$/, ""); sub(/^\?\?\?:/, ""); printf "%8.0f  %s\n", v / n, substr($0, 1, 110) }'
