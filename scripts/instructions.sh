@@ -20,9 +20,6 @@ ensure_packages redis-server redis-tools valgrind curl
 cycles="${1:-2000}"
 cargo build --release -q -p lockbroker-server -p lockbroker-bench
 bin="${CARGO_TARGET_DIR:-target}/release"
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 dir="$(mktemp -d)"
 redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \

@@ -31,3 +31,8 @@ ensure_nextest() {
 redis_answers() {
   redis-cli -h "$1" -p "$2" ping 2>/dev/null | grep -q PONG
 }
+
+# A TCP port on 127.0.0.1 that is free now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}

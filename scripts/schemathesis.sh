@@ -31,10 +31,6 @@ then
 fi
 cargo build --quiet -p lockbroker-server
 
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 work=$(mktemp -d)
 pids=()
 cleanup() {

@@ -14,9 +14,6 @@ ensure_packages redis-server redis-tools curl jq
 
 counts="${1:-1 10 100}"
 cargo build --quiet -p lockbroker-server
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 dir="$(mktemp -d)"
 redis_port="$(free_port)"
 broker_port="$(free_port)"
