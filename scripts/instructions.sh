@@ -58,6 +58,9 @@ count() { # name port command...
   pids+=($!)
   local pid=$!
   until cycle "$port" 1 2>/dev/null; do sleep 0.2; done
+  # A broker announces every change for its first seconds (in case another
+  # broker has event streams open): the count starts after that.
+  sleep 5
   cycle "$port" 200
   callgrind_control -z "$pid" >/dev/null
   cycle "$port" "$cycles"
