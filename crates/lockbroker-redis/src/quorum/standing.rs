@@ -218,12 +218,20 @@ impl Standing {
 
     /// Gives a new epoch to every node that has none (it restarted without
     /// its data), keeping it out of majorities for as long as a lease now on
-    /// some node may last, drift included. The nodes' horizons speak for
-    /// every lease only when a majority answered: every valid lease lives on
-    /// a majority, so on one of these.
+    /// some node may last, drift included.
+    ///
+    /// The horizons speak for every valid lease only when a majority of the
+    /// nodes that answered kept their data through every such lease's life
+    /// ([`speaks_for_its_leases`]): every valid lease lives on a majority,
+    /// so its copies that remain are on one of those. A node that came back
+    /// empty, or is still pending or in quarantine, lost what it held: had
+    /// it been counted, a lease left on the nodes that did not answer could
+    /// outlive the new epoch's quarantine, and the node would then help grant
+    /// the lock again while that lease is valid. When more than a minority of
+    /// the nodes that answered lost their data, no such majority will come
+    /// back: what the others know is all there is.
     async fn stamp_new_epochs(&self, nodes: &[RedisLockStore], epochs: &mut [Option<Epoch>]) {
-        let answered = epochs.iter().flatten().count();
-        if answered < self.majority {
+        if !horizons_cover_every_lease(epochs, self.majority) {
             return;
         }
         let horizon_ms = epochs
@@ -390,3 +398,27 @@ impl Change<'_> {
         }
     }
 }
+
+/// Whether the horizons of the nodes that answered (`epochs`, `None` for a
+/// node that did not) speak for every lease that may still be valid, so a
+/// new epoch's quarantine can be set from them: see
+/// [`Standing::stamp_new_epochs`].
+fn horizons_cover_every_lease(epochs: &[Option<Epoch>], majority: usize) -> bool {
+    let answered = epochs.iter().flatten().count();
+    let speaking = (epochs.iter().flatten())
+        .filter(|epoch| speaks_for_its_leases(epoch))
+        .count();
+    let lost = answered - speaking;
+    answered >= majority && (speaking >= majority || lost > epochs.len() - majority)
+}
+
+/// Whether a node kept its data through the life of every lease that may
+/// still be valid on it: it has an epoch, with its fence marks in place,
+/// and is past the quarantine that began it (which outlasted every lease
+/// granted before it came back empty).
+fn speaks_for_its_leases(epoch: &Epoch) -> bool {
+    epoch.id.is_some() && !epoch.pending_marks && epoch.until_ms <= epoch.now_ms
+}
+
+#[cfg(test)]
+mod tests;
