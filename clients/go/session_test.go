@@ -368,15 +368,7 @@ func TestASessionWhoseKeepalivesCannotReachTheBrokerIsLostByItsTTL(t *testing.T)
 func TestALeaseThatEndsOutsideItsSessionIsLostAndTheOthersStay(t *testing.T) {
 	client, name := newClient(t), lockName(t)
 	ttl := 900 * time.Millisecond
-	session := openSession(t, client, lockbroker.SessionOptions{TTL: ttl})
-	forced, err := session.Acquire(bg, name+"-forced", lockbroker.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept, err := session.Acquire(bg, name+"-kept", lockbroker.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	session, forced, kept := sessionWithTwoLeases(t, client, name, ttl)
 	// Released by its holder, then the name taken again under the session:
 	// the keepalive names it as ended, yet the new lease is held.
 	released, err := session.Acquire(bg, name+"-again", lockbroker.AcquireOptions{})
@@ -412,15 +404,7 @@ func TestALeaseThatEndsOutsideItsSessionIsLostAndTheOthersStay(t *testing.T) {
 func TestALeaseWhoseEndWasToldInALostAnswerIsStillFoundLost(t *testing.T) {
 	client, name := newClient(t), lockName(t)
 	ttl := 900 * time.Millisecond
-	session := openSession(t, client, lockbroker.SessionOptions{TTL: ttl})
-	forced, err := session.Acquire(bg, name+"-forced", lockbroker.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kept, err := session.Acquire(bg, name+"-kept", lockbroker.AcquireOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	session, forced, kept := sessionWithTwoLeases(t, client, name, ttl)
 	forceRelease(t, shared, name+"-forced")
 	// A keepalive of its own takes the one answer that names the ended
 	// lease, as if the session's answer had been lost on its way: the
@@ -592,4 +576,20 @@ func TestLeasesTakenWhileASessionKeepsAliveAllStay(t *testing.T) {
 			t.Fatalf("%s: %+v, %v", lease.Name, status, err)
 		}
 	}
+}
+
+// sessionWithTwoLeases opens a session of ttl holding two leases: one on
+// name-forced, which the test ends from outside, and one on name-kept.
+func sessionWithTwoLeases(t *testing.T, client *lockbroker.Client, name string, ttl time.Duration) (*lockbroker.Session, *lockbroker.Lease, *lockbroker.Lease) {
+	t.Helper()
+	session := openSession(t, client, lockbroker.SessionOptions{TTL: ttl})
+	forced, err := session.Acquire(bg, name+"-forced", lockbroker.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := session.Acquire(bg, name+"-kept", lockbroker.AcquireOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return session, forced, kept
 }
