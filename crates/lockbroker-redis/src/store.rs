@@ -316,7 +316,7 @@ impl LockStore for RedisLockStore {
 
     async fn ping(&self) -> Result<(), StoreError> {
         let client = self.client();
-        let _: Value = client.ping(None).await.map_err(store_error)?;
+        let _: Value = Box::pin(client.ping(None)).await.map_err(store_error)?;
         if !self.inner.subscribed.load(Ordering::Acquire) {
             return Err(StoreError::Unavailable(
                 "not subscribed to other brokers' announcements yet".into(),
@@ -392,7 +392,7 @@ impl LockStore for RedisLockStore {
         let Ok(_admitted) = self.admit() else {
             return;
         };
-        let published: Result<Value, _> = self.client().publish(channel, message).await;
+        let published: Result<Value, _> = Box::pin(self.client().publish(channel, message)).await;
         if let Err(error) = published {
             tracing::debug!(%error, "an announcement about watching was not published");
         }

@@ -36,9 +36,12 @@ async fn replicas_acknowledging(
         cluster_hash: Some(ClusterHash::Custom(redis_keyslot(key.as_bytes()))),
         ..Options::default()
     };
-    let acked: i64 = client
-        .with_options(&shard)
-        .wait(i64::from(ack.replicas), timeout_ms)
+    // fred's command future is about 7 KiB: boxed, it is built only when a
+    // step waits for replicas, instead of making every acquire, extend and
+    // release future that large (and copied whole each time one is moved,
+    // five times over in a quorum's fan-out).
+    let shard = client.with_options(&shard);
+    let acked: i64 = Box::pin(shard.wait(i64::from(ack.replicas), timeout_ms))
         .await
         .map_err(store_error)?;
     Ok(u32::try_from(acked).unwrap_or(0))
