@@ -17,7 +17,9 @@ pub mod calls;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, FunctionInterface};
-use fred::types::Value;
+use fred::bytes_utils::Str;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::util::redis_keyslot;
 use lockbroker_core::StoreError;
 
 use crate::keys::KeyLayout;
@@ -151,7 +153,7 @@ pub struct Scripts {
     /// The library's name, `lockbroker_<hash of its code>`.
     library_name: String,
     /// Each script's function name, in [`ScriptName::ALL`] order.
-    functions: Vec<String>,
+    functions: Vec<Str>,
 }
 
 impl Scripts {
@@ -195,7 +197,7 @@ impl Scripts {
                  flags = {{{flags}}}}}\n",
                 name.as_str()
             ));
-            functions.push(function);
+            functions.push(Str::from(function));
         }
         Self {
             library,
@@ -216,6 +218,10 @@ impl Scripts {
 
     /// The function that runs the script `name`.
     pub fn function(&self, name: ScriptName) -> &str {
+        self.function_name(name)
+    }
+
+    fn function_name(&self, name: ScriptName) -> &Str {
         // `ALL` lists the names in declaration order, so a name's number is
         // its place in `functions`.
         &self.functions[name as usize]
@@ -225,6 +231,11 @@ impl Scripts {
     /// that lacks the library answers "Function not found"
     /// ([`is_missing_function`]): the caller loads it ([`Scripts::load`])
     /// and runs the step again.
+    ///
+    /// The command is built here rather than by fred's `fcall`, which
+    /// copies the function name and hashes every key for a Cluster slot on
+    /// every call: the name is shared, and only a Cluster needs the slot,
+    /// of the first key (a step's keys share one hash tag).
     pub async fn fcall(
         &self,
         client: &Client,
@@ -232,7 +243,17 @@ impl Scripts {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, fred::error::Error> {
-        client.fcall(self.function(name), keys, args).await
+        let slot = match (client.is_clustered(), keys.first()) {
+            (true, Some(key)) => ClusterHash::Custom(redis_keyslot(key.as_bytes())),
+            _ => ClusterHash::Random,
+        };
+        let mut command = Vec::with_capacity(keys.len() + args.len() + 2);
+        command.push(Value::String(self.function_name(name).clone()));
+        command.push(Value::Integer(keys.len() as i64));
+        command.extend((keys.into_iter().chain(args)).map(|text| Value::String(Str::from(text))));
+        client
+            .custom(CustomCommand::new_static("FCALL", slot, false), command)
+            .await
     }
 
     /// Loads the library into the Redis behind `client` (every primary of a
