@@ -9,7 +9,9 @@
 # background tasks did meanwhile (a few percent). Prints both counts, their
 # ratio, and the broker's costliest functions with what they call (callgrind
 # inclusive counts per cycle). Starts its own redis-server on a free port.
-#   scripts/instructions.sh [cycles, default 2000]
+# With a node count, counts a quorum-mode broker over that many redis-servers
+# of its own beside the single-mode broker instead of the thin broker.
+#   scripts/instructions.sh [cycles, default 2000] [quorum nodes]
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -18,6 +20,7 @@ ensure_cargo
 ensure_packages redis-server redis-tools valgrind curl
 
 cycles="${1:-2000}"
+nodes="${2:-}"
 cargo build --release -q -p lockbroker-server -p lockbroker-bench
 bin="${CARGO_TARGET_DIR:-target}/release"
 dir="$(mktemp -d)"
@@ -25,8 +28,18 @@ redis_port="$(free_port)"
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
   --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null; for f in "$dir"/*.pid; do kill "$(cat "$f")"; done 2>/dev/null
+  rm -rf "$dir"' EXIT
 until redis_answers 127.0.0.1 "$redis_port"; do sleep 0.05; done
+# The quorum's nodes, when asked for: redis-servers of their own.
+node_urls=()
+for node in $(seq 1 "${nodes:-0}"); do
+  node_port="$(free_port)"
+  redis-server --port "$node_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    --daemonize yes --pidfile "$dir/node$node.pid" >/dev/null
+  until redis_answers 127.0.0.1 "$node_port"; do sleep 0.05; done
+  node_urls+=("redis://127.0.0.1:$node_port/0")
+done
 
 # Runs `count` cycles against the broker or thin broker on `port`.
 cycle() { # port count
@@ -71,14 +84,25 @@ count() { # name port command...
 }
 
 broker_port="$(free_port)"
-thin_port="$(free_port)"
+other_port="$(free_port)"
 broker="$(LOCKBROKER_LISTEN="127.0.0.1:$broker_port" \
   LOCKBROKER_REDIS_URL="redis://127.0.0.1:$redis_port/0" LOCKBROKER_LOG_LEVEL=warn \
   count broker "$broker_port" "$bin/lockbroker")"
-thin="$(count thin "$thin_port" "$bin/lockbroker-bench" __thin --port "$thin_port" \
-  --redis "redis://127.0.0.1:$redis_port/1")"
-printf 'instructions per cycle: broker %s  thin %s  broker/thin %sx\n' "$broker" "$thin" \
-  "$(awk -v b="$broker" -v t="$thin" 'BEGIN { printf "%.2f", b / t }')"
+if [ -n "$nodes" ]; then
+  # The quorum broker is the one whose functions are listed.
+  mv "$dir/broker.out.1" "$dir/single.out.1"
+  single="$broker"
+  broker="$(LOCKBROKER_LISTEN="127.0.0.1:$other_port" LOCKBROKER_REDIS_MODE=quorum \
+    LOCKBROKER_REDIS_NODES="$(IFS=,; echo "${node_urls[*]}")" LOCKBROKER_LOG_LEVEL=warn \
+    count broker "$other_port" "$bin/lockbroker")"
+  printf 'instructions per cycle: quorum-%s broker %s  single-mode broker %s  quorum/single %sx\n' \
+    "$nodes" "$broker" "$single" "$(awk -v q="$broker" -v s="$single" 'BEGIN { printf "%.2f", q / s }')"
+else
+  thin="$(count thin "$other_port" "$bin/lockbroker-bench" __thin --port "$other_port" \
+    --redis "redis://127.0.0.1:$redis_port/1")"
+  printf 'instructions per cycle: broker %s  thin %s  broker/thin %sx\n' "$broker" "$thin" \
+    "$(awk -v b="$broker" -v t="$thin" 'BEGIN { printf "%.2f", b / t }')"
+fi
 echo "the broker's costliest functions, instructions per cycle (inclusive):"
 callgrind_annotate --inclusive=yes --threshold=100 "$dir/broker.out.1" 2>/dev/null |
   grep -E '^ *[0-9,]+ .*(lockbroker_|fred::|serde|axum::|hyper::|tokio::time)' |
