@@ -14,12 +14,12 @@
 //! these definitions.
 
 pub mod calls;
+mod command;
 
+use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, FunctionInterface};
-use fred::bytes_utils::Str;
-use fred::types::{ClusterHash, CustomCommand, Value};
-use fred::util::redis_keyslot;
+use fred::types::{CustomCommand, Value};
 use lockbroker_core::StoreError;
 
 use crate::keys::KeyLayout;
@@ -231,11 +231,6 @@ impl Scripts {
     /// that lacks the library answers "Function not found"
     /// ([`is_missing_function`]): the caller loads it ([`Scripts::load`])
     /// and runs the step again.
-    ///
-    /// The command is built here rather than by fred's `fcall`, which
-    /// copies the function name and hashes every key for a Cluster slot on
-    /// every call: the name is shared, and only a Cluster needs the slot,
-    /// of the first key (a step's keys share one hash tag).
     pub async fn fcall(
         &self,
         client: &Client,
@@ -243,14 +238,8 @@ impl Scripts {
         keys: Vec<String>,
         args: Vec<String>,
     ) -> Result<Value, fred::error::Error> {
-        let slot = match (client.is_clustered(), keys.first()) {
-            (true, Some(key)) => ClusterHash::Custom(redis_keyslot(key.as_bytes())),
-            _ => ClusterHash::Random,
-        };
-        let mut command = Vec::with_capacity(keys.len() + args.len() + 2);
-        command.push(Value::String(self.function_name(name).clone()));
-        command.push(Value::Integer(keys.len() as i64));
-        command.extend((keys.into_iter().chain(args)).map(|text| Value::String(Str::from(text))));
+        let function = self.function_name(name);
+        let (slot, command) = command::fcall(function, keys, args, client.is_clustered());
         client
             .custom(CustomCommand::new_static("FCALL", slot, false), command)
             .await

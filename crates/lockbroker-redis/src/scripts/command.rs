@@ -1,0 +1,93 @@
+//! The `FCALL` command of one script call, exactly as it is handed to fred.
+//!
+//! The broker builds it rather than fred's `fcall`, which copies the
+//! function name into a new string and hashes every key for a Cluster slot
+//! on every call (keeping only the last key's): here the name is a shared
+//! string made once, and only a Cluster's client hashes a slot, once, of the
+//! first key. Every key of one step shares the lock's hash tag, so the first
+//! key's slot is the slot of them all.
+
+use fred::bytes_utils::Str;
+use fred::types::{ClusterHash, Value};
+use fred::util::redis_keyslot;
+
+/// `FCALL function numkeys key... arg...`, after the command name, and the
+/// Cluster slot it is routed by (`Random`, unused, outside a Cluster).
+pub(super) fn fcall(
+    function: &Str,
+    keys: Vec<String>,
+    args: Vec<String>,
+    clustered: bool,
+) -> (ClusterHash, Vec<Value>) {
+    let slot = match (clustered, keys.first()) {
+        (true, Some(key)) => ClusterHash::Custom(redis_keyslot(key.as_bytes())),
+        _ => ClusterHash::Random,
+    };
+    let mut command = Vec::with_capacity(keys.len() + args.len() + 2);
+    command.push(Value::String(function.clone()));
+    command.push(Value::Integer(keys.len() as i64));
+    command.extend((keys.into_iter().chain(args)).map(|text| Value::String(Str::from(text))));
+    (slot, command)
+}
+
+#[cfg(test)]
+mod tests {
+    use lockbroker_core::{LockName, Space};
+
+    use super::*;
+    use crate::keys::KeyLayout;
+
+    fn texts(values: &[Value]) -> Vec<String> {
+        values
+            .iter()
+            .map(|value| match value {
+                Value::String(text) => text.to_string(),
+                Value::Integer(n) => format!("#{n}"),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_function_then_the_key_count_then_the_keys_then_the_arguments() {
+        let function = Str::from("lockbroker_abc_acquire");
+        let keys = vec!["p:{a}:lease".to_owned(), "p:{a}:queue".to_owned()];
+        let args = vec!["token".to_owned(), "30000".to_owned(), String::new()];
+        let (_, command) = fcall(&function, keys, args, false);
+        assert_eq!(
+            texts(&command),
+            [
+                "lockbroker_abc_acquire",
+                "#2",
+                "p:{a}:lease",
+                "p:{a}:queue",
+                "token",
+                "30000",
+                ""
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cluster_routes_by_the_slot_every_key_of_the_step_shares() {
+        let layout = KeyLayout::new("lockbroker");
+        let name = LockName::parse_in(Space::Lock, "jobs:nightly").expect("name");
+        let keys = vec![layout.lease(&name), layout.queue(&name)];
+        let expected = redis_keyslot(layout.queue(&name).as_bytes());
+        let (slot, _) = fcall(&Str::from("f"), keys, Vec::new(), true);
+        assert_eq!(slot, ClusterHash::Custom(expected));
+    }
+
+    #[test]
+    fn outside_a_cluster_no_slot_is_hashed() {
+        let (slot, _) = fcall(&Str::from("f"), vec!["k".to_owned()], Vec::new(), false);
+        assert_eq!(slot, ClusterHash::Random);
+    }
+
+    #[test]
+    fn a_step_without_keys_sends_a_count_of_zero_and_routes_anywhere() {
+        let (slot, command) = fcall(&Str::from("f"), Vec::new(), vec!["x".to_owned()], true);
+        assert_eq!(slot, ClusterHash::Random);
+        assert_eq!(texts(&command), ["f", "#0", "x"]);
+    }
+}
