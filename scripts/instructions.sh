@@ -24,21 +24,24 @@ nodes="${2:-}"
 cargo build --release -q -p lockbroker-server -p lockbroker-bench
 bin="${CARGO_TARGET_DIR:-target}/release"
 dir="$(mktemp -d)"
-redis_port="$(free_port)"
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-  --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; for f in "$dir"/*.pid; do kill "$(cat "$f")"; done 2>/dev/null
   rm -rf "$dir"' EXIT
-until redis_answers 127.0.0.1 "$redis_port"; do sleep 0.05; done
+# Starts a redis-server of this script's own, named `name`, on a free port;
+# prints the port once it answers.
+start_redis() { # name
+  local port
+  port="$(free_port)"
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
+    --daemonize yes --pidfile "$dir/$1.pid" >/dev/null
+  until redis_answers 127.0.0.1 "$port"; do sleep 0.05; done
+  echo "$port"
+}
+redis_port="$(start_redis redis)"
 # The quorum's nodes, when asked for: redis-servers of their own.
 node_urls=()
 for node in $(seq 1 "${nodes:-0}"); do
-  node_port="$(free_port)"
-  redis-server --port "$node_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
-    --daemonize yes --pidfile "$dir/node$node.pid" >/dev/null
-  until redis_answers 127.0.0.1 "$node_port"; do sleep 0.05; done
-  node_urls+=("redis://127.0.0.1:$node_port/0")
+  node_urls+=("redis://127.0.0.1:$(start_redis "node$node")/0")
 done
 
 # Runs `count` cycles against the broker or thin broker on `port`.
