@@ -25,7 +25,9 @@ cargo build --release -q -p lockbroker-server -p lockbroker-bench
 bin="${CARGO_TARGET_DIR:-target}/release"
 dir="$(mktemp -d)"
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; for f in "$dir"/*.pid; do kill "$(cat "$f")"; done 2>/dev/null
+# Every kill may find its process gone already; none may stop the rest.
+trap 'kill "${pids[@]}" 2>/dev/null || true
+  for f in "$dir"/*.pid; do kill "$(cat "$f")" 2>/dev/null || true; done
   rm -rf "$dir"' EXIT
 # Starts a redis-server of this script's own, named `name`, on a free port;
 # prints the port once it answers.

@@ -19,7 +19,7 @@ dir="$(mktemp -d)"
 port="$(free_port)"
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$dir" \
   --daemonize yes --pidfile "$dir/redis.pid" >/dev/null
-trap 'kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill "$(cat "$dir/redis.pid")" 2>/dev/null || true; rm -rf "$dir"' EXIT
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.05; done
 
 # The bodies, as the broker assembles them (scripts.rs): the prelude and the

@@ -22,7 +22,7 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --d
 LOCKBROKER_LISTEN="127.0.0.1:$broker_port" LOCKBROKER_REDIS_URL="redis://127.0.0.1:$redis_port" \
   LOCKBROKER_LOG_LEVEL=warn "${CARGO_TARGET_DIR:-target}/debug/lockbroker" >"$dir/broker.log" 2>&1 &
 broker=$!
-trap 'kill "$broker" 2>/dev/null; kill "$(cat "$dir/redis.pid")" 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill "$broker" 2>/dev/null || true; kill "$(cat "$dir/redis.pid")" 2>/dev/null || true; rm -rf "$dir"' EXIT
 base="http://127.0.0.1:$broker_port"
 until curl -fsS "$base/readyz" >/dev/null 2>&1; do sleep 0.05; done
 
