@@ -195,7 +195,7 @@ if expire_ms then
   redis.call('PEXPIRE', lease_key, expire_ms)
 end
 if epoch_id ~= '' then
-  record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max)
+  record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max, now_ms)
 end
 if others > 0 then
   queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)

@@ -58,5 +58,5 @@ end
 if fence > tonumber(epoch[4] or '0') then
   redis.call('HSET', epoch_key, 'max', fence_text)
 end
-raise_horizon(horizon_key, tonumber(cur[2]) + tonumber(cur[4]))
+raise_horizon(horizon_key, tonumber(cur[2]) + tonumber(cur[4]), now_ms)
 return {1}

@@ -60,6 +60,6 @@ else
   redis.call('HSET', lease_key, 'exp', string.format('%d', new_exp))
 end
 if KEYS[2] then
-  raise_horizon(KEYS[2], new_exp + tonumber(cur[6]))
+  raise_horizon(KEYS[2], new_exp + tonumber(cur[6]), now_ms)
 end
 return {1, tonumber(cur[2]), ttl, new_exp, cur[3]}

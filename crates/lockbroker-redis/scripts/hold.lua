@@ -138,7 +138,7 @@ else
   redis.call('HSET', lease_key, 'f', fence_text)
 end
 if epoch_id ~= '' then
-  record_grant(KEYS[8], KEYS[9], exp + delay, fence, node_max)
+  record_grant(KEYS[8], KEYS[9], exp + delay, fence, node_max, now_ms)
 end
 queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
 return {1, fence, exp, floor_raised}

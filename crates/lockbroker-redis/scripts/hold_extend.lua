@@ -39,7 +39,7 @@ redis.call('ZADD', holders_key, 'XX', new_exp + delay, token)
 keep_for(holders_key, ttl + delay)
 keep_for(members_key, ttl + delay)
 if KEYS[3] then
-  raise_horizon(KEYS[3], new_exp + delay)
+  raise_horizon(KEYS[3], new_exp + delay, now_ms)
 end
 return {1, tonumber(lease.f), ttl, new_exp, lease.o,
   tonumber(redis.call('HGET', members_key, '#limit') or '-1')}

@@ -21,14 +21,24 @@ local function announce(channel, broker_id, kind, name, waiter)
   redis.call(command, channel, broker_id .. ' ' .. kind .. ' ' .. name .. ' ' .. (waiter or '-'))
 end
 
+-- Quorum mode: how far beyond what a grant needs a node's lease horizon
+-- (ms) and its highest fence (µs, as quorum fences count) are raised. The
+-- grants that follow within that margin need no write of either, so a busy
+-- node writes each about once a second instead of on every grant. Both are
+-- bounds, never exact: a horizon ahead keeps a node that restarts empty out
+-- of majorities up to a second longer, and a highest fence ahead raises a
+-- readmitted node's floor (and so the next fences) by up to a second's worth.
+local QUORUM_MARK_LEAD = 1000000
+
 -- Quorum mode: raises a node's lease horizon (the latest instant, ms, that
--- any lease on it may stay valid) to `until_ms`. The key lives as long as the
--- horizon it records, so it never outlasts the leases it speaks for.
-local function raise_horizon(horizon_key, until_ms)
-  local _, now_ms = clock()
+-- any lease on it may stay valid) to at least `until_ms`, a second beyond it
+-- when it must move. The key lives as long as the horizon it records, so it
+-- never outlasts the leases it speaks for by more than that second.
+local function raise_horizon(horizon_key, until_ms, now_ms)
   local horizon = tonumber(redis.call('GET', horizon_key) or '0')
   if until_ms > horizon and until_ms > now_ms then
-    redis.call('SET', horizon_key, string.format('%d', until_ms), 'PX', until_ms - now_ms)
+    local ahead = until_ms + QUORUM_MARK_LEAD / 1000
+    redis.call('SET', horizon_key, string.format('%d', ahead), 'PX', ahead - now_ms)
   end
 end
 
@@ -80,11 +90,11 @@ end
 
 -- Quorum mode: after a grant valid until `until_ms`, raises the node's lease
 -- horizon, and its highest fence (from which a node that restarts empty is
--- readmitted).
-local function record_grant(horizon_key, epoch_key, until_ms, fence, node_max)
-  raise_horizon(horizon_key, until_ms)
+-- readmitted), each with QUORUM_MARK_LEAD to spare.
+local function record_grant(horizon_key, epoch_key, until_ms, fence, node_max, now_ms)
+  raise_horizon(horizon_key, until_ms, now_ms)
   if fence > node_max then
-    redis.call('HSET', epoch_key, 'max', string.format('%d', fence))
+    redis.call('HSET', epoch_key, 'max', string.format('%d', fence + QUORUM_MARK_LEAD))
   end
 end
 
