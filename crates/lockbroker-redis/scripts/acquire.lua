@@ -14,22 +14,22 @@
 -- ARGV[6] wake channel  ARGV[7] calling broker id  ARGV[8] lock name
 -- ARGV[9..17] are what most requests leave empty; the broker leaves off
 -- every empty one at the end (a missing one reads as ''):
--- ARGV[9] owner  ARGV[10] request_id
--- ARGV[11] principal: who asks ('' for a broker without API keys)
--- ARGV[12] fair waiter id  ARGV[13] queue entry ttl_ms
--- ARGV[14] the fair waiter's arrival in Unix µs, its place in the queue ('' to
+-- ARGV[9] quorum mode: the node's epoch as the broker knows it ('' in
+--         single mode). A node with another epoch, or still out of
+--         majorities after a restart without its data, grants nothing; a
+--         readmitted one issues fences above its epoch's floor, and keeps
+--         its highest fence in the epoch hash.
+-- ARGV[10] owner  ARGV[11] request_id
+-- ARGV[12] principal: who asks ('' for a broker without API keys)
+-- ARGV[13] fair waiter id  ARGV[14] queue entry ttl_ms
+-- ARGV[15] the fair waiter's arrival in Unix µs, its place in the queue ('' to
 --          use this Redis's clock: one server, one clock; a quorum passes the
 --          broker's, so every node's copy of the queue has the same order)
--- ARGV[15] quorum mode: the node's epoch as the broker knows it ('' in
---          single mode). A node with another epoch, or still out of
---          majorities after a restart without its data, grants nothing; a
---          readmitted one issues fences above its epoch's floor, and keeps
---          its highest fence in the epoch hash.
 -- ARGV[16] '1' when the caller waits for the lock if it is busy: a busy
 --          answer then marks the lease (field w), so that its release is
 --          announced to every broker; releases nobody waits for are not.
 -- ARGV[17] '1' when the caller joins the queue whenever it is turned away (a
---          fair waiter); a waiter that is not fair (ARGV[12] set, this '')
+--          fair waiter); a waiter that is not fair (ARGV[13] set, this '')
 --          joins only when the queue exists or shared leases are in the way,
 --          so no newer shared request passes a waiting exclusive one.
 --
@@ -70,12 +70,12 @@ local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], K
 local token, ttl, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fence_idle, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
 local channel, broker_id, name = ARGV[6], ARGV[7], ARGV[8]
-local owner, rid, principal = ARGV[9] or '', ARGV[10] or '', ARGV[11] or ''
-local waiter_id, entry_ttl = ARGV[12] or '', tonumber(ARGV[13] or '0')
+local epoch_id = ARGV[9] or ''
+local owner, rid, principal = ARGV[10] or '', ARGV[11] or '', ARGV[12] or ''
+local waiter_id, entry_ttl = ARGV[13] or '', tonumber(ARGV[14] or '0')
 
 local now_us, now_ms = clock()
-local arrival_us = tonumber(ARGV[14]) or now_us
-local epoch_id = ARGV[15] or ''
+local arrival_us = tonumber(ARGV[15]) or now_us
 local waits, always_queues = ARGV[16] == '1', ARGV[17] == '1'
 
 -- Quorum mode: the node must be in good standing; after a restart without

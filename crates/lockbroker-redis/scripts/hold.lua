@@ -21,13 +21,13 @@ local holders_key, members_key, released_key = KEYS[5], KEYS[6], KEYS[7]
 local token, ttl, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fence_idle, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
 local channel, broker_id, name = ARGV[6], ARGV[7], ARGV[8]
-local owner, rid, principal = ARGV[9], ARGV[10], ARGV[11]
-local waiter_id, entry_ttl = ARGV[12], tonumber(ARGV[13])
+local epoch_id = ARGV[9] or ''
+local owner, rid, principal = ARGV[10], ARGV[11], ARGV[12]
+local waiter_id, entry_ttl = ARGV[13], tonumber(ARGV[14])
 local limit = tonumber(ARGV[18])
 
 local now_us, now_ms = clock()
-local arrival_us = tonumber(ARGV[14]) or now_us
-local epoch_id = ARGV[15] or ''
+local arrival_us = tonumber(ARGV[15]) or now_us
 local waits = ARGV[16] == '1'
 
 local standing = quorum_standing(KEYS[9], epoch_id, now_ms)

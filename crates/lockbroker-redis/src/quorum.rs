@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
     contended_back_off, AcquireOutcome, AcquireParams, Announcement, ExtendOutcome,
     ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
@@ -87,11 +88,11 @@ impl QuorumStore {
         settings: QuorumSettings,
         observer: Option<Arc<dyn StoreObserver>>,
     ) -> Result<Self, StoreError> {
-        let nodes = settings
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(at, node)| RedisLockStore::quorum_node(node.clone(), observer.clone(), at))
+        let broker_id = random_hex::<8>();
+        let nodes = (settings.nodes.iter().enumerate())
+            .map(|(at, node)| {
+                RedisLockStore::quorum_node(node.clone(), observer.clone(), at, &broker_id)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let (wake_tx, wake_rx) = unbounded_channel();
         let (announce_tx, announce_rx) = unbounded_channel();
@@ -261,11 +262,14 @@ impl LockStore for QuorumStore {
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
         let majority = self.inner.majority;
+        // One copy of the step for every node: its name, token and text.
+        let text = (self.inner.nodes.first()).map(|node| node.release_text(name, token));
+        let step = Arc::new((name.clone(), token.clone()));
         let (answers, late) = self
             .fan_out(
                 |_, node| {
-                    let (name, token) = (name.clone(), token.clone());
-                    async move { node.release(&name, &token).await }
+                    let (step, text) = (Arc::clone(&step), text.clone());
+                    async move { node.release_as_node(&step.0, &step.1, text).await }
                 },
                 |progress| decided::release(progress, majority),
             )

@@ -16,6 +16,8 @@
 pub mod calls;
 mod command;
 
+pub use command::CallText;
+
 use fred::bytes_utils::Str;
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, FunctionInterface};
@@ -231,12 +233,12 @@ impl Scripts {
     /// that lacks the library answers "Function not found"
     /// ([`is_missing_function`]): the caller loads it ([`Scripts::load`])
     /// and runs the step again.
-    pub async fn fcall(
+    pub async fn fcall<T: Into<Str> + std::borrow::Borrow<str>>(
         &self,
         client: &Client,
         name: ScriptName,
-        keys: Vec<String>,
-        args: Vec<String>,
+        keys: Vec<T>,
+        args: Vec<T>,
     ) -> Result<Value, fred::error::Error> {
         let function = self.function_name(name);
         let (slot, command) = command::fcall(function, keys, args, client.is_clustered());

@@ -25,7 +25,7 @@ use crate::scripts::calls::{
     AcquireCall, ExtendCall, ForceReleaseCall, HoldCall, HoldExtendCall, LeaveQueueCall, ProbeCall,
     SessionForgetCall, SessionReadCall, SessionWriteCall, StatusCall,
 };
-use crate::scripts::{ScriptContext, Scripts};
+use crate::scripts::{CallText, ScriptContext, Scripts};
 use crate::wakes::{forward_wakes, Announcements, Hearing, Subscription};
 use watches::Watches;
 
@@ -96,20 +96,27 @@ impl RedisLockStore {
     }
 
     /// Node `index` of a quorum: a store whose grants and extends also keep
-    /// the node's lease horizon, for [`crate::quorum::QuorumStore`].
+    /// the node's lease horizon, for [`crate::quorum::QuorumStore`]. Every
+    /// node of one quorum announces as the one broker `broker_id`, so that a
+    /// step's keys and arguments are the same for every node, and made once.
     pub fn quorum_node(
         settings: RedisSettings,
         observer: Option<Arc<dyn StoreObserver>>,
         index: usize,
+        broker_id: &str,
     ) -> Result<Self, StoreError> {
-        Self::open(settings, observer, Some(index))
+        Self::open(settings, observer, Some((index, broker_id.to_owned())))
     }
 
     fn open(
         settings: RedisSettings,
         observer: Option<Arc<dyn StoreObserver>>,
-        node_index: Option<usize>,
+        quorum_node: Option<(usize, String)>,
     ) -> Result<Self, StoreError> {
+        let (node_index, broker_id) = match quorum_node {
+            Some((index, broker_id)) => (Some(index), broker_id),
+            None => (None, random_hex::<8>()),
+        };
         let connections = Connections::open(&settings)?;
         let keys = KeyLayout::new(settings.key_prefix.clone());
         let clustered = settings.cluster.is_some();
@@ -126,7 +133,7 @@ impl RedisLockStore {
             keys,
             fence_idle_ms: millis(settings.fence_idle),
             release_memo_ms: millis(settings.release_memo),
-            broker_id: random_hex::<8>(),
+            broker_id,
             quorum_node: node_index.is_some(),
         };
         let (wake_tx, wake_rx) = unbounded_channel();
@@ -217,10 +224,13 @@ impl RedisLockStore {
         })
     }
 
+    /// An acquire, in quorum mode as one node in `quorum`'s epoch with its
+    /// proposal, and with the call's text made once for every node.
     pub(super) async fn acquire_in_epoch(
         &self,
         params: &AcquireParams<'_>,
         quorum: Option<(&str, u64)>,
+        text: Option<CallText>,
     ) -> Result<AcquireOutcome, StoreError> {
         let floor = &self.inner.fence_floor;
         let epoch = quorum.map(|(epoch, _)| epoch);
@@ -231,8 +241,10 @@ impl RedisLockStore {
         };
         let client = self.client_for(params.name);
         let acquired = match params.kind {
-            LeaseKind::Exclusive => self.call_on(client, &call).await?,
-            LeaseKind::Shared | LeaseKind::Permit => self.call_on(client, &HoldCall(call)).await?,
+            LeaseKind::Exclusive => self.call_with_text(client, &call, text).await?,
+            LeaseKind::Shared | LeaseKind::Permit => {
+                self.call_with_text(client, &HoldCall(call), text).await?
+            }
         };
         let fence = match &acquired.outcome {
             AcquireOutcome::Granted(lease) => lease.fence,
@@ -259,7 +271,7 @@ impl RedisLockStore {
 
 impl LockStore for RedisLockStore {
     async fn acquire(&self, params: AcquireParams<'_>) -> Result<AcquireOutcome, StoreError> {
-        self.acquire_in_epoch(&params, None).await
+        self.acquire_in_epoch(&params, None, None).await
     }
 
     async fn acquire_together(
@@ -305,7 +317,9 @@ impl LockStore for RedisLockStore {
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
         let client = self.client_for(name);
-        let outcome = self.release_call(client, name, token, None, false).await?;
+        let outcome = self
+            .release_call(client, name, token, None, false, None)
+            .await?;
         Ok(self.release_acknowledged(client, name, outcome).await)
     }
 

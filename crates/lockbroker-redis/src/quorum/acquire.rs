@@ -25,6 +25,7 @@ use tokio::time::Instant;
 use super::fan_out::{in_hand, Answers, Late};
 use super::tally::{self, decided, MajorityGrant};
 use super::QuorumStore;
+use crate::scripts::CallText;
 use crate::store::{QuorumEvent, RedisLockStore};
 
 /// How far ahead of this broker's clock (µs) a grant's fence is proposed, so
@@ -52,10 +53,12 @@ struct Proposal {
     /// the grant returns, from the moment it is made, and neither a status
     /// nor a busy answer ever shows another.
     fence: u64,
+    /// The acquire's keys and arguments, made once for every node.
+    text: Option<CallText>,
 }
 
 impl Proposal {
-    fn new(params: &AcquireParams<'_>, fence: u64) -> Self {
+    fn new(params: &AcquireParams<'_>, fence: u64, text: Option<CallText>) -> Self {
         Self {
             name: params.name.clone(),
             kind: params.kind,
@@ -75,6 +78,7 @@ impl Proposal {
             }),
             waits: params.waits,
             fence,
+            text,
         }
     }
 
@@ -119,7 +123,8 @@ impl QuorumStore {
         let fence = (inner.fence_floor.load(Ordering::Relaxed))
             .max(nodes_floor.unwrap_or(0))
             .max(unix_micros().saturating_add(FENCE_LEAD_US));
-        let proposal = Arc::new(Proposal::new(params, fence));
+        let text = (inner.nodes.first()).map(|node| node.acquire_text(params, fence));
+        let proposal = Arc::new(Proposal::new(params, fence, text));
         let needed = self.needed(params.kind, params.limit);
         let (answers, late) = self.propose(&proposal, needed).await;
         let late_at: Vec<usize> = (answers.iter().enumerate())
@@ -175,7 +180,8 @@ impl QuorumStore {
                     let epoch = epoch.ok_or_else(|| {
                         StoreError::Unavailable("the node's epoch is not known yet".into())
                     })?;
-                    (node.acquire_as_node(&proposal.params(), &epoch, proposal.fence)).await
+                    let text = proposal.text.as_ref();
+                    (node.acquire_as_node(&proposal.params(), &epoch, proposal.fence, text)).await
                 }
             },
             |progress| decided::acquire(progress, needed),

@@ -18,7 +18,7 @@ mod sessions;
 mod together;
 
 use acquire::{holder_kind, read_holders};
-pub use acquire::{AcquireCall, Acquired, HoldCall};
+pub use acquire::{quorum_acquire_text, with_epoch, AcquireCall, Acquired, HoldCall};
 pub use holders::{HoldExtendCall, HoldReleaseCall};
 pub use quorum::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 pub use sessions::{SessionForgetCall, SessionReadCall, SessionWriteCall};

@@ -7,27 +7,65 @@
 //! first key. Every key of one step shares the lock's hash tag, so the first
 //! key's slot is the slot of them all.
 
+use std::borrow::Borrow;
+
 use fred::bytes_utils::Str;
 use fred::types::{ClusterHash, Value};
 use fred::util::redis_keyslot;
 
+use super::{ScriptCall, ScriptContext};
+
 /// `FCALL function numkeys key... arg...`, after the command name, and the
 /// Cluster slot it is routed by (`Random`, unused, outside a Cluster).
-pub(super) fn fcall(
+pub(super) fn fcall<T>(
     function: &Str,
-    keys: Vec<String>,
-    args: Vec<String>,
+    keys: Vec<T>,
+    args: Vec<T>,
     clustered: bool,
-) -> (ClusterHash, Vec<Value>) {
+) -> (ClusterHash, Vec<Value>)
+where
+    T: Into<Str> + Borrow<str>,
+{
     let slot = match (clustered, keys.first()) {
-        (true, Some(key)) => ClusterHash::Custom(redis_keyslot(key.as_bytes())),
+        (true, Some(key)) => ClusterHash::Custom(redis_keyslot(key.borrow().as_bytes())),
         _ => ClusterHash::Random,
     };
     let mut command = Vec::with_capacity(keys.len() + args.len() + 2);
     command.push(Value::String(function.clone()));
     command.push(Value::Integer(keys.len() as i64));
-    command.extend((keys.into_iter().chain(args)).map(|text| Value::String(Str::from(text))));
+    command.extend((keys.into_iter().chain(args)).map(|text| Value::String(text.into())));
     (slot, command)
+}
+
+/// One script call's `KEYS` and `ARGV` as shared strings, made once for a
+/// step a quorum sends to every node: each node's copy then costs a count
+/// of references per part instead of a new string, and only what differs
+/// by node (an acquire's epoch) is made for each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallText {
+    pub(crate) keys: Vec<Str>,
+    pub(crate) args: Vec<Str>,
+}
+
+impl CallText {
+    /// The text of `call` on the keys and settings of `context`.
+    pub fn of<C: ScriptCall>(call: &C, context: &ScriptContext) -> Self {
+        let shared = |texts: Vec<String>| texts.into_iter().map(Str::from).collect();
+        Self {
+            keys: shared(call.keys(context)),
+            args: shared(call.args(context)),
+        }
+    }
+
+    /// This text with `ARGV[at + 1]` replaced by `value`: the one argument
+    /// of a step that differs by node.
+    pub fn with_arg(&self, at: usize, value: Str) -> Self {
+        let mut text = self.clone();
+        if let Some(arg) = text.args.get_mut(at) {
+            *arg = value;
+        }
+        text
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::RedisLockStore;
 use crate::connection::store_error;
 use crate::scripts::calls::{HoldReleaseCall, ReleaseCall};
-use crate::scripts::{is_missing_function, too_old_for_functions, Reply, ScriptCall};
+use crate::scripts::{is_missing_function, too_old_for_functions, CallText, Reply, ScriptCall};
 
 /// How long a script that met a slot on the move waits before it is sent
 /// again.
@@ -48,6 +48,17 @@ impl RedisLockStore {
         client: &Client,
         call: &C,
     ) -> Result<C::Output, StoreError> {
+        self.call_with_text(client, call, None).await
+    }
+
+    /// [`Self::call_on`], sending `text` (made once for every node of a
+    /// quorum, and equal to `call`'s own) on the first try.
+    pub(super) async fn call_with_text<C: ScriptCall>(
+        &self,
+        client: &Client,
+        call: &C,
+        mut text: Option<CallText>,
+    ) -> Result<C::Output, StoreError> {
         let inner = &self.inner;
         let _admitted = self.admit()?;
         let started = Instant::now();
@@ -57,11 +68,19 @@ impl RedisLockStore {
         let mut result: Result<Value, _>;
         let mut reloaded = false;
         loop {
-            let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
             // fred's command future is about 7 KiB: boxed, it is built once
             // in place, and the futures of callers (a waiting acquire among
             // them) hold a pointer instead of carrying it through every await.
-            result = Box::pin(inner.scripts.fcall(client, C::SCRIPT, keys, args)).await;
+            let scripts = &inner.scripts;
+            result = match text.take() {
+                Some(text) => {
+                    Box::pin(scripts.fcall(client, C::SCRIPT, text.keys, text.args)).await
+                }
+                None => {
+                    let (keys, args) = (call.keys(&inner.context), call.args(&inner.context));
+                    Box::pin(scripts.fcall(client, C::SCRIPT, keys, args)).await
+                }
+            };
             // A Redis that lost the library (restarted without its data, a
             // new Cluster primary) is given it, once, and the step sent again.
             if !reloaded && matches!(&result, Err(e) if is_missing_function(e)) {
@@ -125,7 +144,9 @@ async fn connected(client: &Client, limit: Duration) -> Result<(), StoreError> {
 }
 
 impl RedisLockStore {
-    /// Releases `token`'s lease of `name` by the script of its kind.
+    /// Releases `token`'s lease of `name` by the script of its kind, with
+    /// the call's text when a quorum made it once for every node
+    /// ([`Self::release_text`]).
     pub(super) async fn release_call(
         &self,
         client: &Client,
@@ -133,6 +154,7 @@ impl RedisLockStore {
         token: &LeaseToken,
         requeue: Option<FairEntry<'_>>,
         undo: bool,
+        text: Option<CallText>,
     ) -> Result<ReleaseOutcome, StoreError> {
         let call = ReleaseCall {
             name,
@@ -141,10 +163,27 @@ impl RedisLockStore {
             undo,
         };
         match token.kind() {
-            LeaseKind::Exclusive => self.call_on(client, &call).await,
+            LeaseKind::Exclusive => self.call_with_text(client, &call, text).await,
             LeaseKind::Shared | LeaseKind::Permit => {
-                self.call_on(client, &HoldReleaseCall(call)).await
+                (self.call_with_text(client, &HoldReleaseCall(call), text)).await
             }
+        }
+    }
+
+    /// The text of a plain release of `token`'s lease of `name` (the call
+    /// [`Self::release_call`] makes without a requeue or undo), on this
+    /// store's keys: a quorum makes it once and sends it to every node.
+    pub fn release_text(&self, name: &LockName, token: &LeaseToken) -> CallText {
+        let call = ReleaseCall {
+            name,
+            token,
+            requeue: None,
+            undo: false,
+        };
+        let context = &self.inner.context;
+        match token.kind() {
+            LeaseKind::Exclusive => CallText::of(&call, context),
+            LeaseKind::Shared | LeaseKind::Permit => CallText::of(&HoldReleaseCall(call), context),
         }
     }
 }

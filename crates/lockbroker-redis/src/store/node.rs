@@ -14,7 +14,10 @@ use lockbroker_core::{
 
 use super::RedisLockStore;
 use crate::connection::{endpoint, store_error};
-use crate::scripts::calls::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
+use crate::scripts::calls::{
+    quorum_acquire_text, with_epoch, AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall,
+};
+use crate::scripts::CallText;
 
 impl RedisLockStore {
     /// The highest fence this store has seen on its node (or been told of):
@@ -29,13 +32,39 @@ impl RedisLockStore {
     /// with exactly `proposal + 1` as its fence, or not at all (the answer
     /// is then `Contended`, and this store's floor rises to the fence the
     /// node would have issued, for the next round's proposal).
+    ///
+    /// `text`, made once for every node ([`Self::acquire_text`]), is sent
+    /// with this node's epoch in it.
     pub async fn acquire_as_node(
         &self,
         params: &AcquireParams<'_>,
         epoch: &str,
         proposal: u64,
+        text: Option<&CallText>,
     ) -> Result<AcquireOutcome, StoreError> {
-        self.acquire_in_epoch(params, Some((epoch, proposal))).await
+        let text = text.map(|text| with_epoch(text, epoch));
+        (self.acquire_in_epoch(params, Some((epoch, proposal)), text)).await
+    }
+
+    /// Quorum mode: the text of an acquire of `params` with the round's
+    /// `proposal`, on this store's keys, made once for every node; each
+    /// node's copy differs only by its epoch, which [`Self::acquire_as_node`]
+    /// puts in.
+    pub fn acquire_text(&self, params: &AcquireParams<'_>, proposal: u64) -> CallText {
+        quorum_acquire_text(params, proposal, &self.inner.context)
+    }
+
+    /// Quorum mode: a plain release, sending `text` (made once for every
+    /// node, [`Self::release_text`]).
+    pub async fn release_as_node(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        text: Option<CallText>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let client = self.client_for(name);
+        let outcome = (self.release_call(client, name, token, None, false, text)).await?;
+        Ok(self.release_acknowledged(client, name, outcome).await)
     }
 
     /// Quorum mode: writes a majority grant's `fence` back to this node, if
@@ -52,7 +81,7 @@ impl RedisLockStore {
         token: &LeaseToken,
         waiter: Option<FairEntry<'_>>,
     ) -> Result<ReleaseOutcome, StoreError> {
-        self.release_call(self.client_for(name), name, token, waiter, true)
+        self.release_call(self.client_for(name), name, token, waiter, true, None)
             .await
     }
 

@@ -97,7 +97,7 @@ impl RedisLockStore {
         // Undone by the release script of the lease's kind. A lease already
         // gone (expired while the replicas were awaited) holds nothing either.
         let change = match self
-            .release_call(client, name, &lease.token, None, false)
+            .release_call(client, name, &lease.token, None, false, None)
             .await
         {
             Ok(_) => Unacknowledged::GrantReleased,

@@ -81,8 +81,15 @@ impl RedisLockStore {
                 Box::pin(self.grant_acknowledged(client, &lease.name, outcome)).await
             {
                 for other in (leases.iter()).enumerate().filter(|(i, _)| *i != at) {
-                    let _ = (self.release_call(client, &other.1.name, &other.1.token, None, false))
-                        .await;
+                    let _ = (self.release_call(
+                        client,
+                        &other.1.name,
+                        &other.1.token,
+                        None,
+                        false,
+                        None,
+                    ))
+                    .await;
                 }
                 return Err(error);
             }

@@ -6,12 +6,19 @@ use lockbroker_core::{
     Space, StoreError,
 };
 
-use super::super::{Reply, ScriptCall, ScriptContext, ScriptName};
+use fred::bytes_utils::Str;
+
+use super::super::{CallText, Reply, ScriptCall, ScriptContext, ScriptName};
 use super::unknown_code;
 
 /// The arguments `acquire.lua` is always sent; the rest go only up to the
 /// last that is not empty.
 const ALWAYS_SENT: usize = 8;
+
+/// Where among the arguments of `acquire.lua` and `hold.lua` (from 0) a
+/// quorum node's epoch goes: first after those always sent, so that a
+/// quorum node, sent it on every acquire, is sent none of the empty ones.
+const EPOCH_ARG: usize = ALWAYS_SENT;
 
 /// `acquire.lua`: grants the lock or reports what is in the way.
 pub struct AcquireCall<'a> {
@@ -22,6 +29,32 @@ pub struct AcquireCall<'a> {
     /// Quorum mode: the node's epoch as the broker knows it. A node with
     /// another, or one still out of majorities, grants nothing.
     pub epoch: Option<&'a str>,
+}
+
+/// Quorum mode: the text of an acquire of `params` with the round's
+/// `proposal`, by the script of its kind, made once for every node with a
+/// stand-in epoch; [`with_epoch`] puts in each node's own.
+pub fn quorum_acquire_text(
+    params: &AcquireParams<'_>,
+    proposal: u64,
+    context: &ScriptContext,
+) -> CallText {
+    let call = AcquireCall {
+        params,
+        fence_floor: proposal,
+        // Any epoch but none: an empty one would leave its place off.
+        epoch: Some("-"),
+    };
+    match params.kind {
+        LeaseKind::Exclusive => CallText::of(&call, context),
+        LeaseKind::Shared | LeaseKind::Permit => CallText::of(&HoldCall(call), context),
+    }
+}
+
+/// `text`, from [`quorum_acquire_text`], as the node in `epoch` is sent it:
+/// the text of the same acquire made for that node alone.
+pub fn with_epoch(text: &CallText, epoch: &str) -> CallText {
+    text.with_arg(EPOCH_ARG, Str::from(epoch))
 }
 
 /// `hold.lua`: grants a shared lease or a permit, with the arguments of
@@ -68,7 +101,7 @@ impl AcquireCall<'_> {
     fn all_args(&self, context: &ScriptContext) -> Vec<String> {
         let params = self.params;
         let fair = params.fair;
-        vec![
+        let args = vec![
             params.token.expose().to_owned(),
             params.ttl.as_millis().to_string(),
             params.lock_delay.as_millis().to_string(),
@@ -77,6 +110,7 @@ impl AcquireCall<'_> {
             context.wake_channel_of(params.name),
             context.broker_id.clone(),
             params.name.wire(),
+            self.epoch.unwrap_or("").to_owned(),
             params.owner.map_or("", |o| o.as_str()).to_owned(),
             params.request_id.map_or("", |r| r.as_str()).to_owned(),
             params.principal.as_str().to_owned(),
@@ -88,7 +122,6 @@ impl AcquireCall<'_> {
                 Some(fair) if context.quorum_node => fair.arrived_at_us.to_string(),
                 _ => String::new(),
             },
-            self.epoch.unwrap_or("").to_owned(),
             if params.waits { "1" } else { "" }.to_owned(),
             if fair.is_some_and(|f| f.always) {
                 "1"
@@ -96,7 +129,9 @@ impl AcquireCall<'_> {
                 ""
             }
             .to_owned(),
-        ]
+        ];
+        debug_assert_eq!(args[EPOCH_ARG], self.epoch.unwrap_or(""));
+        args
     }
 }
 

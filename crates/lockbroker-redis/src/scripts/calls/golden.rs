@@ -111,7 +111,7 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_gi
     );
     assert_eq!(
         call.args(&context),
-        acquire_args("42", &["worker-1", "r-7", "ops"])
+        acquire_args("42", &["", "worker-1", "r-7", "ops"])
     );
 }
 
@@ -146,18 +146,32 @@ fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
         acquire_args(
             "0",
             &[
+                "e-9",
                 "worker-1",
                 "r-7",
                 "ops",
                 "w-1",
                 "4000",
                 "1700000000000000",
-                "e-9",
                 "1",
                 "1"
             ]
         )
     );
+}
+
+#[test]
+fn a_quorum_node_is_sent_its_epoch_right_after_the_eight_and_nothing_empty_after_it() {
+    let request = Request::new(Space::Lock);
+    let mut params = request.params(LeaseKind::Exclusive, None);
+    let anonymous = Principal::ANONYMOUS;
+    (params.owner, params.request_id, params.principal) = (None, None, &anonymous);
+    let call = AcquireCall {
+        params: &params,
+        fence_floor: 7,
+        epoch: Some("e-9"),
+    };
+    assert_eq!(call.args(&context(true)), acquire_args("7", &["e-9"]));
 }
 
 #[test]
@@ -188,7 +202,8 @@ fn a_permit_adds_the_released_holders_key_and_its_limit() {
         18,
         "every argument, the empty ones too, then the limit"
     );
-    assert_eq!((args[12].as_str(), args[17].as_str()), ("", "3"));
+    assert_eq!((args[8].as_str(), args[13].as_str()), ("", ""));
+    assert_eq!((args[9].as_str(), args[17].as_str()), ("worker-1", "3"));
 }
 
 #[test]
@@ -259,4 +274,44 @@ fn extend_release_and_status_send_what_their_headers_say() {
         ])
     );
     assert!(status.args(&context).is_empty());
+}
+
+/// A quorum makes an acquire's text once and puts each node's epoch in:
+/// what each node is sent must be what the call made for it alone says.
+#[test]
+fn the_text_made_once_for_every_node_is_each_nodes_own_with_its_epoch_in() {
+    use crate::scripts::calls::{quorum_acquire_text, with_epoch};
+    use crate::scripts::CallText;
+
+    let context = context(true);
+    let cases = [
+        (Space::Lock, LeaseKind::Exclusive),
+        (Space::Lock, LeaseKind::Shared),
+        (Space::Semaphore, LeaseKind::Permit),
+    ];
+    for (space, kind) in cases {
+        let request = Request::new(space);
+        {
+            for fair in [None, Some(FAIR)] {
+                let mut params = request.params(kind, fair);
+                let anonymous = Principal::ANONYMOUS;
+                if fair.is_none() {
+                    (params.owner, params.request_id, params.principal) = (None, None, &anonymous);
+                }
+                let once = quorum_acquire_text(&params, 41, &context);
+                for epoch in ["e-1", "a-much-longer-epoch-id"] {
+                    let call = AcquireCall {
+                        params: &params,
+                        fence_floor: 41,
+                        epoch: Some(epoch),
+                    };
+                    let own = match kind {
+                        LeaseKind::Exclusive => CallText::of(&call, &context),
+                        _ => CallText::of(&HoldCall(call), &context),
+                    };
+                    assert_eq!(with_epoch(&once, epoch), own, "{kind:?}, fair {fair:?}");
+                }
+            }
+        }
+    }
 }
