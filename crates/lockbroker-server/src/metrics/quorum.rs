@@ -2,11 +2,14 @@
 //! a grant's fast path. Registered in every mode (at 0 in single mode), so
 //! dashboards and alert rules need no mode of their own.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use lockbroker_redis::quorum::NodeCounts;
 use lockbroker_redis::QuorumEvent;
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use super::SCRIPT_BUCKETS;
 
@@ -25,6 +28,9 @@ pub struct QuorumMetrics {
     node_misconfigured: IntGaugeVec,
     /// Script latency per node.
     node_seconds: HistogramVec,
+    /// Each node's series of `node_seconds`, looked up once, when the nodes
+    /// are first counted: every script on every node is timed into one.
+    node_series: OnceLock<Vec<Histogram>>,
     /// 1 per node whose last step timed out: not waited for.
     node_slow: IntGaugeVec,
     fence_write_backs: IntCounter,
@@ -77,6 +83,7 @@ impl QuorumMetrics {
                 .buckets(SCRIPT_BUCKETS.to_vec()),
                 &["node"],
             )?,
+            node_series: OnceLock::new(),
             fence_write_backs: IntCounter::new(
                 "lockbroker_quorum_fence_write_backs_total",
                 "Quorum mode: shared leases and permits whose fence too few granting nodes issued, written back to the others in a second round trip (an exclusive lease carries one fence on every node, or its round is asked again).",
@@ -108,6 +115,11 @@ impl QuorumMetrics {
     /// many a majority is.
     pub fn set_nodes(&self, nodes: &NodeCounts) {
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.node_series.get_or_init(|| {
+            (0..nodes.up.len())
+                .map(|at| (self.node_seconds).with_label_values(&[node_label(at).as_str()]))
+                .collect()
+        });
         for (at, up) in nodes.up.iter().enumerate() {
             let label = node_label(at);
             self.node_up
@@ -130,9 +142,13 @@ impl QuorumMetrics {
 
     /// Records one script's latency on node `node`.
     pub fn node_script_finished(&self, node: usize, elapsed: Duration) {
-        self.node_seconds
-            .with_label_values(&[node_label(node).as_str()])
-            .observe(elapsed.as_secs_f64());
+        let seconds = elapsed.as_secs_f64();
+        match self.node_series.get().and_then(|series| series.get(node)) {
+            Some(series) => series.observe(seconds),
+            None => (self.node_seconds)
+                .with_label_values(&[node_label(node).as_str()])
+                .observe(seconds),
+        }
     }
 
     /// Counts a step off a grant's fast path.
