@@ -13,6 +13,7 @@
 
 mod acquire;
 mod fan_out;
+mod holding;
 mod identity;
 mod listing;
 mod permits;
@@ -40,7 +41,7 @@ use tokio::time::Instant;
 use crate::connection::{redelivery_window, RedisSettings};
 use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
 use fan_out::in_hand;
-use permits::{extended_limit, permit_quorum};
+use permits::permit_quorum;
 use standing::Standing;
 use tally::decided;
 pub use tally::Drift;
@@ -228,32 +229,7 @@ impl LockStore for QuorumStore {
         ttl: Ttl,
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
-        let inner = &self.inner;
-        let started = Instant::now();
-        let kind = token.kind();
-        let (answers, late) = self
-            .fan_out(
-                |_, node| {
-                    let (name, token) = (name.clone(), token.clone());
-                    async move { node.extend(&name, &token, ttl, max_hold_ms).await }
-                },
-                |progress| {
-                    let needed = self.needed(kind, extended_limit(progress.answers));
-                    decided::extend(progress, inner.majority, needed)
-                },
-            )
-            .await;
-        late.finish();
-        let validity = inner.drift.validity(ttl, started.elapsed());
-        // A permit must stay on as many nodes as its grant needed.
-        let needed = self.needed(kind, extended_limit(&answers));
-        let mut outcome = tally::extend(in_hand(answers), inner.majority, needed, validity)?;
-        if let ExtendOutcome::Extended(renewal) = &mut outcome {
-            renewal.expires_at_ms = renewal
-                .expires_at_ms
-                .saturating_sub(inner.drift.allowance(ttl));
-        }
-        Ok(outcome)
+        self.extend_on_nodes(name, token, ttl, max_hold_ms).await
     }
 
     async fn release(
@@ -261,21 +237,7 @@ impl LockStore for QuorumStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let majority = self.inner.majority;
-        // One copy of the step for every node: its name, token and text.
-        let text = (self.inner.nodes.first()).map(|node| node.release_text(name, token));
-        let step = Arc::new((name.clone(), token.clone()));
-        let (answers, late) = self
-            .fan_out(
-                |_, node| {
-                    let (step, text) = (Arc::clone(&step), text.clone());
-                    async move { node.release_as_node(&step.0, &step.1, text).await }
-                },
-                |progress| decided::release(progress, majority),
-            )
-            .await;
-        late.finish();
-        tally::release(in_hand(answers), majority)
+        self.release_on_nodes(name, token).await
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {

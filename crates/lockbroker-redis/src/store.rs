@@ -10,10 +10,10 @@ use fred::interfaces::{ClientLike, ClusterInterface, PubsubInterface};
 use fred::types::Value;
 use lockbroker_core::lease::random_hex;
 use lockbroker_core::{
-    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ExtendStep, Fence,
-    ForceReleaseOutcome, LeaseKind, LeaseToken, ListRequest, LockName, LockPage, LockStatus,
-    LockStore, Principal, ReleaseOutcome, SessionEntry, SessionRecord, SessionWrite, StoreError,
-    TakeOnce, Together, Ttl, Wake, WakeStream,
+    AcquireOutcome, AcquireParams, Announcement, ExtendOutcome, ExtendStep, ForceReleaseOutcome,
+    LeaseToken, ListRequest, LockName, LockPage, LockStatus, LockStore, Principal, ReleaseOutcome,
+    SessionEntry, SessionRecord, SessionWrite, StoreError, TakeOnce, Together, Ttl, Wake,
+    WakeStream,
 };
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::{Semaphore, SemaphorePermit};
@@ -22,10 +22,10 @@ use crate::cluster::{self, Versions};
 use crate::connection::{redelivery_window, store_error, Connections, RedisSettings};
 use crate::keys::KeyLayout;
 use crate::scripts::calls::{
-    AcquireCall, ExtendCall, ForceReleaseCall, HoldCall, HoldExtendCall, LeaveQueueCall, ProbeCall,
-    SessionForgetCall, SessionReadCall, SessionWriteCall, StatusCall,
+    ExtendCall, ForceReleaseCall, LeaveQueueCall, ProbeCall, SessionForgetCall, SessionReadCall,
+    SessionWriteCall, StatusCall,
 };
-use crate::scripts::{CallText, ScriptContext, Scripts};
+use crate::scripts::{ScriptContext, Scripts};
 use crate::wakes::{forward_wakes, Announcements, Hearing, Subscription};
 use watches::Watches;
 
@@ -36,6 +36,7 @@ pub use node::NodeIdentity;
 mod observer;
 pub use observer::{QuorumEvent, StoreObserver};
 mod replicas;
+mod steps;
 mod together;
 pub(crate) mod watches;
 
@@ -223,50 +224,6 @@ impl RedisLockStore {
             ))
         })
     }
-
-    /// An acquire, in quorum mode as one node in `quorum`'s epoch with its
-    /// proposal, and with the call's text made once for every node.
-    pub(super) async fn acquire_in_epoch(
-        &self,
-        params: &AcquireParams<'_>,
-        quorum: Option<(&str, u64)>,
-        text: Option<CallText>,
-    ) -> Result<AcquireOutcome, StoreError> {
-        let floor = &self.inner.fence_floor;
-        let epoch = quorum.map(|(epoch, _)| epoch);
-        let call = AcquireCall {
-            params,
-            fence_floor: quorum.map_or_else(|| floor.load(Ordering::Relaxed), |(_, p)| p),
-            epoch,
-        };
-        let client = self.client_for(params.name);
-        let acquired = match params.kind {
-            LeaseKind::Exclusive => self.call_with_text(client, &call, text).await?,
-            LeaseKind::Shared | LeaseKind::Permit => {
-                self.call_with_text(client, &HoldCall(call), text).await?
-            }
-        };
-        let fence = match &acquired.outcome {
-            AcquireOutcome::Granted(lease) => lease.fence,
-            AcquireOutcome::Busy { blockers, .. } => blockers.holder.fence,
-            AcquireOutcome::LimitConflict { .. } | AcquireOutcome::Contended => Fence::new(0),
-        };
-        floor.fetch_max(fence.get(), Ordering::Relaxed);
-        if let Some(ahead) = acquired.fence_ahead {
-            floor.fetch_max(ahead, Ordering::Relaxed);
-        }
-        // A quorum raises its nodes' floors on purpose (docs/quorum.md).
-        if let (true, None, Some(observer)) = (acquired.floor_raised, epoch, &self.inner.observer) {
-            observer.fence_floor_raised();
-        }
-        if self.inner.settings.replica_ack.is_none() {
-            return Ok(acquired.outcome);
-        }
-        // Boxed: the wait for replicas holds fred command futures of several
-        // KiB, and a waiting acquire carries this future's size for its whole
-        // wait (docs/performance.md, memory).
-        Box::pin(self.grant_acknowledged(client, params.name, acquired.outcome)).await
-    }
 }
 
 impl LockStore for RedisLockStore {
@@ -295,20 +252,13 @@ impl LockStore for RedisLockStore {
         ttl: Ttl,
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
-        let client = self.client_for(name);
         let call = ExtendCall {
             name,
             token,
             ttl,
             max_hold_ms,
         };
-        let outcome = match token.kind() {
-            LeaseKind::Exclusive => self.call_on(client, &call).await?,
-            LeaseKind::Shared | LeaseKind::Permit => {
-                self.call_on(client, &HoldExtendCall(call)).await?
-            }
-        };
-        self.extend_acknowledged(client, name, outcome).await
+        self.extend_with_text(&call, None).await
     }
 
     async fn release(

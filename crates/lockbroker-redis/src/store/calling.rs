@@ -6,12 +6,11 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::{ClientState, Value};
-use lockbroker_core::{FairEntry, LeaseKind, LeaseToken, LockName, ReleaseOutcome, StoreError};
+use lockbroker_core::{LockName, StoreError};
 use tokio::time::Instant;
 
 use super::RedisLockStore;
 use crate::connection::store_error;
-use crate::scripts::calls::{HoldReleaseCall, ReleaseCall};
 use crate::scripts::{is_missing_function, too_old_for_functions, CallText, Reply, ScriptCall};
 
 /// How long a script that met a slot on the move waits before it is sent
@@ -144,49 +143,4 @@ async fn connected(client: &Client, limit: Duration) -> Result<(), StoreError> {
         let _ = tokio::time::timeout(wait, client.wait_for_connect()).await;
     }
     Ok(())
-}
-
-impl RedisLockStore {
-    /// Releases `token`'s lease of `name` by the script of its kind, with
-    /// the call's text when a quorum made it once for every node
-    /// ([`Self::release_text`]).
-    pub(super) async fn release_call(
-        &self,
-        client: &Client,
-        name: &LockName,
-        token: &LeaseToken,
-        requeue: Option<FairEntry<'_>>,
-        undo: bool,
-        text: Option<CallText>,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        let call = ReleaseCall {
-            name,
-            token,
-            requeue,
-            undo,
-        };
-        match token.kind() {
-            LeaseKind::Exclusive => self.call_with_text(client, &call, text).await,
-            LeaseKind::Shared | LeaseKind::Permit => {
-                (self.call_with_text(client, &HoldReleaseCall(call), text)).await
-            }
-        }
-    }
-
-    /// The text of a plain release of `token`'s lease of `name` (the call
-    /// [`Self::release_call`] makes without a requeue or undo), on this
-    /// store's keys: a quorum makes it once and sends it to every node.
-    pub fn release_text(&self, name: &LockName, token: &LeaseToken) -> CallText {
-        let call = ReleaseCall {
-            name,
-            token,
-            requeue: None,
-            undo: false,
-        };
-        let context = &self.inner.context;
-        match token.kind() {
-            LeaseKind::Exclusive => CallText::of(&call, context),
-            LeaseKind::Shared | LeaseKind::Permit => CallText::of(&HoldReleaseCall(call), context),
-        }
-    }
 }
