@@ -39,6 +39,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::time::Instant;
 
 use crate::connection::{redelivery_window, RedisSettings};
+use crate::scripts::calls::ExtendCall;
 use crate::store::{QuorumEvent, RedisLockStore, StoreObserver};
 use fan_out::in_hand;
 use permits::permit_quorum;
@@ -229,7 +230,7 @@ impl LockStore for QuorumStore {
         ttl: Ttl,
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
-        self.extend_on_nodes(name, token, ttl, max_hold_ms).await
+        (self.extend_on_nodes(&ExtendCall::new(name, token, ttl, max_hold_ms))).await
     }
 
     async fn release(

@@ -252,13 +252,7 @@ impl LockStore for RedisLockStore {
         ttl: Ttl,
         max_hold_ms: u64,
     ) -> Result<ExtendOutcome, StoreError> {
-        let call = ExtendCall {
-            name,
-            token,
-            ttl,
-            max_hold_ms,
-        };
-        self.extend_with_text(&call, None).await
+        (self.extend_with_text(&ExtendCall::new(name, token, ttl, max_hold_ms), None)).await
     }
 
     async fn release(

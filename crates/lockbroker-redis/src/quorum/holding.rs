@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use lockbroker_core::{ExtendOutcome, LeaseToken, LockName, ReleaseOutcome, StoreError, Ttl};
+use lockbroker_core::{ExtendOutcome, LeaseToken, LockName, ReleaseOutcome, StoreError};
 use tokio::time::Instant;
 
 use super::fan_out::in_hand;
@@ -14,38 +14,24 @@ use super::QuorumStore;
 use crate::scripts::calls::ExtendCall;
 
 impl QuorumStore {
-    /// An extend on every node, answered as soon as the answers decide it.
+    /// `call`'s extend on every node, answered as soon as the answers
+    /// decide it.
     pub(super) async fn extend_on_nodes(
         &self,
-        name: &LockName,
-        token: &LeaseToken,
-        ttl: Ttl,
-        max_hold_ms: u64,
+        call: &ExtendCall<'_>,
     ) -> Result<ExtendOutcome, StoreError> {
         let inner = &self.inner;
         let started = Instant::now();
-        let kind = token.kind();
+        let (kind, ttl, max_hold_ms) = (call.token.kind(), call.ttl, call.max_hold_ms);
         // One copy of the step for every node: its name, token and text.
-        let call = ExtendCall {
-            name,
-            token,
-            ttl,
-            max_hold_ms,
-        };
-        let text = (inner.nodes.first()).map(|node| node.extend_text(&call));
-        let step = Arc::new((name.clone(), token.clone()));
+        let text = (inner.nodes.first()).map(|node| node.extend_text(call));
+        let step = Arc::new((call.name.clone(), call.token.clone()));
         let (answers, late) = self
             .fan_out(
                 |_, node| {
                     let (step, text) = (Arc::clone(&step), text.clone());
                     async move {
-                        let (name, token) = (&step.0, &step.1);
-                        let call = ExtendCall {
-                            name,
-                            token,
-                            ttl,
-                            max_hold_ms,
-                        };
+                        let call = ExtendCall::new(&step.0, &step.1, ttl, max_hold_ms);
                         node.extend_with_text(&call, text).await
                     }
                 },

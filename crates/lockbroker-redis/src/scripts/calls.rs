@@ -57,6 +57,19 @@ pub struct ExtendCall<'a> {
     pub max_hold_ms: u64,
 }
 
+impl<'a> ExtendCall<'a> {
+    /// An extend of `token`'s lease of `name` to `ttl`, held no longer than
+    /// `max_hold_ms` after its grant (0: no limit).
+    pub fn new(name: &'a LockName, token: &'a LeaseToken, ttl: Ttl, max_hold_ms: u64) -> Self {
+        Self {
+            name,
+            token,
+            ttl,
+            max_hold_ms,
+        }
+    }
+}
+
 impl ScriptCall for ExtendCall<'_> {
     type Output = ExtendOutcome;
     const SCRIPT: ScriptName = ScriptName::Extend;

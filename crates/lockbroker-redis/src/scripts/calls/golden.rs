@@ -81,6 +81,14 @@ impl Request {
     }
 }
 
+static ANONYMOUS: Principal = Principal::ANONYMOUS;
+
+/// `params` without the owner, request id and principal a request may name.
+fn naming_nothing(mut params: AcquireParams<'_>) -> AcquireParams<'_> {
+    (params.owner, params.request_id, params.principal) = (None, None, &ANONYMOUS);
+    params
+}
+
 const FAIR: FairEntry<'static> = FairEntry {
     waiter_id: "w-1",
     always: true,
@@ -118,9 +126,7 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_gi
 #[test]
 fn an_acquire_that_names_nothing_optional_sends_eight_arguments() {
     let request = Request::new(Space::Lock);
-    let mut params = request.params(LeaseKind::Exclusive, None);
-    let anonymous = Principal::ANONYMOUS;
-    (params.owner, params.request_id, params.principal) = (None, None, &anonymous);
+    let params = naming_nothing(request.params(LeaseKind::Exclusive, None));
     let call = AcquireCall {
         params: &params,
         fence_floor: 0,
@@ -163,9 +169,7 @@ fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
 #[test]
 fn a_quorum_node_is_sent_its_epoch_right_after_the_eight_and_nothing_empty_after_it() {
     let request = Request::new(Space::Lock);
-    let mut params = request.params(LeaseKind::Exclusive, None);
-    let anonymous = Principal::ANONYMOUS;
-    (params.owner, params.request_id, params.principal) = (None, None, &anonymous);
+    let params = naming_nothing(request.params(LeaseKind::Exclusive, None));
     let call = AcquireCall {
         params: &params,
         fence_floor: 7,
@@ -293,11 +297,10 @@ fn the_text_made_once_for_every_node_is_each_nodes_own_with_its_epoch_in() {
         let request = Request::new(space);
         {
             for fair in [None, Some(FAIR)] {
-                let mut params = request.params(kind, fair);
-                let anonymous = Principal::ANONYMOUS;
-                if fair.is_none() {
-                    (params.owner, params.request_id, params.principal) = (None, None, &anonymous);
-                }
+                let params = match fair {
+                    Some(_) => request.params(kind, fair),
+                    None => naming_nothing(request.params(kind, None)),
+                };
                 let once = quorum_acquire_text(&params, 41, &context);
                 for epoch in ["e-1", "a-much-longer-epoch-id"] {
                     let call = AcquireCall {
