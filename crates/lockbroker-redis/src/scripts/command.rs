@@ -41,10 +41,21 @@ where
 /// step a quorum sends to every node: each node's copy then costs a count
 /// of references per part instead of a new string, and only what differs
 /// by node (an acquire's epoch) is made for each.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct CallText {
     pub(crate) keys: Vec<Str>,
     pub(crate) args: Vec<Str>,
+}
+
+/// The keys, and only how many arguments: an acquire's or a release's
+/// arguments hold the lease's token, which no log line may show.
+impl std::fmt::Debug for CallText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallText")
+            .field("keys", &self.keys)
+            .field("args", &format_args!("{} arguments", self.args.len()))
+            .finish()
+    }
 }
 
 impl CallText {
@@ -114,6 +125,23 @@ mod tests {
         let expected = redis_keyslot(layout.queue(&name).as_bytes());
         let (slot, _) = fcall(&Str::from("f"), keys, Vec::new(), true);
         assert_eq!(slot, ClusterHash::Custom(expected));
+    }
+
+    #[test]
+    fn a_text_shows_its_keys_and_never_its_arguments() {
+        let text = CallText {
+            keys: vec![Str::from("p:{a}:lease")],
+            args: vec![
+                Str::from("0123456789abcdef0123456789abcdef"),
+                Str::from("30000"),
+            ],
+        };
+        let shown = format!("{text:?}");
+        assert!(
+            shown.contains("p:{a}:lease") && shown.contains("2 arguments"),
+            "{shown}"
+        );
+        assert!(!shown.contains("0123456789abcdef"), "{shown}");
     }
 
     #[test]

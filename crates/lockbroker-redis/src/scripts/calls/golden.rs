@@ -312,7 +312,9 @@ fn the_text_made_once_for_every_node_is_each_nodes_own_with_its_epoch_in() {
                         LeaseKind::Exclusive => CallText::of(&call, &context),
                         _ => CallText::of(&HoldCall(call), &context),
                     };
-                    assert_eq!(with_epoch(&once, epoch), own, "{kind:?}, fair {fair:?}");
+                    let node = with_epoch(&once, epoch);
+                    assert_eq!(node.keys, own.keys, "{kind:?}, fair {fair:?}");
+                    assert_eq!(node.args, own.args, "{kind:?}, fair {fair:?}");
                 }
             }
         }
