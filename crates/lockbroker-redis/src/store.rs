@@ -260,11 +260,7 @@ impl LockStore for RedisLockStore {
         name: &LockName,
         token: &LeaseToken,
     ) -> Result<ReleaseOutcome, StoreError> {
-        let client = self.client_for(name);
-        let outcome = self
-            .release_call(client, name, token, None, false, None)
-            .await?;
-        Ok(self.release_acknowledged(client, name, outcome).await)
+        self.release_with_text(name, token, None).await
     }
 
     async fn status(&self, name: &LockName) -> Result<LockStatus, StoreError> {

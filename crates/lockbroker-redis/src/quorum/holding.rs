@@ -68,7 +68,7 @@ impl QuorumStore {
             .fan_out(
                 |_, node| {
                     let (step, text) = (Arc::clone(&step), text.clone());
-                    async move { node.release_as_node(&step.0, &step.1, text).await }
+                    async move { node.release_with_text(&step.0, &step.1, text).await }
                 },
                 |progress| decided::release(progress, majority),
             )

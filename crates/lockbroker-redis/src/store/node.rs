@@ -54,19 +54,6 @@ impl RedisLockStore {
         quorum_acquire_text(params, proposal, &self.inner.context)
     }
 
-    /// Quorum mode: a plain release, sending `text` (made once for every
-    /// node, [`Self::release_text`]).
-    pub async fn release_as_node(
-        &self,
-        name: &LockName,
-        token: &LeaseToken,
-        text: Option<CallText>,
-    ) -> Result<ReleaseOutcome, StoreError> {
-        let client = self.client_for(name);
-        let outcome = (self.release_call(client, name, token, None, false, text)).await?;
-        Ok(self.release_acknowledged(client, name, outcome).await)
-    }
-
     /// Quorum mode: writes a majority grant's `fence` back to this node, if
     /// it still holds the lease; whether it did.
     pub async fn adopt_fence(&self, call: &AdoptFenceCall<'_>) -> Result<Adoption, StoreError> {

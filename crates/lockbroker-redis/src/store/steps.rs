@@ -117,6 +117,20 @@ impl RedisLockStore {
         }
     }
 
+    /// A plain release of `token`'s lease of `name`, sending `text` when a
+    /// quorum made it once for every node ([`Self::release_text`]), and
+    /// waiting for replicas when the settings ask it to.
+    pub async fn release_with_text(
+        &self,
+        name: &LockName,
+        token: &LeaseToken,
+        text: Option<CallText>,
+    ) -> Result<ReleaseOutcome, StoreError> {
+        let client = self.client_for(name);
+        let outcome = (self.release_call(client, name, token, None, false, text)).await?;
+        Ok(self.release_acknowledged(client, name, outcome).await)
+    }
+
     /// The text of a plain release of `token`'s lease of `name` (the call
     /// [`Self::release_call`] makes without a requeue or undo), on this
     /// store's keys: a quorum makes it once and sends it to every node.
