@@ -10,6 +10,7 @@ mod faults;
 mod fence_checks;
 mod fences;
 mod force_release;
+mod http2;
 mod http_errors;
 mod keys;
 mod leases;

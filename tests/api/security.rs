@@ -727,6 +727,19 @@ async fn the_listener_serves_https_with_the_configured_certificate() {
         .await
         .expect("acquire over https");
     assert_eq!(lease.status(), StatusCode::OK);
+    assert_eq!(lease.version(), reqwest::Version::HTTP_2, "offered by ALPN");
+    let ca = std::fs::read(fixture("ca.pem")).expect("CA fixture");
+    let http1 = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).expect("CA"))
+        .http1_only()
+        .build()
+        .expect("HTTP/1.1 client")
+        .get(format!("{base}/v1/locks/tls"))
+        .send()
+        .await
+        .expect("status over HTTP/1.1 and TLS");
+    assert_eq!(http1.version(), reqwest::Version::HTTP_11);
+    assert_eq!(http1.status(), StatusCode::OK);
 
     // Plain HTTP to the HTTPS port gets no answer.
     let plain = reqwest::Client::builder()

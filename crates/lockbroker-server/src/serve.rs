@@ -1,10 +1,12 @@
 //! The accept loop around the router: a cap on open connections, TLS
-//! handshakes, the header read timeout, and graceful shutdown.
+//! handshakes, HTTP/1.1 or HTTP/2 by connection, the header read timeout,
+//! and graceful shutdown.
 //!
 //! Written on hyper directly (rather than `axum::serve`) because the header
 //! read timeout, the one defence against clients that trickle their headers
 //! forever (slowloris), needs hyper's timer, which `axum::serve` does not set.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,17 +15,20 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Request};
 use axum::Router;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::server::conn::{http1, http2 as h2_conn};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+mod http2;
 mod parse_errors;
 
+use http2::{Activity, Counted};
 use parse_errors::JsonParseErrors;
 
 /// The bytes a connection buffers for writing, in the broker and in the
@@ -39,7 +44,11 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// Open connections at once; the next waits in the accept queue.
     pub max_connections: usize,
-    /// Serve HTTPS with this acceptor; plain HTTP when `None`.
+    /// Requests an HTTP/2 connection may have open at once.
+    pub max_streams_per_connection: u32,
+    /// Serve HTTPS with this acceptor (HTTP/2 or HTTP/1.1 as the client's
+    /// ALPN chooses); plain HTTP when `None` (HTTP/2 for a connection that
+    /// opens with its preface, HTTP/1.1 otherwise).
     pub tls: Option<TlsAcceptor>,
 }
 
@@ -54,10 +63,25 @@ pub async fn serve(
 ) {
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
-    let mut http = http1::Builder::new();
-    http.timer(TokioTimer::new())
+    let mut http1 = http1::Builder::new();
+    http1
+        .timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout)
         .max_buf_size(CONNECTION_BUFFER);
+    let mut http2 = h2_conn::Builder::new(TokioExecutor::new());
+    http2
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_streams_per_connection.max(1))
+        .max_send_buf_size(CONNECTION_BUFFER)
+        // The header section HTTP/1.1 takes (its read buffer's limit), where
+        // HTTP/2's default would refuse more than 16 KiB.
+        .max_header_list_size(CONNECTION_BUFFER as u32);
+    let served = Arc::new(Served {
+        http1,
+        http2,
+        router,
+        handshake_timeout: options.header_read_timeout,
+    });
     tokio::pin!(shutdown);
     loop {
         let slot = tokio::select! {
@@ -85,10 +109,8 @@ pub async fn serve(
         // and then lags, instead of the kernel growing it to megabytes.
         let _ = socket2::SockRef::from(&stream).set_send_buffer_size(CONNECTION_BUFFER);
         let connection = Connection {
-            http: http.clone(),
-            router: router.clone(),
+            served: Arc::clone(&served),
             peer,
-            handshake_timeout: options.header_read_timeout,
         };
         let watcher = graceful.watcher();
         // Two kinds of task, so a plain connection does not carry the room a
@@ -110,18 +132,35 @@ pub async fn serve(
 
 /// One accepted connection and what it needs to be served.
 struct Connection {
-    http: http1::Builder,
-    router: Router,
+    served: Arc<Served>,
     peer: SocketAddr,
+}
+
+/// What every connection is served with. Shared rather than copied into
+/// each connection's task, which lives as long as the connection: a waiting
+/// acquire holds one of those for all of its wait.
+struct Served {
+    http1: http1::Builder,
+    http2: h2_conn::Builder<TokioExecutor>,
+    router: Router,
     handshake_timeout: Duration,
 }
 
 impl Connection {
     async fn run_plain(self, stream: TcpStream, watcher: Watcher) {
-        let service = with_peer(&self.router, self.peer);
+        let opening = http2::opens_with_preface(&stream);
+        match tokio::time::timeout(self.served.handshake_timeout, opening).await {
+            // Boxed, so the task of every HTTP/1.1 connection does not
+            // carry the room of an HTTP/2 one.
+            Ok(Ok(true)) => return Box::pin(self.run_http2(stream, watcher)).await,
+            Ok(Ok(false)) => {}
+            Ok(Err(_)) | Err(_) => return,
+        }
+        let service = TowerToHyperService::new(with_peer(&self.served.router, self.peer));
         let result = watcher
             .watch(
-                self.http
+                self.served
+                    .http1
                     .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service),
             )
             .await;
@@ -130,25 +169,64 @@ impl Connection {
 
     async fn run_tls(self, stream: TcpStream, acceptor: TlsAcceptor, watcher: Watcher) {
         let peer = self.peer;
-        let stream =
-            match tokio::time::timeout(self.handshake_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-        let service = with_peer(&self.router, self.peer);
+        let stream = match tokio::time::timeout(
+            self.served.handshake_timeout,
+            acceptor.accept(stream),
+        )
+        .await
+        {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!(%peer, %error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+            return Box::pin(self.run_http2(stream, watcher)).await;
+        }
+        let service = TowerToHyperService::new(with_peer(&self.served.router, self.peer));
         let result = watcher
             .watch(
-                self.http
+                self.served
+                    .http1
                     .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service),
             )
             .await;
+        self.ended(result);
+    }
+
+    /// Serves HTTP/2 until the client closes, the broker shuts down, or the
+    /// connection has been idle for the header read timeout
+    /// ([`Activity::idle_for`]): hyper's HTTP/2 server has no timeout of
+    /// its own for a client that opens a connection and sends nothing.
+    async fn run_http2<I>(self, stream: I, watcher: Watcher)
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let activity = Arc::new(Activity::default());
+        let counted = Arc::clone(&activity);
+        let service = TowerToHyperService::new(
+            with_peer(&self.served.router, self.peer).map_future(move |answer| {
+                let request = counted.begin();
+                async move {
+                    let response = answer.await?;
+                    Ok::<_, Infallible>(response.map(|body| Counted::body(body, request)))
+                }
+            }),
+        );
+        let served = watcher.watch(
+            self.served
+                .http2
+                .serve_connection(TokioIo::new(stream), service),
+        );
+        let result = tokio::select! {
+            result = served => result,
+            () = activity.idle_for(self.served.handshake_timeout) => Ok(()),
+        };
         self.ended(result);
     }
 
@@ -160,25 +238,21 @@ impl Connection {
     }
 }
 
-/// The router as hyper's service; handlers may read the peer address like
+/// The router for one connection; handlers may read the peer address like
 /// with `axum::serve`.
 fn with_peer(
     router: &Router,
     peer: SocketAddr,
-) -> TowerToHyperService<
-    impl tower::Service<
-            Request<Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-            Future = impl Send,
-        > + Clone,
-> {
-    TowerToHyperService::new(
-        router
-            .clone()
-            .map_request(move |mut request: Request<Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            }),
-    )
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = axum::response::Response,
+    Error = Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, Infallible>> + Send,
+> + Clone {
+    router
+        .clone()
+        .map_request(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request
+        })
 }

@@ -75,6 +75,7 @@ impl Application {
         let serve = ServeOptions {
             header_read_timeout: http_settings.header_read_timeout(),
             max_connections: http_settings.max_connections,
+            max_streams_per_connection: http_settings.max_streams_per_connection,
             tls,
         };
         let metrics = Arc::new(

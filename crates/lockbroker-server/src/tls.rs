@@ -48,6 +48,6 @@ pub fn acceptor(cert_path: &Path, key_path: &Path) -> Result<TlsAcceptor, TlsErr
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| key_error(e.to_string()))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -60,6 +60,10 @@ pub struct HttpSettings {
     pub max_concurrent_requests: usize,
     /// Open connections at once; further ones wait in the accept queue.
     pub max_connections: usize,
+    /// Requests one HTTP/2 connection may have open at once (its
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`); a client queues the rest. Every
+    /// request still counts in `max_concurrent_requests`.
+    pub max_streams_per_connection: u32,
     /// Event streams (`/v1/.../events`) open at once; more get `429`.
     /// Streams are not counted in `max_concurrent_requests`.
     pub max_event_streams: usize,
@@ -215,6 +219,7 @@ impl Default for HttpSettings {
             body_read_timeout_ms: 10_000,
             max_concurrent_requests: 16_384,
             max_connections: 20_000,
+            max_streams_per_connection: 1_000,
             max_event_streams: LockPolicy::default().max_event_streams,
             max_concurrent_listings: LockPolicy::default().max_concurrent_listings,
             event_stream_share_percent: 25,

@@ -300,3 +300,22 @@ fn the_pool_is_one_connection_unless_steps_wait_for_replicas_or_a_size_is_set() 
     let too_many = pool(&[("LOCKBROKER_REDIS_POOL_SIZE", "65")]).expect_err("refused");
     assert!(too_many.contains("redis.pool_size"), "{too_many}");
 }
+
+#[test]
+fn the_http2_stream_limit_comes_from_the_environment_and_is_at_least_one() {
+    let settings = Settings::load(
+        None,
+        env(&[("LOCKBROKER_HTTP_MAX_STREAMS_PER_CONNECTION", "64")]),
+    )
+    .expect("loads");
+    assert_eq!(settings.http.max_streams_per_connection, 64);
+    let err = Settings::load(
+        None,
+        env(&[("LOCKBROKER_HTTP_MAX_STREAMS_PER_CONNECTION", "0")]),
+    )
+    .expect_err("no request at all per connection");
+    assert!(
+        err.to_string().contains("http.max_streams_per_connection"),
+        "{err}"
+    );
+}

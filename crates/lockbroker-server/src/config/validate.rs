@@ -152,6 +152,11 @@ impl Settings {
         if http.max_connections == 0 {
             return Err(invalid("http.max_connections must be at least 1"));
         }
+        if http.max_streams_per_connection == 0 {
+            return Err(invalid(
+                "http.max_streams_per_connection must be at least 1",
+            ));
+        }
         if !(1..=100).contains(&http.event_stream_share_percent) {
             return Err(invalid(
                 "http.event_stream_share_percent must be between 1 and 100",
