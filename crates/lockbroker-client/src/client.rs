@@ -86,6 +86,7 @@ pub struct ClientBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     user_agent: String,
+    http2: bool,
 }
 
 // The API key is a secret: Debug says only whether there is one.
@@ -104,6 +105,7 @@ impl fmt::Debug for ClientBuilder {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("ca_pem", &self.ca_pem.len())
             .field("timeout", &self.timeout)
+            .field("http2", &self.http2)
             .finish()
     }
 }
@@ -144,6 +146,22 @@ impl ClientBuilder {
         self
     }
 
+    /// Speaks HTTP/2 to the broker, so the client's requests share one
+    /// connection however many are in flight: a process holding many
+    /// acquires waiting at once keeps one connection open, not one per
+    /// acquire. To an `http://` broker it speaks HTTP/2 from the first byte
+    /// (prior knowledge), to an `https://` one it offers only HTTP/2 in the
+    /// TLS handshake. The broker serves both; HTTP/1.1 by default.
+    ///
+    /// The broker lets one connection have `http.max_streams_per_connection`
+    /// requests in progress (1,000 by default) and the client queues the
+    /// rest, releases included: a process that waits on more locks than that
+    /// at once needs more than one client.
+    pub fn http2(mut self) -> Self {
+        self.http2 = true;
+        self
+    }
+
     /// The client, or [`Error::Config`] for a bad URL, key or certificate.
     pub fn build(self) -> Result<Client, Error> {
         let config = |message: String| Error::Config { message };
@@ -174,7 +192,14 @@ impl ClientBuilder {
         }
         // Only https needs the system's roots: plain http skips reading them.
         if url.scheme() == "https" {
-            builder = builder.use_preconfigured_tls(tls::client_config(roots).map_err(config)?);
+            let mut tls = tls::client_config(roots).map_err(config)?;
+            if self.http2 {
+                tls.alpn_protocols = vec![b"h2".to_vec()];
+            }
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        if self.http2 {
+            builder = builder.http2_prior_knowledge();
         }
         let http = builder
             .build()
@@ -201,6 +226,7 @@ impl Client {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: Duration::from_secs(5),
             user_agent: concat!("lockbroker-client/", env!("CARGO_PKG_VERSION")).to_owned(),
+            http2: false,
         }
     }
 

@@ -123,6 +123,19 @@ async fn https_with_a_private_ca() {
         .release()
         .await
         .expect("released");
+    let http2 = Client::builder(base.clone())
+        .ca_pem(std::fs::read(fixture("ca.pem")).expect("CA fixture"))
+        .http2()
+        .build()
+        .expect("client");
+    http2
+        .lock("tls")
+        .acquire(with_ttl(Duration::from_secs(5), "w"))
+        .await
+        .expect("granted over HTTP/2 and TLS")
+        .release()
+        .await
+        .expect("released over HTTP/2 and TLS");
 
     let untrusting = Client::new(base).expect("client");
     let refused = untrusting

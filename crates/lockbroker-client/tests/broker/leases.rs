@@ -361,3 +361,53 @@ async fn a_fence_is_current_only_while_its_lease_holds() {
     assert!(!after.current && !after.held, "{after:?}");
     permit.release().await.expect("released");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_client_waits_on_many_locks_at_once_and_each_is_granted() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    let holding = client(&app);
+    let waiting = Client::builder(app.base.clone())
+        .http2()
+        .build()
+        .expect("client");
+    let mut held = Vec::new();
+    for i in 0..8 {
+        let name = format!("many-{i}");
+        held.push(
+            holding
+                .lock(&name)
+                .acquire(with_ttl(TTL, "a"))
+                .await
+                .expect("granted"),
+        );
+    }
+    let waiters: Vec<_> = held
+        .iter()
+        .map(|lease| {
+            let lock = waiting.lock(lease.name());
+            tokio::spawn(async move {
+                let options = AcquireOptions {
+                    wait: Duration::from_secs(20),
+                    ..with_ttl(TTL, "b")
+                };
+                lock.acquire(options).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(waiters.iter().all(|w| !w.is_finished()), "all of them wait");
+    let fences: Vec<u64> = held.iter().map(|lease| lease.fence()).collect();
+    for lease in held {
+        lease.release().await.expect("released");
+    }
+    for (waiter, before) in waiters.into_iter().zip(fences) {
+        let lease = waiter
+            .await
+            .expect("task")
+            .expect("granted after the release");
+        assert_eq!(lease.owner(), Some("b"));
+        assert!(lease.fence() > before);
+        lease.release().await.expect("released over HTTP/2");
+    }
+}
