@@ -19,8 +19,9 @@
 //! - `churn`: rounds of waiters arriving and leaving, and whether their memory
 //!   comes back.
 //! - `memory`: the broker's resident memory idle, under the 64-caller load
-//!   and with many acquires waiting at once (also 100,000 when the open-files
-//!   limit allows; the bench raises its soft limit to the hard one first).
+//!   and with many acquires waiting at once, a connection each (also 100,000
+//!   when the open-files limit allows; the bench raises its soft limit to the
+//!   hard one first) and 1,000 to an HTTP/2 connection (also 100,000).
 //! - `quorum`: quorum mode over 3 and 5 local Redis nodes beside single mode,
 //!   and five nodes with one stalled (SIGSTOP) beside five all up.
 //! - `cluster`: cluster mode over a 3-primary Redis Cluster beside single
@@ -80,7 +81,8 @@ Options:
   --huge            the memory case must also hold 100,000 waiting acquires,
                     one connection each (it does whenever the open-files
                     limit, raised to the hard limit, is above 101,000; with
-                    --huge a lower limit is an error instead of a skip)
+                    --huge a lower limit is an error instead of a skip);
+                    over HTTP/2, 1,000 to a connection, it always does
   --huge-waiters N  like --huge, with N waiting acquires
   --json PATH       also write every figure of the run to PATH as one JSON
                     document, for `compare`

@@ -1,7 +1,10 @@
 //! `memory`: the broker's resident memory (`VmRSS`, and the peak `VmHWM`, from
 //! `/proc/<pid>/status`) idle, under the 64-caller pair load, and holding many
-//! waiting acquires at once (also 100,000 of them when the open-files limit
-//! allows, or with `--huge`: [`huge`]);
+//! waiting acquires at once: each on a connection of its own (HTTP/1.1), and
+//! again on a broker of its own with up to [`STREAMS_PER_CONNECTION`] of them
+//! sharing each connection (HTTP/2); then 100,000 of them, one connection
+//! each when the open-files limit allows or with `--huge` ([`huge`]), and
+//! over HTTP/2 always;
 //! and (`churn`) whether the memory of many waiters comes back after they
 //! leave. A broker of its own, so the peak is its peak.
 
@@ -22,6 +25,18 @@ use crate::Settings;
 const WAITED_LOCKS: usize = 20;
 /// Outlasts the whole phase, so no lease expires under its waiters.
 const HOLD_TTL_MS: u64 = 300_000;
+/// Waiting acquires per HTTP/2 connection: the broker's default
+/// `http.max_streams_per_connection`.
+const STREAMS_PER_CONNECTION: usize = 1_000;
+
+/// How the waiters reach the broker.
+#[derive(Clone, Copy)]
+enum Transport {
+    /// A connection per waiting acquire.
+    Http1,
+    /// [`STREAMS_PER_CONNECTION`] waiting acquires per connection.
+    Http2,
+}
 
 /// A broker of its own with room for `waiters` waiting acquires (and
 /// requests beyond them) and the settings in `extra`, ready, with a client
@@ -85,7 +100,14 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
         Goal::Below(80.0),
     );
 
-    let waiting = waiters(&http, &url, broker.pid(), settings.waiters).await?;
+    let waiting = waiters(
+        &http,
+        &url,
+        broker.pid(),
+        settings.waiters,
+        Transport::Http1,
+    )
+    .await?;
     table.add(
         format!("broker peak RSS with {} waiters", settings.waiters),
         "MiB",
@@ -94,6 +116,8 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
         Goal::AtMost(settings.waiters as f64 / 100.0),
     );
     drop(broker);
+
+    http2_waiters(redis, settings.waiters, table).await?;
     println!("memory     thin skipped: it answers a busy lock at once, so no acquire waits on it");
     // Asked for, a limit too low for it is an error; otherwise a skip.
     let (count, asked) = match settings.huge_waiters {
@@ -105,6 +129,25 @@ pub async fn run(redis: &Proc, settings: &Settings, table: &mut Table) -> Result
         Err(why) if !asked => println!("memory     {count} waiters skipped: {why}"),
         Err(why) => return Err(why),
     }
+    // Over HTTP/2 the huge count needs a connection per thousand waiters,
+    // so it runs whatever the open-files limit.
+    http2_waiters(redis, count, table).await
+}
+
+/// The peak RSS of a broker of its own (so its peak is theirs alone) with
+/// `count` acquires waiting, [`STREAMS_PER_CONNECTION`] to a connection.
+async fn http2_waiters(redis: &Proc, count: usize, table: &mut Table) -> Result<(), String> {
+    let (broker, url, http) = roomy_broker(redis, count, &[]).await?;
+    let waiting = waiters(&http, &url, broker.pid(), count, Transport::Http2).await?;
+    table.add(
+        format!(
+            "broker peak RSS with {count} waiters, {STREAMS_PER_CONNECTION} per HTTP/2 connection"
+        ),
+        "MiB",
+        (waiting.1, None),
+        // The goal: 100 MiB for 10,000 waiters, 1 GiB for 100,000.
+        Goal::AtMost(count as f64 / 100.0),
+    );
     Ok(())
 }
 
@@ -120,7 +163,14 @@ pub async fn churn(redis: &Proc, settings: &Settings, table: &mut Table) -> Resu
     let (broker, url, http) = roomy_broker(redis, settings.waiters, &[]).await?;
     let mut after = Vec::new();
     for round in 1..=settings.waiter_rounds {
-        waiters(&http, &url, broker.pid(), settings.waiters).await?;
+        waiters(
+            &http,
+            &url,
+            broker.pid(),
+            settings.waiters,
+            Transport::Http1,
+        )
+        .await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         after.push(phase(&format!("after round {round}"), broker.pid())?);
     }
@@ -154,14 +204,16 @@ fn phase(case: &str, pid: u32) -> Result<(f64, f64), String> {
     Ok((rss, hwm))
 }
 
-/// Holds `WAITED_LOCKS` locks, sends `count` acquires that wait for them,
-/// reads memory once all of them wait, then releases the locks and checks that
-/// every waiter got its lock in turn, with a fence above all before it.
+/// Holds `WAITED_LOCKS` locks, sends `count` acquires that wait for them
+/// over `transport`, reads memory once all of them wait, then releases the
+/// locks and checks that every waiter got its lock in turn, with a fence
+/// above all before it.
 async fn waiters(
     http: &reqwest::Client,
     url: &str,
     pid: u32,
     count: usize,
+    transport: Transport,
 ) -> Result<(f64, f64), String> {
     let client = broker_client(url)?;
     let mut held = Vec::new();
@@ -172,12 +224,25 @@ async fn waiters(
             .ok_or("a lock to wait on is unexpectedly busy")?;
         held.push(lease);
     }
-    // One client for every waiter (a client per waiter would be a
-    // connection pool each), with as many connections as requests in flight.
+    // Over HTTP/1.1 one client for every waiter (a client per waiter would
+    // be a connection pool each), with as many connections as requests in
+    // flight; over HTTP/2 one client, so one connection, per
+    // STREAMS_PER_CONNECTION waiters.
+    let clients = match transport {
+        Transport::Http1 => vec![client],
+        Transport::Http2 => (0..count.div_ceil(STREAMS_PER_CONNECTION))
+            .map(|_| {
+                lockbroker_client::Client::builder(url)
+                    .http2()
+                    .build()
+                    .map_err(|e| format!("HTTP/2 client for {url}: {e}"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
     let began = Instant::now();
     let mut tasks = Vec::with_capacity(count);
     for i in 0..count {
-        let client = client.clone();
+        let client = clients[i % clients.len()].clone();
         let name = held[i % WAITED_LOCKS].name().to_owned();
         tasks.push(tokio::spawn(async move {
             let granted = acquire(&client, &name, HOLD_TTL_MS, 60_000).await?;
@@ -201,11 +266,15 @@ async fn waiters(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let over = match transport {
+        Transport::Http1 => "",
+        Transport::Http2 => " over HTTP/2",
+    };
     println!(
-        "memory     {count} waiters in place after {:.1} s",
+        "memory     {count} waiters{over} in place after {:.1} s",
         began.elapsed().as_secs_f64()
     );
-    let reading = phase(&format!("{count} waiters"), pid)?;
+    let reading = phase(&format!("{count} waiters{over}"), pid)?;
 
     let mut floor: HashMap<String, u64> = HashMap::new();
     for lease in &held {
