@@ -10,6 +10,8 @@ use lockbroker_tests::{RedisServer, TestApp};
 use reqwest::{StatusCode, Version};
 use serde_json::{json, Value};
 
+use crate::waiting::{waiters_that_give_up_leave_nothing_behind, waiting_gauge};
+
 /// A client that speaks HTTP/2 from its first byte (prior knowledge), so
 /// every request it sends shares one connection.
 fn http2_client() -> reqwest::Client {
@@ -18,16 +20,6 @@ fn http2_client() -> reqwest::Client {
         .timeout(Duration::from_secs(30))
         .build()
         .expect("HTTP/2 client")
-}
-
-/// The broker's `lockbroker_waiters` gauge.
-async fn waiters(app: &TestApp) -> u64 {
-    app.metrics()
-        .await
-        .lines()
-        .find_map(|line| line.strip_prefix("lockbroker_waiters "))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .expect("lockbroker_waiters") as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,13 +63,13 @@ async fn waiting_acquires_share_one_http2_connection_up_to_its_stream_limit() {
         .collect();
 
     let deadline = Instant::now() + Duration::from_secs(10);
-    while waiters(&app).await < 10 {
+    while waiting_gauge(&app).await < 10 {
         assert!(Instant::now() < deadline, "ten acquires never waited");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
-        waiters(&app).await,
+        waiting_gauge(&app).await,
         10,
         "the connection's stream limit holds the rest at the client"
     );
@@ -90,7 +82,7 @@ async fn waiting_acquires_share_one_http2_connection_up_to_its_stream_limit() {
         assert!(fences.insert(fence), "each grant its own fence");
     }
     assert_eq!(fences.len(), 30);
-    assert_eq!(waiters(&app).await, 0);
+    assert_eq!(waiting_gauge(&app).await, 0);
 }
 
 #[tokio::test]
@@ -100,31 +92,7 @@ async fn an_http2_waiter_that_gives_up_stops_waiting_and_its_connection_serves_o
     let holder = app.acquire("job", 30_000).await;
     let client = http2_client();
 
-    for fair in [false, true] {
-        let gone = client
-            .post(app.url("/v1/locks/job/acquire"))
-            .json(&json!({"wait_ms": 20_000, "ttl_ms": 30_000, "fair": fair}))
-            .timeout(Duration::from_millis(300))
-            .send()
-            .await;
-        assert!(gone.is_err(), "the client gave up");
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(waiters(&app).await, 0, "no acquire waits any more");
-    let queue = format!("{}:{{job}}:queue", app.prefix);
-    assert_eq!(
-        redis.conn().cmd(&["ZCARD", &queue]).as_int(),
-        Some(0),
-        "left the fair queue"
-    );
-
-    app.release("job", &holder.token()).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        app.status("job").await.body["held"],
-        false,
-        "no lease was granted to a departed waiter"
-    );
+    waiters_that_give_up_leave_nothing_behind(&redis, &app, &client, &holder).await;
     let again = client
         .post(app.url("/v1/locks/job/acquire"))
         .json(&json!({"ttl_ms": 1_000}))

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockbroker_tests::app::test_settings;
-use lockbroker_tests::{RedisServer, TestApp};
+use lockbroker_tests::{RedisServer, Reply, TestApp};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -290,10 +290,23 @@ async fn a_waiter_that_disconnects_stops_waiting_and_leaves_nothing_behind() {
     let app = TestApp::spawn(&redis).await;
     let holder = app.acquire("job", 30_000).await;
 
+    waiters_that_give_up_leave_nothing_behind(&redis, &app, &app.http, &holder).await;
+    assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
+}
+
+/// Sends two acquires of `job`, which `holder` holds (one fair, one not),
+/// with `client` giving up on each after 300 ms; then checks that no
+/// acquire waits any more, that they left the fair queue, and that the
+/// release of `holder` grants neither of them the lock.
+pub(crate) async fn waiters_that_give_up_leave_nothing_behind(
+    redis: &RedisServer,
+    app: &TestApp,
+    client: &reqwest::Client,
+    holder: &Reply,
+) {
     for fair in [false, true] {
-        let gone = app
-            .http
-            .post(format!("{}/v1/locks/job/acquire", app.base))
+        let gone = client
+            .post(app.url("/v1/locks/job/acquire"))
             .json(&json!({"wait_ms": 20_000, "ttl_ms": 30_000, "fair": fair}))
             .timeout(Duration::from_millis(300))
             .send()
@@ -301,6 +314,7 @@ async fn a_waiter_that_disconnects_stops_waiting_and_leaves_nothing_behind() {
         assert!(gone.is_err(), "the client gave up");
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(waiting_gauge(app).await, 0, "no acquire waits any more");
     let queue = format!("{}:{{job}}:queue", app.prefix);
     assert_eq!(
         redis.conn().cmd(&["ZCARD", &queue]).as_int(),
@@ -315,7 +329,16 @@ async fn a_waiter_that_disconnects_stops_waiting_and_leaves_nothing_behind() {
         status.body["held"], false,
         "no lease was granted to a departed waiter"
     );
-    assert_eq!(app.acquire("job", 1_000).await.status, StatusCode::OK);
+}
+
+/// The broker's `lockbroker_waiters` gauge: acquires waiting now.
+pub(crate) async fn waiting_gauge(app: &TestApp) -> u64 {
+    app.metrics()
+        .await
+        .lines()
+        .find_map(|line| line.strip_prefix("lockbroker_waiters "))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .expect("lockbroker_waiters") as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
