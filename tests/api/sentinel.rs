@@ -93,7 +93,11 @@ async fn acknowledged_broker() -> (RedisServer, RedisServer, TestApp) {
     let replica = start_replica(&primary);
     let mut settings = test_settings(&primary);
     settings.redis.min_replicas_acked = 1;
-    settings.redis.replica_ack_timeout_ms = 100;
+    // Long enough for a replica that runs to answer on a busy machine (its
+    // acknowledgement is asked for at once, but the replica must be
+    // scheduled), so a step misses it only while the replica is paused; and
+    // below the harness's command timeout (500 ms), as validation requires.
+    settings.redis.replica_ack_timeout_ms = 400;
     let app = TestApp::spawn_with(settings).await;
     (primary, replica, app)
 }
