@@ -64,14 +64,14 @@ suite "rust doc examples" cargo test --workspace --doc
 # by a proxy in front of it, which the other two nodes decide without).
 # The shared client scenarios run there too, through the Rust client.
 suite "rust, quorum mode" env LOCKBROKER_TEST_MODE=quorum cargo nextest run --workspace \
-  --no-fail-fast --test-threads "$threads" -E '(package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|sessions)::/)
+  --no-fail-fast --test-threads "$threads" -E '(package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|sessions|http2)::/)
     - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|too_little_validity/)))
     | (package(lockbroker-client) & test(/^scenarios::/))'
 # The API suite again in sentinel mode: every test broker finds the test's
 # Redis through a Sentinel started for it, and follows it through the outages
 # the fault tests cause. Left out: a TLS Redis (the test Sentinel speaks TCP).
 suite "rust, sentinel mode" env LOCKBROKER_TEST_MODE=sentinel cargo nextest run --workspace \
-  --no-fail-fast --test-threads "$threads" -E 'package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|sessions|fences|faults|outage|observability|keys)::/)
+  --no-fail-fast --test-threads "$threads" -E 'package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|sessions|fences|faults|outage|observability|keys|http2)::/)
     - test(/reaches_redis_over_tls/))'
 # The API suite again in cluster mode: every test's Redis is a cluster node,
 # joined with two more into a cluster of three primaries by
@@ -80,7 +80,7 @@ suite "rust, sentinel mode" env LOCKBROKER_TEST_MODE=sentinel cargo nextest run 
 # clients reach every node at the address the cluster gives), and brokers
 # started outside the harness, which run in single mode.
 suite "rust, cluster mode" env LOCKBROKER_TEST_MODE=cluster cargo nextest run --workspace \
-  --no-fail-fast --test-threads "$threads" -E 'package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|sessions)::/)
+  --no-fail-fast --test-threads "$threads" -E 'package(lockbroker-tests) & (test(/^(leases|listing|waiting|validation|retries|http_errors|security|lifecycle|semaphores|events|fence_checks|multi_lock|sessions|http2)::/)
     - test(/a_grant_costs_constant_redis_work|reaches_redis_over_tls|too_little_validity|serves_https|sigterm_answers/))'
 
 if [ ${#failed[@]} -gt 0 ]; then
