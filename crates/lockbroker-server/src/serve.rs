@@ -156,15 +156,7 @@ impl Connection {
             Ok(Ok(false)) => {}
             Ok(Err(_)) | Err(_) => return,
         }
-        let service = TowerToHyperService::new(with_peer(&self.served.router, self.peer));
-        let result = watcher
-            .watch(
-                self.served
-                    .http1
-                    .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service),
-            )
-            .await;
-        self.ended(result);
+        self.run_http1(stream, watcher).await;
     }
 
     async fn run_tls(self, stream: TcpStream, acceptor: TlsAcceptor, watcher: Watcher) {
@@ -188,13 +180,20 @@ impl Connection {
         if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
             return Box::pin(self.run_http2(stream, watcher)).await;
         }
+        self.run_http1(stream, watcher).await;
+    }
+
+    /// Serves HTTP/1.1, with hyper's bare parse-error answers made JSON
+    /// ([`JsonParseErrors`]), until the client closes or the broker shuts
+    /// down.
+    async fn run_http1<I>(self, stream: I, watcher: Watcher)
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         let service = TowerToHyperService::new(with_peer(&self.served.router, self.peer));
+        let io = TokioIo::new(JsonParseErrors::new(stream));
         let result = watcher
-            .watch(
-                self.served
-                    .http1
-                    .serve_connection(TokioIo::new(JsonParseErrors::new(stream)), service),
-            )
+            .watch(self.served.http1.serve_connection(io, service))
             .await;
         self.ended(result);
     }
