@@ -20,6 +20,7 @@ use crate::client::{Kept, OpenSession, Outcome, Timed};
 use crate::history::{LeaseId, Op};
 
 /// One lease the load holds under a session.
+#[derive(Clone, Debug, PartialEq)]
 struct Member {
     lock: String,
     lease: LeaseId,
@@ -67,7 +68,7 @@ impl Client {
                 ttl + self.rng.gen_range(10..=ttl.max(10)),
             ))
             .await;
-            self.keep(&session, &members).await;
+            self.keep(&session, &mut members).await;
             self.close(&session, &members).await;
             return;
         }
@@ -75,13 +76,12 @@ impl Client {
         // keep the leases.
         for _ in 0..self.rng.gen_range(1..=3) {
             sleep(Duration::from_millis(self.rng.gen_range(ttl / 4..=ttl / 2))).await;
-            let kept = self.keep(&session, &members).await;
+            let kept = self.keep(&session, &mut members).await;
             if !matches!(kept, Outcome::Renewed { .. }) {
                 break;
             }
         }
-        if self.rng.gen_bool(0.3) {
-            let member = &members[0];
+        if let Some(member) = members.first().filter(|_| self.rng.gen_bool(0.3)) {
             let timed = self
                 .client
                 .status_in(super::family(self.kind), &member.lock)
@@ -95,26 +95,13 @@ impl Client {
     }
 
     /// A keepalive, recorded for each lease of the session; the session's
-    /// own outcome.
-    async fn keep(&mut self, session: &OpenSession, members: &[Member]) -> Outcome {
-        let Kept { timed, ended } = self.client.keep_session(session).await;
-        for member in members {
-            let outcome = match &timed.outcome {
-                _ if ended.contains(&member.lock) => Outcome::Lost,
-                Outcome::Renewed {
-                    ttl_ms,
-                    expires_at_ms,
-                    ..
-                } => Outcome::Renewed {
-                    fence: member.fence,
-                    ttl_ms: *ttl_ms,
-                    expires_at_ms: *expires_at_ms,
-                },
-                other => other.clone(),
-            };
-            self.record_member(member, Op::Keepalive, &timed, outcome);
+    /// own outcome. A lease it names ended has left the session.
+    async fn keep(&mut self, session: &OpenSession, members: &mut Vec<Member>) -> Outcome {
+        let kept = self.client.keep_session(session).await;
+        for (member, outcome) in each_member(members, &kept) {
+            self.record_member(&member, Op::Keepalive, &kept.timed, outcome);
         }
-        timed.outcome
+        kept.timed.outcome
     }
 
     /// A close, recorded for each lease of the session as its release.
@@ -137,5 +124,112 @@ impl Client {
             ..timed.clone()
         };
         self.record(&member.lock, op, Some(member.lease), &timed);
+    }
+}
+
+/// What one keepalive answer means for each lease of the session: renewed
+/// to the session's expiry (with the lease's own fence), ended where the
+/// answer names it, or the session's own failure. A lease named ended
+/// leaves `members`: the session no longer renews or releases it, so the
+/// keepalives and the close after this one do not speak for it.
+fn each_member(members: &mut Vec<Member>, kept: &Kept) -> Vec<(Member, Outcome)> {
+    let outcomes = (members.iter())
+        .map(|member| {
+            let outcome = match &kept.timed.outcome {
+                _ if kept.ended.contains(&member.lock) => Outcome::Lost,
+                Outcome::Renewed {
+                    ttl_ms,
+                    expires_at_ms,
+                    ..
+                } => Outcome::Renewed {
+                    fence: member.fence,
+                    ttl_ms: *ttl_ms,
+                    expires_at_ms: *expires_at_ms,
+                },
+                other => other.clone(),
+            };
+            (member.clone(), outcome)
+        })
+        .collect();
+    members.retain(|member| !kept.ended.contains(&member.lock));
+    outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(lock: &str, lease: LeaseId, fence: u64) -> Member {
+        Member {
+            lock: lock.to_owned(),
+            lease,
+            fence,
+        }
+    }
+
+    fn kept(expires_at_ms: u64, ended: &[&str]) -> Kept {
+        Kept {
+            timed: Timed {
+                send_us: 0,
+                recv_us: 1,
+                outcome: Outcome::Renewed {
+                    fence: 0,
+                    ttl_ms: 200,
+                    expires_at_ms,
+                },
+            },
+            ended: ended.iter().map(|lock| (*lock).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_lease_a_keepalive_names_ended_is_lost_and_no_later_keepalive_renews_it() {
+        let (a, b) = (member("a", 1, 10), member("b", 2, 20));
+        let mut members = vec![a.clone(), b.clone()];
+        let first = each_member(&mut members, &kept(1_000, &["a"]));
+        assert_eq!(
+            first,
+            [
+                (a, Outcome::Lost),
+                (
+                    b.clone(),
+                    Outcome::Renewed {
+                        fence: 20,
+                        ttl_ms: 200,
+                        expires_at_ms: 1_000
+                    }
+                ),
+            ]
+        );
+        assert_eq!(members, [b.clone()]);
+        // The next keepalive renews the session and the lease left in it.
+        let second = each_member(&mut members, &kept(1_200, &[]));
+        assert_eq!(
+            second,
+            [(
+                b,
+                Outcome::Renewed {
+                    fence: 20,
+                    ttl_ms: 200,
+                    expires_at_ms: 1_200
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn a_lost_session_is_every_leases_loss() {
+        let mut members = vec![member("a", 1, 10), member("b", 2, 20)];
+        let lost = Kept {
+            timed: Timed {
+                send_us: 0,
+                recv_us: 1,
+                outcome: Outcome::Lost,
+            },
+            ended: Vec::new(),
+        };
+        let outcomes = each_member(&mut members, &lost);
+        assert!(outcomes.iter().all(|(_, outcome)| *outcome == Outcome::Lost));
+        assert_eq!(members.len(), 2);
     }
 }
