@@ -169,6 +169,8 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
     let mut original_hold = latest_hold;
     let mut ambiguous = false;
     let mut release_sent: Option<f64> = None;
+    // Local µs when a step's answer said the lease was lost.
+    let mut lost_ack: Option<i64> = None;
     let mut renewed_once = false;
     for e in steps {
         let t = &e.timed;
@@ -194,6 +196,17 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                     cx.violations
                         .push(format!("{name}: {} answered fence {fence}", step(e.op)));
                 }
+                // Sentinel mode: a failover since may have brought back a
+                // primary that still had it.
+                let lost_before = lost_ack.is_some_and(|lost| {
+                    lost < t.send_us && !cx.backend.failed_over_between(lost, t.recv_us)
+                });
+                if lost_before {
+                    cx.violations.push(format!(
+                        "{name}: {} renewed it after an earlier step found it lost",
+                        step(e.op)
+                    ));
+                }
                 if release_undone {
                     cx.stats.undone_by_failover += 1;
                 } else if released_before {
@@ -213,6 +226,7 @@ pub(super) fn follow(lease: &mut Lease<'_>, steps: &[&Event], cx: &mut Context<'
                 latest_hold = cx.latest_hold(t.recv_us, *ttl_ms, *expires_at_ms);
             }
             (Op::Extend, Outcome::Lost) => {
+                lost_ack.get_or_insert(t.recv_us);
                 if released_before {
                     cx.stats.release_probes += 1;
                 } else if valid_at_recv {

@@ -417,3 +417,30 @@ fn a_session_keepalive_and_close_are_held_to_each_lease_under_the_session() {
     let report = check(&events);
     assert_eq!(report.violations.len(), 1, "{report}");
 }
+
+/// A lease a step found lost (an extend, or a keepalive that named it
+/// ended) stays lost: a later step that renews it is a violation in every
+/// mode, whatever the times.
+#[test]
+fn a_lease_found_lost_is_never_renewed_again() {
+    let renewed = |expires_at_ms| Outcome::Renewed {
+        fence: 10,
+        ttl_ms: 200,
+        expires_at_ms,
+    };
+    for op in [Op::Extend, Op::Keepalive] {
+        let events = [
+            grant(0, 1_000, 10, 100),
+            event(op, 0, 1_090, renewed(1_290)),
+            event(op, 0, 1_295, Outcome::Lost),
+            event(op, 0, 1_300, renewed(1_500)),
+        ];
+        for backend in [Backend::Single, quorum(&[])] {
+            let report = check_against(&events, &backend);
+            assert!(
+                report.violations.iter().any(|v| v.contains("after an earlier step found it lost")),
+                "{op:?} in {backend:?}: {report}"
+            );
+        }
+    }
+}
