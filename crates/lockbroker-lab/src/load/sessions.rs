@@ -229,7 +229,9 @@ mod tests {
             ended: Vec::new(),
         };
         let outcomes = each_member(&mut members, &lost);
-        assert!(outcomes.iter().all(|(_, outcome)| *outcome == Outcome::Lost));
+        assert!(outcomes
+            .iter()
+            .all(|(_, outcome)| *outcome == Outcome::Lost));
         assert_eq!(members.len(), 2);
     }
 }

@@ -438,7 +438,10 @@ fn a_lease_found_lost_is_never_renewed_again() {
         for backend in [Backend::Single, quorum(&[])] {
             let report = check_against(&events, &backend);
             assert!(
-                report.violations.iter().any(|v| v.contains("after an earlier step found it lost")),
+                report
+                    .violations
+                    .iter()
+                    .any(|v| v.contains("after an earlier step found it lost")),
                 "{op:?} in {backend:?}: {report}"
             );
         }
