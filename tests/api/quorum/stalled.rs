@@ -298,3 +298,49 @@ async fn a_blackholed_node_is_not_waited_for_and_serves_again_once_its_network_i
     })
     .await;
 }
+
+/// Every step is answered once a majority decided it; the nodes that answer
+/// after the decision still run it (docs/quorum.md, "Late nodes and slow
+/// nodes"), so every node of five carries each grant with its fence, each
+/// extension and each release.
+#[tokio::test]
+async fn the_nodes_a_step_does_not_wait_for_still_carry_every_grant_and_release() {
+    let quorum = quorum(5);
+    let store = every_node_known(quorum.connect().await).await;
+    let prefix = &quorum.prefix;
+    for round in 0..5 {
+        let lock = name(&format!("led-{round}"));
+        let (fence, token, _) = granted(&store, &lock, 30_000).await;
+        let copy = Some((token.expose().to_owned(), fence.get()));
+        eventually("every node carries the grant", || {
+            (quorum.servers.iter()).all(|server| copy_on(server, prefix, &lock) == copy)
+        })
+        .await;
+        let ttl = Ttl::parse("ttl_ms", 60_000, u64::MAX).expect("ttl");
+        store.extend(&lock, &token, ttl, 0).await.expect("extend");
+        let key = KeyLayout::new(prefix.clone()).lease(&lock);
+        eventually("every node carries the extension", || {
+            quorum.servers.iter().all(|server| {
+                let mut conn = server.conn();
+                let exp = conn.cmd(&["HGET", &key, "exp"]);
+                let exp: u64 = exp.as_text().and_then(|t| t.parse().ok()).unwrap_or(0);
+                let time = conn.cmd(&["TIME"]);
+                let now: u64 = time.as_array()[0]
+                    .as_text()
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or(0);
+                exp > (now + 40) * 1_000
+            })
+        })
+        .await;
+        let released = store.release(&lock, &token).await.expect("release");
+        assert!(
+            matches!(released, ReleaseOutcome::Released(_)),
+            "{released:?}"
+        );
+        eventually("every node released it", || {
+            (quorum.servers.iter()).all(|server| copy_on(server, prefix, &lock).is_none())
+        })
+        .await;
+    }
+}
