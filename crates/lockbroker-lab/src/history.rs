@@ -7,14 +7,17 @@ use std::sync::Mutex;
 use crate::client::Timed;
 
 mod check;
+mod record;
 
 pub use check::{check, check_against, Backend, Drift, Report, Stats};
+pub use record::json_lines;
 
 /// Identifies one lease (one successful acquire) within a history.
 pub type LeaseId = u64;
 
 /// The lock step a request asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Op {
     /// `POST .../acquire`
     Acquire,

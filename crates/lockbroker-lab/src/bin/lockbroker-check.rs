@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockbroker_lab::args::Args;
 use lockbroker_lab::check_against;
 use lockbroker_lab::client::{now_us, BrokerClient};
-use lockbroker_lab::history::{Backend, Drift};
+use lockbroker_lab::history::{json_lines, Backend, Drift};
 use lockbroker_lab::load::{self, LoadPlan, Mix};
 use lockbroker_lab::stack::{broker_binary, Stack};
 
@@ -55,7 +55,10 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --mix              a mixed load: a third of the clients shared, a third on
                      semaphores (unless --shared or --permits say otherwise),
                      some rounds on several locks at once, some under sessions
-  --seed N           seed for the clients' choices (default: the time)";
+  --seed N           seed for the clients' choices (default: the time)
+  --history FILE     also write every request and answer, in the order sent,
+                     and the node restarts or failovers the run caused, to
+                     FILE as one JSON object per line";
 
 fn main() -> ExitCode {
     let args = match Args::parse(
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         "sessions",
         "mix",
         "seed",
+        "history",
     ];
     if let Err(e) = args.only(&known) {
         return usage_error(&e);
@@ -243,6 +247,10 @@ async fn run(args: &Args) -> Result<bool, String> {
         backend = stack.backend();
     }
     let events = history.events();
+    if let Some(path) = args.raw("history") {
+        std::fs::write(path, json_lines(&events, &backend))
+            .map_err(|e| format!("cannot write the history to {path}: {e}"))?;
+    }
     let report = check_against(&events, &backend);
     println!(
         "requests: {}  stalls past the TTL: {}",

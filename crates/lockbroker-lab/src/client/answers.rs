@@ -8,7 +8,8 @@ use serde_json::{Map, Value};
 use super::now_us;
 
 /// What one lock request came back with.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "answer", rename_all = "snake_case")]
 pub enum Outcome {
     /// `200` to an acquire: a new lease.
     Granted {
