@@ -460,15 +460,48 @@ fn the_history_checker_passes_a_short_run_on_two_brokers() {
         "{} is missing: build it with `cargo build --workspace` first",
         checker.display()
     );
+    let history = std::env::temp_dir().join(format!(
+        "lockbroker-check-history-{}-{}.jsonl",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    ));
     let output = Command::new(&checker)
         .arg("--broker-bin")
         .arg(&broker)
         .args(["--brokers", "2", "--clients", "12", "--locks", "2", "--mix"])
         .args(["--seconds", "6"])
+        .arg("--history")
+        .arg(&history)
         .output()
         .expect("run lockbroker-check");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("violations: 0"), "{stdout}");
+
+    // The history it wrote: one JSON object per request it counted, each
+    // with its step and answer, in the order sent.
+    let text = std::fs::read_to_string(&history).expect("the history file");
+    let _ = std::fs::remove_file(&history);
+    let requests: usize = (stdout.lines())
+        .find_map(|line| line.strip_prefix("requests: "))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .expect("the summary counts the requests");
+    let lines: Vec<serde_json::Value> = (text.lines())
+        .map(|line| serde_json::from_str(line).expect("a JSON object"))
+        .collect();
+    assert_eq!(lines.len(), requests, "{stdout}");
+    assert!(lines
+        .iter()
+        .all(|l| l["op"].is_string() && l["answer"].is_string()));
+    let sent: Vec<i64> = lines.iter().filter_map(|l| l["send_us"].as_i64()).collect();
+    assert!(sent.windows(2).all(|w| w[0] <= w[1]), "in the order sent");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["op"] == "acquire" && l["answer"] == "granted"),
+        "grants are in it"
+    );
 }
