@@ -39,19 +39,32 @@ async fn every_node_known(store: QuorumStore) -> QuorumStore {
     store
 }
 
+/// Node `server`'s clock, Unix ms.
+fn now_ms_on(server: &RedisServer) -> Option<u64> {
+    let time = server.conn().cmd(&["TIME"]);
+    let parts = time.as_array();
+    let secs: u64 = parts[0].as_text()?.parse().ok()?;
+    let micros: u64 = parts[1].as_text()?.parse().ok()?;
+    Some(secs * 1_000 + micros / 1_000)
+}
+
+/// How long the lease node `server` keeps for `lock` stays valid there, ms
+/// (0 when it has none, or it expired).
+fn valid_for_on(server: &RedisServer, prefix: &str, lock: &LockName) -> u64 {
+    let key = KeyLayout::new(prefix.to_owned()).lease(lock);
+    let exp = server.conn().cmd(&["HGET", &key, "exp"]);
+    let exp: u64 = exp.as_text().and_then(|t| t.parse().ok()).unwrap_or(0);
+    exp.saturating_sub(now_ms_on(server).unwrap_or(u64::MAX))
+}
+
 /// The token and fence of the lease node `server` keeps for `lock`, while
 /// it is valid there.
 fn copy_on(server: &RedisServer, prefix: &str, lock: &LockName) -> Option<(String, u64)> {
     let key = KeyLayout::new(prefix.to_owned()).lease(lock);
-    let mut conn = server.conn();
-    let now_ms = {
-        let time = conn.cmd(&["TIME"]);
-        let parts = time.as_array();
-        let secs: u64 = parts[0].as_text()?.parse().ok()?;
-        let micros: u64 = parts[1].as_text()?.parse().ok()?;
-        secs * 1_000 + micros / 1_000
-    };
-    let fields = conn.cmd(&["HMGET", &key, "token", "fence", "exp", "rel"]);
+    let now_ms = now_ms_on(server)?;
+    let fields = server
+        .conn()
+        .cmd(&["HMGET", &key, "token", "fence", "exp", "rel"]);
     let fields = fields.as_array();
     let token = fields[0].as_text()?.to_owned();
     let fence = fields[1].as_text()?.parse().ok()?;
@@ -318,19 +331,8 @@ async fn the_nodes_a_step_does_not_wait_for_still_carry_every_grant_and_release(
         .await;
         let ttl = Ttl::parse("ttl_ms", 60_000, u64::MAX).expect("ttl");
         store.extend(&lock, &token, ttl, 0).await.expect("extend");
-        let key = KeyLayout::new(prefix.clone()).lease(&lock);
         eventually("every node carries the extension", || {
-            quorum.servers.iter().all(|server| {
-                let mut conn = server.conn();
-                let exp = conn.cmd(&["HGET", &key, "exp"]);
-                let exp: u64 = exp.as_text().and_then(|t| t.parse().ok()).unwrap_or(0);
-                let time = conn.cmd(&["TIME"]);
-                let now: u64 = time.as_array()[0]
-                    .as_text()
-                    .and_then(|t| t.parse().ok())
-                    .unwrap_or(0);
-                exp > (now + 40) * 1_000
-            })
+            (quorum.servers.iter()).all(|server| valid_for_on(server, prefix, &lock) > 40_000)
         })
         .await;
         let released = store.release(&lock, &token).await.expect("release");
