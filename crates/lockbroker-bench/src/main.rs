@@ -294,7 +294,7 @@ async fn run(benches: &[&str], settings: &Settings, args: &[String]) -> Result<(
             "throughput" => pairs::throughput(&servers, settings, &mut table).await,
             "handoff" => handoff::run(&first, &second, settings.rounds, &mut table).await,
             "memory" => memory::run(&redis, settings, &mut table).await,
-            "quorum" => quorum::run(&first, settings, &mut table).await,
+            "quorum" => quorum::run(&first, &redis, settings, &mut table).await,
             "cluster" => cluster::run(&redis, [&first, &second], settings, &mut table).await,
             "semaphore" => semaphore::run(&redis, &first, settings, &mut table).await,
             "watch" => watch::run(&redis, settings, &mut table).await,
