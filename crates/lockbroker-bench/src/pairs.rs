@@ -212,14 +212,18 @@ pub async fn throughput(
 }
 
 /// The targets in the order each slice visits them (the baselines first, as
-/// before), and a meter of the broker, the thin broker, etcd and Redis.
+/// before), and a meter of the broker, the thin broker, etcd, Redis and the
+/// bench itself (its callers).
 async fn prepare(servers: &Servers<'_>) -> Result<(Vec<(&'static str, Target)>, Meter), String> {
     let redis = servers.redis.port;
     let mut targets = vec![
         ("direct", Target::direct(redis).await?),
         ("minimal", Target::minimal(redis).await?),
     ];
-    let mut pids = vec![("broker", servers.broker.pid())];
+    let mut pids = vec![
+        ("broker", servers.broker.pid()),
+        ("bench", std::process::id()),
+    ];
     if let Some(thin) = servers.thin {
         targets.push(("thin", Target::Broker { port: thin.port }));
         pids.push(("thin", thin.pid()));

@@ -1,7 +1,7 @@
 //! What a pair cost the servers, per target: Redis's CPU (from `INFO cpu`)
 //! and its time inside commands (`INFO commandstats`), the broker's own CPU,
-//! the thin broker's and etcd's, each divided by the pairs the target
-//! completed.
+//! the thin broker's and etcd's, and the bench's own callers', each divided
+//! by the pairs the target completed.
 
 use serde_json::json;
 
@@ -80,6 +80,27 @@ pub fn report(what: &str, runs: &Runs, broker_goal: Goal, table: &mut Table) {
         "{what}: broker CPU per pair (µs): {}  thin {}",
         show(broker_own),
         show(thin_own)
+    );
+    // Every process a pair ran through, the bench's callers included: where
+    // the cores are saturated (64 callers), pairs/s follows this total.
+    let callers = |label: &str| {
+        runs.get(label)
+            .map(|r| r.outcome.per_pair_us(r.outcome.usage.cpu_of("bench")))
+    };
+    let path =
+        |own: Option<f64>, redis: Option<f64>, label: &str| Some(own? + redis? + callers(label)?);
+    let (broker_path, thin_path) = (
+        path(broker_own, broker, "broker"),
+        path(thin_own, thin, "thin"),
+    );
+    println!(
+        "{what}: CPU per pair of every process (µs): broker, its Redis and the callers {} \
+         (callers {})  thin, its Redis and the callers {} (callers {})  broker/thin {}",
+        show(broker_path),
+        show(callers("broker")),
+        show(thin_path),
+        show(callers("thin")),
+        ratio(broker_path, thin_path),
     );
     let etcd_own = own_cpu("etcd");
     let broker_total = broker_own.zip(broker).map(|(a, b)| a + b);
@@ -197,6 +218,12 @@ pub fn report(what: &str, runs: &Runs, broker_goal: Goal, table: &mut Table) {
             format!("{what} broker CPU per pair (vs thin)"),
             "µs",
             (broker_own.unwrap_or(nan), thin_own),
+            Goal::None,
+        );
+        table.add(
+            format!("{what} CPU per pair of every process (vs thin)"),
+            "µs",
+            (broker_path.unwrap_or(nan), thin_path),
             Goal::None,
         );
     }
