@@ -460,13 +460,15 @@ fn the_history_checker_passes_a_short_run_on_two_brokers() {
         "{} is missing: build it with `cargo build --workspace` first",
         checker.display()
     );
-    let history = std::env::temp_dir().join(format!(
-        "lockbroker-check-history-{}-{}.jsonl",
+    let run = std::env::temp_dir().join(format!(
+        "lockbroker-check-{}-{}",
         std::process::id(),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos())
     ));
+    let (history, logs) = (run.join("history.jsonl"), run.join("logs"));
+    std::fs::create_dir_all(&run).expect("a directory for the run");
     let output = Command::new(&checker)
         .arg("--broker-bin")
         .arg(&broker)
@@ -474,6 +476,8 @@ fn the_history_checker_passes_a_short_run_on_two_brokers() {
         .args(["--seconds", "6"])
         .arg("--history")
         .arg(&history)
+        .arg("--logs")
+        .arg(&logs)
         .output()
         .expect("run lockbroker-check");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -481,10 +485,30 @@ fn the_history_checker_passes_a_short_run_on_two_brokers() {
     assert!(output.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("violations: 0"), "{stdout}");
 
+    // The logs it kept: each broker's from its start, at level info, and
+    // the Redis server's.
+    let read = |name: &str| std::fs::read_to_string(logs.join(name)).unwrap_or_default();
+    for broker_log in ["broker-0.log", "broker-1.log"] {
+        let text = read(broker_log);
+        assert!(
+            text.contains("lockbroker listening"),
+            "{broker_log}: {text}"
+        );
+    }
+    let node_logs: Vec<String> = (std::fs::read_dir(&logs).expect("the logs directory"))
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("node-"))
+        .collect();
+    // One, or more if a port was taken before a server could bind it.
+    assert!(
+        (node_logs.iter()).any(|name| read(name).contains("Ready to accept connections")),
+        "the Redis server's log: {node_logs:?}"
+    );
+
     // The history it wrote: one JSON object per request it counted, each
     // with its step and answer, in the order sent.
     let text = std::fs::read_to_string(&history).expect("the history file");
-    let _ = std::fs::remove_file(&history);
+    let _ = std::fs::remove_dir_all(&run);
     let requests: usize = (stdout.lines())
         .find_map(|line| line.strip_prefix("requests: "))
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())

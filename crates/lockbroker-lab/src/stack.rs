@@ -4,9 +4,10 @@
 //! primary, two replicas and three Sentinels (`stack/sentinel.rs`), and
 //! cluster mode a Redis Cluster of three primaries (`stack/cluster.rs`).
 
+use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,36 @@ pub struct Stack {
     clustered: bool,
 }
 
+/// How a stack starts its processes: the broker binary, and where their
+/// logs go.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// The `lockbroker` binary.
+    pub broker_bin: PathBuf,
+    /// A directory for the logs: each broker's at level `info` in
+    /// `broker-<n>.log` (from 0, in start order), each Redis server's in
+    /// `node-<port>.log`, kept across its restarts. Without it, a broker's
+    /// log (errors only) is discarded, and Redis servers log nothing.
+    pub logs: Option<PathBuf>,
+}
+
+impl Launch {
+    /// Brokers from `broker_bin`, their logs in `logs` if given.
+    pub fn new(broker_bin: PathBuf, logs: Option<PathBuf>) -> Self {
+        Self { broker_bin, logs }
+    }
+
+    /// The logs directory, created if missing.
+    fn log_dir(&self) -> Result<Option<&Path>, String> {
+        let Some(dir) = &self.logs else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the logs directory {}: {e}", dir.display()))?;
+        Ok(Some(dir))
+    }
+}
+
 /// One `redis-server` of the stack.
 struct Node {
     child: Option<Child>,
@@ -44,19 +75,21 @@ struct Node {
     dir: PathBuf,
     /// Arguments beyond the port and persistence, e.g. `--replicaof`.
     extra_args: Vec<String>,
+    /// The directory its log goes to, if any (see [`Launch::logs`]).
+    logs: Option<PathBuf>,
 }
 
 impl Node {
     /// Starts a `redis-server` on a free port, keeping nothing on disk.
-    async fn start() -> Result<Self, String> {
-        Self::start_with(Vec::new()).await
+    async fn start(logs: Option<&Path>) -> Result<Self, String> {
+        Self::start_with(Vec::new(), logs).await
     }
 
     /// Like [`Node::start`], with more `redis-server` arguments. A port
     /// free a moment ago can be taken before the server binds it (a cluster
     /// node also binds its port plus 10000), so a server that exits at once
     /// is started again on another port.
-    async fn start_with(extra_args: Vec<String>) -> Result<Self, String> {
+    async fn start_with(extra_args: Vec<String>, logs: Option<&Path>) -> Result<Self, String> {
         let cluster_node = extra_args.iter().any(|a| a == "--cluster-enabled");
         let mut last_error = String::new();
         for _ in 0..5 {
@@ -73,6 +106,7 @@ impl Node {
                 port,
                 dir,
                 extra_args: extra_args.clone(),
+                logs: logs.map(Path::to_path_buf),
             };
             match node.spawn().await {
                 Ok(()) => return Ok(node),
@@ -86,12 +120,20 @@ impl Node {
     }
 
     async fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
-            .args(&self.extra_args)
+            .args(&self.extra_args);
+        if let Some(logs) = &self.logs {
+            // Redis appends: a restart's log follows the one before.
+            command
+                .arg("--logfile")
+                .arg(logs.join(format!("node-{}.log", self.port)));
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -186,27 +228,24 @@ pub fn redis_answers(port: u16) -> bool {
 }
 
 impl Stack {
-    /// Starts one `redis-server` and `brokers` brokers (from `broker_bin`) and
+    /// Starts one `redis-server` and `brokers` brokers (as `launch` says) and
     /// waits until every broker is ready.
-    pub async fn start(brokers: usize, broker_bin: &PathBuf) -> Result<Self, String> {
-        Self::start_with(1, brokers, broker_bin).await
+    pub async fn start(brokers: usize, launch: &Launch) -> Result<Self, String> {
+        Self::start_with(1, brokers, launch).await
     }
 
     /// Like [`Stack::start`] with `nodes` Redis servers: 1, or an odd number
     /// of at least 3, which runs the brokers in quorum mode over all of them.
-    pub async fn start_with(
-        nodes: usize,
-        brokers: usize,
-        broker_bin: &PathBuf,
-    ) -> Result<Self, String> {
+    pub async fn start_with(nodes: usize, brokers: usize, launch: &Launch) -> Result<Self, String> {
         if nodes == 0 || (nodes > 1 && (nodes < 3 || nodes % 2 == 0)) {
             return Err(format!(
                 "--nodes must be 1, or an odd number of at least 3 for quorum mode (not {nodes})"
             ));
         }
+        let logs = launch.log_dir()?;
         let mut stack = Self::empty();
         for _ in 0..nodes {
-            stack.nodes.push(Node::start().await?);
+            stack.nodes.push(Node::start(logs).await?);
         }
         stack.redis_url = stack.nodes[0].url();
         let node_urls: Vec<String> = stack.nodes.iter().map(Node::url).collect();
@@ -222,19 +261,20 @@ impl Stack {
                 ("LOCKBROKER_REDIS_NODE_TIMEOUT_MS", "200".to_owned()),
             ];
         }
-        stack.start_brokers(brokers, broker_bin, &mode).await?;
+        stack.start_brokers(brokers, launch, &mode).await?;
         Ok(stack)
     }
 
     /// Sentinel mode: a primary, two replicas of it and three Sentinels
     /// (quorum 2) watching them, and `brokers` brokers that find the primary
     /// through the Sentinels.
-    pub async fn start_sentinel(brokers: usize, broker_bin: &PathBuf) -> Result<Self, String> {
-        let mut stack = Self::start_with(1, 0, broker_bin).await?;
+    pub async fn start_sentinel(brokers: usize, launch: &Launch) -> Result<Self, String> {
+        let mut stack = Self::start_with(1, 0, launch).await?;
+        let logs = launch.log_dir()?;
         let primary = stack.nodes[0].port.to_string();
         for _ in 0..2 {
             let replica_of = vec!["--replicaof".into(), "127.0.0.1".into(), primary.clone()];
-            stack.nodes.push(Node::start_with(replica_of).await?);
+            stack.nodes.push(Node::start_with(replica_of, logs).await?);
         }
         for _ in 0..3 {
             stack
@@ -248,7 +288,7 @@ impl Stack {
             ("LOCKBROKER_REDIS_SENTINELS", addresses.join(",")),
             ("LOCKBROKER_REDIS_SERVICE_NAME", SERVICE_NAME.to_owned()),
         ];
-        stack.start_brokers(brokers, broker_bin, &mode).await?;
+        stack.start_brokers(brokers, launch, &mode).await?;
         Ok(stack)
     }
 
@@ -258,12 +298,15 @@ impl Stack {
     pub async fn start_cluster(
         primaries: usize,
         brokers: usize,
-        broker_bin: &PathBuf,
+        launch: &Launch,
     ) -> Result<Self, String> {
+        let logs = launch.log_dir()?;
         let mut stack = Self::empty();
         let node_args: Vec<String> = cluster::NODE_ARGS.iter().map(|a| (*a).to_owned()).collect();
         for _ in 0..primaries {
-            stack.nodes.push(Node::start_with(node_args.clone()).await?);
+            stack
+                .nodes
+                .push(Node::start_with(node_args.clone(), logs).await?);
         }
         let ports = stack.ports();
         tokio::task::spawn_blocking(move || cluster::create(&ports, 0))
@@ -276,7 +319,7 @@ impl Stack {
             ("LOCKBROKER_REDIS_MODE", "cluster".to_owned()),
             ("LOCKBROKER_REDIS_NODES", seeds.join(",")),
         ];
-        stack.start_brokers(brokers, broker_bin, &mode).await?;
+        stack.start_brokers(brokers, launch, &mode).await?;
         Ok(stack)
     }
 
@@ -327,22 +370,35 @@ impl Stack {
     async fn start_brokers(
         &mut self,
         brokers: usize,
-        broker_bin: &PathBuf,
+        launch: &Launch,
         mode: &[(&str, String)],
     ) -> Result<(), String> {
         let stack = self;
+        let logs = launch.log_dir()?;
         for _ in 0..brokers {
             let port = free_port()?;
-            let mut command = Command::new(broker_bin);
+            let mut command = Command::new(&launch.broker_bin);
             command
                 .env("LOCKBROKER_LISTEN", format!("127.0.0.1:{port}"))
                 .env("LOCKBROKER_REDIS_URL", &stack.redis_url)
                 .env("LOCKBROKER_LOG_LEVEL", "error")
-                .envs(mode.iter().map(|(name, value)| (name, value)));
+                .envs(mode.iter().map(|(name, value)| (name, value)))
+                .stdout(Stdio::null());
+            if let Some(logs) = logs {
+                let path = logs.join(format!("broker-{}.log", stack.brokers.len()));
+                let log = File::create(&path)
+                    .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+                let errors = log
+                    .try_clone()
+                    .map_err(|e| format!("cannot share {}: {e}", path.display()))?;
+                command
+                    .env("LOCKBROKER_LOG_LEVEL", "info")
+                    .stdout(log)
+                    .stderr(errors);
+            }
             let child = command
-                .stdout(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", broker_bin.display()))?;
+                .map_err(|e| format!("cannot start {}: {e}", launch.broker_bin.display()))?;
             stack.brokers.push(child);
             stack.urls.push(format!("http://127.0.0.1:{port}"));
         }

@@ -10,7 +10,7 @@ use lockbroker_lab::check_against;
 use lockbroker_lab::client::{now_us, BrokerClient};
 use lockbroker_lab::history::{json_lines, Backend, Drift};
 use lockbroker_lab::load::{self, LoadPlan, Mix};
-use lockbroker_lab::stack::{broker_binary, Stack};
+use lockbroker_lab::stack::{broker_binary, Launch, Stack};
 
 const USAGE: &str = "\
 lockbroker-check: load a broker with stalling clients and check the history
@@ -37,6 +37,9 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --drift-factor F   with --quorum: the brokers' redis.drift_factor (default 0.01)
   --drift-ms MS      with --quorum: the brokers' redis.drift_ms (default 2)
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
+  --logs DIR         keep the logs of the brokers and Redis servers it starts in
+                     DIR: each broker's at level info in broker-<n>.log (from 0),
+                     each Redis server's in node-<port>.log, across its restarts
   --clients N        concurrent clients (default 16)
   --locks N          locks they share (default 3)
   --seconds S        how long to run (default 20)
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         "drift-factor",
         "drift-ms",
         "broker-bin",
+        "logs",
         "clients",
         "locks",
         "seconds",
@@ -163,6 +167,9 @@ async fn run(args: &Args) -> Result<bool, String> {
         .raw("url")
         .map(|u| u.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
+    if !urls.is_empty() && args.raw("logs").is_some() {
+        return Err("--logs keeps the logs of the servers this tool starts; not with --url".into());
+    }
     let mut backend = if args.flag("quorum") {
         let drift = Drift {
             factor: args.get("drift-factor", Drift::BROKER_DEFAULT.factor)?,
@@ -178,14 +185,17 @@ async fn run(args: &Args) -> Result<bool, String> {
         Backend::Single
     };
     let stack = if urls.is_empty() {
-        let bin = broker_binary(args.raw("broker-bin"));
+        let launch = Launch::new(
+            broker_binary(args.raw("broker-bin")),
+            args.raw("logs").map(Into::into),
+        );
         let brokers = args.get("brokers", 1)?;
         let stack = if args.flag("sentinel") {
-            Stack::start_sentinel(brokers, &bin).await?
+            Stack::start_sentinel(brokers, &launch).await?
         } else if args.flag("cluster") {
-            Stack::start_cluster(3, brokers, &bin).await?
+            Stack::start_cluster(3, brokers, &launch).await?
         } else {
-            Stack::start_with(args.get("nodes", 1)?, brokers, &bin).await?
+            Stack::start_with(args.get("nodes", 1)?, brokers, &launch).await?
         };
         println!(
             "started {} redis-server(s) and {} broker(s)",

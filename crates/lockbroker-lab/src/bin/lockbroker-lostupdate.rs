@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockbroker_lab::args::Args;
 use lockbroker_lab::client::now_us;
 use lockbroker_lab::lostupdate::{self, Mode, WorkerPlan, WorkerTally};
-use lockbroker_lab::stack::{broker_binary, Stack};
+use lockbroker_lab::stack::{broker_binary, Launch, Stack};
 
 const USAGE: &str = "\
 lockbroker-lostupdate: do fences stop lost updates? Measured against PostgreSQL.
@@ -25,6 +25,9 @@ Without --url, starts its own redis-server and broker on free loopback ports.
   --cluster          start a Redis Cluster of three primaries and the broker in
                      cluster mode
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
+  --logs DIR         keep the logs of the broker and Redis servers it starts in
+                     DIR: the broker's at level info in broker-0.log, each Redis
+                     server's in node-<port>.log
   --pg CONN          PostgreSQL (default: host=127.0.0.1 port=5432 user=postgres dbname=test)
   --sections N       critical sections per run, split over the workers (default 10000)
   --workers N        worker processes (default 8)
@@ -132,6 +135,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
         "sentinel",
         "cluster",
         "broker-bin",
+        "logs",
         "pg",
         "sections",
         "workers",
@@ -173,6 +177,9 @@ async fn lab(args: &Args) -> Result<bool, String> {
                 .into(),
         );
     }
+    if args.raw("url").is_some() && args.raw("logs").is_some() {
+        return Err("--logs keeps the logs of the servers this tool starts; not with --url".into());
+    }
     if [args.raw("nodes").is_some(), sentinel, cluster]
         .iter()
         .filter(|set| **set)
@@ -188,13 +195,16 @@ async fn lab(args: &Args) -> Result<bool, String> {
             None
         }
         None => {
-            let bin = broker_binary(args.raw("broker-bin"));
+            let launch = Launch::new(
+                broker_binary(args.raw("broker-bin")),
+                args.raw("logs").map(Into::into),
+            );
             let stack = if sentinel {
-                Stack::start_sentinel(1, &bin).await?
+                Stack::start_sentinel(1, &launch).await?
             } else if cluster {
-                Stack::start_cluster(3, 1, &bin).await?
+                Stack::start_cluster(3, 1, &launch).await?
             } else {
-                Stack::start_with(nodes, 1, &bin).await?
+                Stack::start_with(nodes, 1, &launch).await?
             };
             settings.url.clone_from(&stack.urls[0]);
             Some(stack)
