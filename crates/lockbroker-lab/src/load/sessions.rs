@@ -201,7 +201,7 @@ mod tests {
                 ),
             ]
         );
-        assert_eq!(members, [b.clone()]);
+        assert_eq!(members, std::slice::from_ref(&b));
         // The next keepalive renews the session and the lease left in it.
         let second = each_member(&mut members, &kept(1_200, &[]));
         assert_eq!(
