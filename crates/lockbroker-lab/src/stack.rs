@@ -15,7 +15,10 @@ use crate::client::{now_us, BrokerClient};
 use crate::history::{Backend, Drift};
 
 pub mod cluster;
+mod node;
 pub mod sentinel;
+
+use node::Node;
 
 use sentinel::{Sentinel, SERVICE_NAME};
 
@@ -65,115 +68,6 @@ impl Launch {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create the logs directory {}: {e}", dir.display()))?;
         Ok(Some(dir))
-    }
-}
-
-/// One `redis-server` of the stack.
-struct Node {
-    child: Option<Child>,
-    port: u16,
-    dir: PathBuf,
-    /// Arguments beyond the port and persistence, e.g. `--replicaof`.
-    extra_args: Vec<String>,
-    /// The directory its log goes to, if any (see [`Launch::logs`]).
-    logs: Option<PathBuf>,
-}
-
-impl Node {
-    /// Starts a `redis-server` on a free port, keeping nothing on disk.
-    async fn start(logs: Option<&Path>) -> Result<Self, String> {
-        Self::start_with(Vec::new(), logs).await
-    }
-
-    /// Like [`Node::start`], with more `redis-server` arguments. A port
-    /// free a moment ago can be taken before the server binds it (a cluster
-    /// node also binds its port plus 10000), so a server that exits at once
-    /// is started again on another port.
-    async fn start_with(extra_args: Vec<String>, logs: Option<&Path>) -> Result<Self, String> {
-        let cluster_node = extra_args.iter().any(|a| a == "--cluster-enabled");
-        let mut last_error = String::new();
-        for _ in 0..5 {
-            let port = free_port()?;
-            if cluster_node && !cluster::bus_port_free(port) {
-                continue;
-            }
-            let dir =
-                std::env::temp_dir().join(format!("lockbroker-lab-{}-{port}", std::process::id()));
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            let mut node = Self {
-                child: None,
-                port,
-                dir,
-                extra_args: extra_args.clone(),
-                logs: logs.map(Path::to_path_buf),
-            };
-            match node.spawn().await {
-                Ok(()) => return Ok(node),
-                Err(error) => {
-                    let _ = std::fs::remove_dir_all(&node.dir);
-                    last_error = error;
-                }
-            }
-        }
-        Err(last_error)
-    }
-
-    async fn spawn(&mut self) -> Result<(), String> {
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(&self.extra_args);
-        if let Some(logs) = &self.logs {
-            // Redis appends: a restart's log follows the one before.
-            command
-                .arg("--logfile")
-                .arg(logs.join(format!("node-{}.log", self.port)));
-        }
-        let child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server (apt-get install redis-server): {e}")
-            })?;
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !redis_answers(self.port) {
-            if exited(&mut self.child) {
-                return Err(format!(
-                    "redis-server exited at start on port {}",
-                    self.port
-                ));
-            }
-            if Instant::now() > deadline {
-                return Err(format!("redis-server did not answer on port {}", self.port));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        if let Some(child) = &self.child {
-            let _ = Command::new("kill")
-                .args([signal, &child.id().to_string()])
-                .status();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
     }
 }
 
@@ -486,10 +380,6 @@ impl Drop for Stack {
             let _ = child.kill();
             let _ = child.wait();
         }
-        for node in &mut self.nodes {
-            node.signal("-CONT");
-            node.stop();
-            let _ = std::fs::remove_dir_all(&node.dir);
-        }
+        // Then the nodes, each as it is dropped.
     }
 }
