@@ -529,3 +529,29 @@ fn the_history_checker_passes_a_short_run_on_two_brokers() {
         "grants are in it"
     );
 }
+
+#[test]
+fn a_lab_sentinel_given_a_logs_directory_logs_there() {
+    let redis = RedisServer::start();
+    let logs = std::env::temp_dir().join(format!(
+        "lockbroker-sentinel-logs-{}-{}",
+        std::process::id(),
+        redis.port()
+    ));
+    std::fs::create_dir_all(&logs).expect("a logs directory");
+    let sentinel = lockbroker_tests::sentinel::Sentinel::start(redis.port(), 1, Some(&logs))
+        .expect("start a Sentinel");
+    let log = logs.join(format!("sentinel-{}.log", sentinel.port()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut text = String::new();
+    while !text.contains("+monitor master") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+    }
+    drop(sentinel);
+    let _ = std::fs::remove_dir_all(&logs);
+    assert!(
+        text.contains("+monitor master"),
+        "the Sentinel's log: {text}"
+    );
+}

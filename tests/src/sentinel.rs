@@ -13,7 +13,7 @@ pub use lockbroker_lab::stack::sentinel::{Sentinel, SERVICE_NAME};
 /// declares the primary down after 1 s without an answer, so failovers in
 /// tests take seconds, not the default half minute.
 pub fn start_sentinel(primary_port: u16, quorum: usize) -> Sentinel {
-    let sentinel = Sentinel::start(primary_port, quorum).expect("start a Sentinel");
+    let sentinel = Sentinel::start(primary_port, quorum, None).expect("start a Sentinel");
     wait_for(Duration::from_secs(10), "the Sentinel to answer", || {
         sentinel.primary_port() == Some(primary_port)
     });

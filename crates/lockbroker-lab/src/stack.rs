@@ -49,8 +49,9 @@ pub struct Launch {
     pub broker_bin: PathBuf,
     /// A directory for the logs: each broker's at level `info` in
     /// `broker-<n>.log` (from 0, in start order), each Redis server's in
-    /// `node-<port>.log`, kept across its restarts. Without it, a broker's
-    /// log (errors only) is discarded, and Redis servers log nothing.
+    /// `node-<port>.log`, kept across its restarts, and each Sentinel's in
+    /// `sentinel-<port>.log`. Without it, a broker's log (errors only) is
+    /// discarded, and Redis servers and Sentinels log nothing.
     pub logs: Option<PathBuf>,
 }
 
@@ -173,7 +174,7 @@ impl Stack {
         for _ in 0..3 {
             stack
                 .sentinels
-                .push(Sentinel::start(stack.nodes[0].port, 2)?);
+                .push(Sentinel::start(stack.nodes[0].port, 2, logs)?);
         }
         sentinel::wait_until_watching(&stack.sentinels, 2).await?;
         let addresses: Vec<String> = stack.sentinels.iter().map(Sentinel::address).collect();

@@ -37,9 +37,10 @@ Without --url, starts its own redis-server and broker(s) on free loopback ports.
   --drift-factor F   with --quorum: the brokers' redis.drift_factor (default 0.01)
   --drift-ms MS      with --quorum: the brokers' redis.drift_ms (default 2)
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
-  --logs DIR         keep the logs of the brokers and Redis servers it starts in
-                     DIR: each broker's at level info in broker-<n>.log (from 0),
-                     each Redis server's in node-<port>.log, across its restarts
+  --logs DIR         keep the logs of the servers it starts in DIR: each broker's
+                     at level info in broker-<n>.log (from 0), each Redis
+                     server's in node-<port>.log across its restarts, each
+                     Sentinel's in sentinel-<port>.log
   --clients N        concurrent clients (default 16)
   --locks N          locks they share (default 3)
   --seconds S        how long to run (default 20)

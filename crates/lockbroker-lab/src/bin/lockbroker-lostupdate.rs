@@ -25,9 +25,9 @@ Without --url, starts its own redis-server and broker on free loopback ports.
   --cluster          start a Redis Cluster of three primaries and the broker in
                      cluster mode
   --broker-bin PATH  the lockbroker binary (default: beside this tool, or PATH)
-  --logs DIR         keep the logs of the broker and Redis servers it starts in
-                     DIR: the broker's at level info in broker-0.log, each Redis
-                     server's in node-<port>.log
+  --logs DIR         keep the logs of the servers it starts in DIR: the broker's
+                     at level info in broker-0.log, each Redis server's in
+                     node-<port>.log, each Sentinel's in sentinel-<port>.log
   --pg CONN          PostgreSQL (default: host=127.0.0.1 port=5432 user=postgres dbname=test)
   --sections N       critical sections per run, split over the workers (default 10000)
   --workers N        worker processes (default 8)

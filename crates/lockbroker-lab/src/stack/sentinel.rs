@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -23,8 +23,9 @@ pub struct Sentinel {
 
 impl Sentinel {
     /// A Sentinel monitoring the primary at `primary_port`, agreeing it is
-    /// down with `quorum` Sentinels, after 1 s without an answer.
-    pub fn start(primary_port: u16, quorum: usize) -> Result<Self, String> {
+    /// down with `quorum` Sentinels, after 1 s without an answer; its log in
+    /// `logs` as `sentinel-<port>.log` if given, else nowhere.
+    pub fn start(primary_port: u16, quorum: usize, logs: Option<&Path>) -> Result<Self, String> {
         let port = free_port()?;
         let dir = std::env::temp_dir().join(format!(
             "lockbroker-lab-sentinel-{}-{port}",
@@ -40,8 +41,12 @@ impl Sentinel {
                 "port {port}\nbind 127.0.0.1\ndir {dir}\n\
                  sentinel monitor {SERVICE_NAME} 127.0.0.1 {primary_port} {quorum}\n\
                  sentinel down-after-milliseconds {SERVICE_NAME} 1000\n\
-                 sentinel failover-timeout {SERVICE_NAME} 5000\n",
-                dir = dir.display()
+                 sentinel failover-timeout {SERVICE_NAME} 5000\n{logfile}",
+                dir = dir.display(),
+                logfile = logs.map_or(String::new(), |logs| format!(
+                    "logfile {}\n",
+                    logs.join(format!("sentinel-{port}.log")).display()
+                )),
             ),
         )
         .map_err(|e| format!("cannot write {}: {e}", config.display()))?;
