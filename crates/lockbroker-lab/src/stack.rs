@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::args::Args;
 use crate::client::{now_us, BrokerClient};
 use crate::history::{Backend, Drift};
 
@@ -56,9 +57,20 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// Brokers from `broker_bin`, their logs in `logs` if given.
-    pub fn new(broker_bin: PathBuf, logs: Option<PathBuf>) -> Self {
-        Self { broker_bin, logs }
+    /// What a lab tool's `--broker-bin` and `--logs` say. `--logs` keeps
+    /// the logs of the servers the tool starts, so it is refused beside
+    /// `--url` (a broker started elsewhere) rather than ignored.
+    pub fn from_args(args: &Args) -> Result<Self, String> {
+        let logs = args.raw("logs").map(PathBuf::from);
+        if logs.is_some() && args.raw("url").is_some() {
+            return Err(
+                "--logs keeps the logs of the servers this tool starts; not with --url".into(),
+            );
+        }
+        Ok(Self {
+            broker_bin: broker_binary(args.raw("broker-bin")),
+            logs,
+        })
     }
 
     /// The logs directory, created if missing.

@@ -10,7 +10,7 @@ use lockbroker_lab::check_against;
 use lockbroker_lab::client::{now_us, BrokerClient};
 use lockbroker_lab::history::{json_lines, Backend, Drift};
 use lockbroker_lab::load::{self, LoadPlan, Mix};
-use lockbroker_lab::stack::{broker_binary, Launch, Stack};
+use lockbroker_lab::stack::{Launch, Stack};
 
 const USAGE: &str = "\
 lockbroker-check: load a broker with stalling clients and check the history
@@ -168,9 +168,7 @@ async fn run(args: &Args) -> Result<bool, String> {
         .raw("url")
         .map(|u| u.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
-    if !urls.is_empty() && args.raw("logs").is_some() {
-        return Err("--logs keeps the logs of the servers this tool starts; not with --url".into());
-    }
+    let launch = Launch::from_args(args)?;
     let mut backend = if args.flag("quorum") {
         let drift = Drift {
             factor: args.get("drift-factor", Drift::BROKER_DEFAULT.factor)?,
@@ -186,10 +184,6 @@ async fn run(args: &Args) -> Result<bool, String> {
         Backend::Single
     };
     let stack = if urls.is_empty() {
-        let launch = Launch::new(
-            broker_binary(args.raw("broker-bin")),
-            args.raw("logs").map(Into::into),
-        );
         let brokers = args.get("brokers", 1)?;
         let stack = if args.flag("sentinel") {
             Stack::start_sentinel(brokers, &launch).await?

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockbroker_lab::args::Args;
 use lockbroker_lab::client::now_us;
 use lockbroker_lab::lostupdate::{self, Mode, WorkerPlan, WorkerTally};
-use lockbroker_lab::stack::{broker_binary, Launch, Stack};
+use lockbroker_lab::stack::{Launch, Stack};
 
 const USAGE: &str = "\
 lockbroker-lostupdate: do fences stop lost updates? Measured against PostgreSQL.
@@ -177,9 +177,7 @@ async fn lab(args: &Args) -> Result<bool, String> {
                 .into(),
         );
     }
-    if args.raw("url").is_some() && args.raw("logs").is_some() {
-        return Err("--logs keeps the logs of the servers this tool starts; not with --url".into());
-    }
+    let launch = Launch::from_args(args)?;
     if [args.raw("nodes").is_some(), sentinel, cluster]
         .iter()
         .filter(|set| **set)
@@ -195,10 +193,6 @@ async fn lab(args: &Args) -> Result<bool, String> {
             None
         }
         None => {
-            let launch = Launch::new(
-                broker_binary(args.raw("broker-bin")),
-                args.raw("logs").map(Into::into),
-            );
             let stack = if sentinel {
                 Stack::start_sentinel(1, &launch).await?
             } else if cluster {
