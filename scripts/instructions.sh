@@ -7,8 +7,9 @@
 # warm-up until the last cycle. The count is of the process's user-space
 # work (system calls and Redis are not in it), including what its
 # background tasks did meanwhile (a few percent). Prints both counts, their
-# ratio, and the broker's costliest functions with what they call (callgrind
-# inclusive counts per cycle). Starts its own redis-server on a free port.
+# ratio, each split by task, and the costliest functions of each with what
+# they call (callgrind inclusive counts per cycle). Starts its own
+# redis-server on a free port.
 # With a node count, counts a quorum-mode broker over that many redis-servers
 # of its own beside the single-mode broker instead of the thin broker.
 #   scripts/instructions.sh [cycles, default 2000] [quorum nodes]
@@ -108,9 +109,42 @@ else
   printf 'instructions per cycle: broker %s  thin %s  broker/thin %sx\n' "$broker" "$thin" \
     "$(awk -v b="$broker" -v t="$thin" 'BEGIN { printf "%.2f", b / t }')"
 fi
+# Splits a count by task: the HTTP connections' tasks (parsing, the
+# handlers, building each script call), the Redis connections' tasks
+# (fred's router: encoding each command, one bulk string per key and
+# argument, and reading the replies), and the rest (the runtime's own work,
+# background tasks).
+by_task() { # label callgrind-file http-task-function
+  callgrind_annotate --inclusive=yes --threshold=100 "$2" 2>/dev/null |
+    awk -v n="$cycles" -v label="$1" -v http="$3" '
+      function count(line) { v = line; sub(/^ */, "", v); sub(/ .*/, "", v); gsub(",", "", v); return v / n }
+      /PROGRAM TOTALS/ { total = count($0) }
+      index($0, http) && !h { h = count($0) }
+      index($0, "fred::runtime::_tokio::ClientLike::connect::{{closure}}") && !r { r = count($0) }
+      END {
+        if (!h || !r) { printf "  %-18s no count for %s or for fred'"'"'s router: renamed?\n", label, http; exit }
+        printf "  %-18s HTTP connections %7.0f  Redis connections %7.0f  the rest %7.0f  all %7.0f\n",
+          label, h, r, total - h - r, total }'
+}
+echo "instructions per cycle, by task:"
+by_task "${nodes:+quorum-$nodes }broker" "$dir/broker.out.1" "lockbroker_server::serve::serve::{{closure}}::{{closure}} "
+if [ -n "$nodes" ]; then
+  by_task "single mode" "$dir/single.out.1" "lockbroker_server::serve::serve::{{closure}}::{{closure}} "
+else
+  by_task thin "$dir/thin.out.1" "lockbroker_bench::thin::serve::{{closure}}::{{closure}} "
+fi
+# Prints the costliest functions of a count (inclusive, per cycle): those
+# of the broker's crates and of the libraries a request runs through.
+costliest() { # callgrind-file how-many
+  callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+    grep -E '^ *[0-9,]+ .*(lockbroker_|fred::|serde|axum::|hyper::|tokio::time)' |
+    awk -v max="$2" 'NR <= max' |
+    awk -v n="$cycles" '{ v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "");
+      sub(/ \[.*$/, ""); sub(/^\?\?\?:/, ""); printf "%8.0f  %s\n", v / n, substr($0, 1, 110) }'
+}
 echo "the broker's costliest functions, instructions per cycle (inclusive):"
-callgrind_annotate --inclusive=yes --threshold=100 "$dir/broker.out.1" 2>/dev/null |
-  grep -E '^ *[0-9,]+ .*(lockbroker_|fred::|serde|axum::|hyper::|tokio::time)' |
-  head -40 |
-  awk -v n="$cycles" '{ v = $1; gsub(",", "", v); sub(/^ *[0-9,]+ +\( *[0-9.]+%\) +/, "");
-    sub(/ \[.*$/, ""); sub(/^\?\?\?:/, ""); printf "%8.0f  %s\n", v / n, substr($0, 1, 110) }'
+costliest "$dir/broker.out.1" 50
+if [ -z "$nodes" ]; then
+  echo "the thin broker's costliest functions, instructions per cycle (inclusive):"
+  costliest "$dir/thin.out.1" 25
+fi
