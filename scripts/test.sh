@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, then each suite in turn, and the
-# Rust suite last. Every suite starts its own redis-server (and broker) on free
-# loopback ports. Exits non-zero if any suite failed.
+# Runs every test: installs what is missing, then each suite (the client suites
+# side by side), and the Rust suite last. Every suite starts its own
+# redis-server (and broker) on free loopback ports. Exits non-zero if any suite
+# failed.
 #
 #   scripts/test.sh            everything
 #   scripts/test.sh --rust     the Rust suite only
@@ -36,20 +37,46 @@ suite() {
   fi
 }
 
+# The client suites spend most of their time waiting on TTLs and timers, so
+# they run side by side: `beside` starts one in the background with its
+# output in a log of its own, and `together` waits for every one started,
+# then prints each log whole, in the order they were started. Two suites of
+# one client never run at once (they share its build and its packages).
+beside_jobs=()
+beside() {
+  local name=$1 log
+  shift
+  log="$(mktemp)"
+  { echo "==> $name: $*"; "$@"; } >"$log" 2>&1 &
+  beside_jobs+=("$!|$name|$log")
+}
+together() {
+  local job pid name log
+  for job in "${beside_jobs[@]}"; do
+    IFS='|' read -r pid name log <<<"$job"
+    wait "$pid" || failed+=("$name")
+    cat "$log"
+    rm -f "$log"
+  done
+  beside_jobs=()
+}
+
 if [ "${1:-}" != "--rust" ]; then
-  suite "python client" clients/python/run-tests.sh -q
-  suite "go client" clients/go/run-tests.sh
-  suite "typescript client" clients/typescript/run-tests.sh
+  beside "python client" clients/python/run-tests.sh -q
+  beside "go client" clients/go/run-tests.sh
+  beside "typescript client" clients/typescript/run-tests.sh
+  together
   # The shared client scenarios again with every test broker in quorum mode
   # (LOCKBROKER_TEST_MODE=quorum: the test's Redis and two more that the
   # client's harness starts), so a client that mishandles quorum mode's
   # answers fails its own tests.
-  suite "python client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
+  beside "python client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
     clients/python/run-tests.sh -q tests/test_scenarios.py
-  suite "go client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
+  beside "go client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
     clients/go/run-tests.sh -run '^TestScenarios$'
-  suite "typescript client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
+  beside "typescript client, quorum mode" env LOCKBROKER_TEST_MODE=quorum \
     clients/typescript/run-tests.sh test/scenarios.test.ts
+  together
   suite "examples" examples/run.sh
   suite "deploy files" deploy/validate.sh
   suite "schemathesis" scripts/schemathesis.sh
