@@ -138,6 +138,12 @@ pub(super) fn kind(outcome: &Outcome) -> &'static str {
         Outcome::Status { .. } => "status",
         Outcome::Failed { status: 503, .. } => "unavailable",
         Outcome::Failed { status: 0, .. } => "no_answer",
+        // Quorum mode's answer when acquires in flight split the nodes'
+        // votes: nothing was granted and no holder is named.
+        Outcome::Failed { status: 409, code } if code == "contended" => "contended",
+        // An acquire under a session that ended (it expired, or its node
+        // restarted empty): its leases ended with it.
+        Outcome::Failed { status: 409, code } if code == "session_lost" => "session_lost",
         Outcome::Failed { .. } => "other_error",
     }
 }
