@@ -6,6 +6,7 @@ use crate::history::LeaseKind;
 
 mod mixed;
 mod multi;
+mod summary;
 
 /// An answer the broker gave `at_ms` (local = Redis clock), 1 ms round trip.
 fn event(op: Op, lease: u64, at_ms: i64, outcome: Outcome) -> Event {
@@ -446,20 +447,4 @@ fn a_lease_found_lost_is_never_renewed_again() {
             );
         }
     }
-}
-
-#[test]
-fn the_summary_counts_contended_and_session_lost_answers_apart_from_other_errors() {
-    let failed = |status, code: &str| Outcome::Failed {
-        status,
-        code: code.into(),
-    };
-    assert_eq!(report::kind(&failed(409, "contended")), "contended");
-    assert_eq!(report::kind(&failed(409, "session_lost")), "session_lost");
-    assert_eq!(report::kind(&failed(400, "invalid_request")), "other_error");
-    assert_eq!(
-        report::kind(&failed(503, "backend_unavailable")),
-        "unavailable"
-    );
-    assert_eq!(report::kind(&failed(0, "")), "no_answer");
 }
