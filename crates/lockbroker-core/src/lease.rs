@@ -257,7 +257,7 @@ impl fmt::Debug for LeaseToken {
 
 /// A free-form label of who holds a lease, shown to other callers and operators.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Owner(String);
+pub struct Owner(Box<str>);
 
 /// The longest owner label accepted, in characters.
 pub const MAX_OWNER_LEN: usize = 256;
@@ -265,7 +265,7 @@ pub const MAX_OWNER_LEN: usize = 256;
 impl Owner {
     /// Accepts up to 256 characters without control characters.
     pub fn parse(raw: &str) -> Result<Self, ValidationError> {
-        check_text("owner", raw, MAX_OWNER_LEN).map(Self)
+        check_text("owner", raw, MAX_OWNER_LEN).map(|text| Self(text.into()))
     }
 
     /// The label as text.
@@ -277,7 +277,7 @@ impl Owner {
 /// A caller-chosen idempotency key: an acquire retried with the same one gets the
 /// lease it already holds instead of `lock_busy`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RequestId(String);
+pub struct RequestId(Box<str>);
 
 /// The longest request id accepted, in characters.
 pub const MAX_REQUEST_ID_LEN: usize = 128;
@@ -288,7 +288,7 @@ impl RequestId {
         if raw.is_empty() {
             return Err(ValidationError::new("request_id", "must not be empty"));
         }
-        check_text("request_id", raw, MAX_REQUEST_ID_LEN).map(Self)
+        check_text("request_id", raw, MAX_REQUEST_ID_LEN).map(|text| Self(text.into()))
     }
 
     /// The id as text.

@@ -1,10 +1,12 @@
 //! [`LockService`]: the rules every transport shares, on top of a [`LockStore`].
 
+use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::Either;
 use tokio::sync::watch as signal;
 use tokio::sync::Semaphore;
 use tokio::time::{sleep_until, Instant};
@@ -42,7 +44,7 @@ struct Attempt<'a> {
     plan: AcquirePlan,
     /// A waiter's id in the store's queue, which it joins as
     /// [`FairEntry::always`] says.
-    waiter_id: Option<String>,
+    waiter_id: Option<Box<str>>,
     /// The waiter joins the store's queue whenever it is turned away: a fair
     /// waiter, and every waiting shared or permit request.
     queues_always: bool,
@@ -134,28 +136,58 @@ impl<S: LockStore> LockService<S> {
     /// arrival order across every broker sharing the store.
     ///
     /// With `request.session`, the lease is taken under that session.
-    pub async fn acquire(
-        self: &Arc<Self>,
-        name: &LockName,
+    ///
+    /// Written as a function returning its future, not an `async fn`: a
+    /// waiting acquire holds this future for its whole wait, and an `async
+    /// fn` keeps every argument twice (as passed, and as moved on).
+    pub fn acquire<'a>(
+        self: &'a Arc<Self>,
+        name: &'a LockName,
         mut request: AcquireRequest,
-    ) -> Result<Grant<S>, LockError> {
+    ) -> impl Future<Output = Result<Grant<S>, LockError>> + 'a {
         match request.session.take() {
-            // Boxed: a waiting acquire carries its future's size for its
-            // whole wait, and most are not under a session.
-            Some(session) => Box::pin(self.acquire_in_session(name, request, &session)).await,
-            None => self.acquire_plain(name, request, false).await,
+            // Boxed: most acquires are not under a session.
+            Some(session) => Either::Left(Box::pin(async move {
+                self.acquire_in_session(name, request, &session).await
+            })),
+            None => Either::Right(self.acquire_plain(name, request, false)),
         }
     }
 
-    /// [`LockService::acquire`] of a lease with a TTL of its own.
-    /// An acquire with a TTL of its own; `under_session` marks its token as
-    /// a lease under a session, which only the session's keepalives renew.
-    async fn acquire_plain(
-        self: &Arc<Self>,
-        name: &LockName,
+    /// [`LockService::acquire`] of a lease with a TTL of its own;
+    /// `under_session` marks its token as a lease under a session, which
+    /// only the session's keepalives renew. The request is checked and its
+    /// attempt made before the future, which holds only the attempt.
+    fn acquire_plain<'a>(
+        self: &'a Arc<Self>,
+        name: &'a LockName,
         request: AcquireRequest,
         under_session: bool,
-    ) -> Result<Grant<S>, LockError> {
+    ) -> impl Future<Output = Result<Grant<S>, LockError>> + 'a {
+        let prepared = self.prepare(name, request, under_session);
+        async move {
+            let attempt = match prepared {
+                Ok(ref attempt) => attempt,
+                Err(error) => return Err(error),
+            };
+            if attempt.plan.wait.is_zero() {
+                return match self.attempt(attempt, None, false).await? {
+                    Ok(grant) => Ok(grant),
+                    Err((blockers, _)) => Err(LockError::Busy(Box::new(blockers))),
+                };
+            }
+            self.wait_for(attempt).await
+        }
+    }
+
+    /// The attempt `request` makes on `name`, once its plan is within the
+    /// policy.
+    fn prepare<'a>(
+        &self,
+        name: &'a LockName,
+        request: AcquireRequest,
+        under_session: bool,
+    ) -> Result<Attempt<'a>, LockError> {
         let plan = self.policy.plan(request, self.is_shutting_down())?;
         if (name.space() == Space::Semaphore) != (plan.kind == LeaseKind::Permit) {
             return Err(LockError::Invalid(ValidationError::new(
@@ -168,10 +200,10 @@ impl<S: LockStore> LockService<S> {
             )));
         }
         let waits = !plan.wait.is_zero();
-        let waiter_id = waits.then(random_hex::<12>);
+        let waiter_id = waits.then(|| random_hex::<12>().into_boxed_str());
         // One token for every attempt of this request: an attempt that Redis ran
         // but whose answer was lost is recognised as ours by the next one.
-        let attempt = Attempt {
+        Ok(Attempt {
             name,
             token: if under_session {
                 LeaseToken::generate_under_session(plan.kind)
@@ -183,20 +215,13 @@ impl<S: LockStore> LockService<S> {
             // Only a waiter's place needs the clock.
             arrived_at_us: if waits { unix_micros() } else { 0 },
             waiter_id,
-        };
-        if attempt.plan.wait.is_zero() {
-            return match self.attempt(&attempt, None, false).await? {
-                Ok(grant) => Ok(grant),
-                Err((blockers, _)) => Err(LockError::Busy(Box::new(blockers))),
-            };
-        }
-        self.wait_for(&attempt).await
+        })
     }
 
     async fn wait_for(self: &Arc<Self>, attempt: &Attempt<'_>) -> Result<Grant<S>, LockError> {
         let deadline = Instant::now() + attempt.plan.wait;
         let mode = match &attempt.waiter_id {
-            Some(id) if attempt.queues_always => WaitMode::Fair(id.clone()),
+            Some(id) if attempt.queues_always => WaitMode::Fair(id.to_string()),
             _ => WaitMode::Local,
         };
         let ticket = match self.waiters.join(attempt.name, mode) {
@@ -204,8 +229,10 @@ impl<S: LockStore> LockService<S> {
             // Only a request that would actually wait counts against the cap:
             // one that finds the lock free is granted. A lock with waiters of
             // its own here is not tried, so nobody passes them.
+            // Boxed: this rare path would otherwise set the size of the
+            // whole wait's future.
             Err(LockError::TooManyWaiters) if !self.waiters.has_line(attempt.name) => {
-                return match self.attempt(attempt, None, false).await? {
+                return match Box::pin(self.attempt(attempt, None, false)).await? {
                     Ok(grant) => Ok(grant),
                     Err(_) => Err(LockError::TooManyWaiters),
                 };
@@ -224,6 +251,11 @@ impl<S: LockStore> LockService<S> {
         });
         let heartbeat = Duration::from_millis((self.policy.fair_entry_ttl_ms / 3).max(1));
         let mut shutdown = self.shutdown.subscribe();
+        // The only change is to stopping: the waits below end on any change,
+        // which takes a smaller future than watching for the value.
+        if *shutdown.borrow_and_update() {
+            return Err(LockError::ShuttingDown);
+        }
         // Contended answers in a row: each backs off longer.
         let mut contended = 0;
         loop {
@@ -244,7 +276,7 @@ impl<S: LockStore> LockService<S> {
                         contended = contended.saturating_add(1);
                         tokio::select! {
                             () = sleep_until(wake_at) => {}
-                            _ = shutdown.wait_for(|stopping| *stopping) => return Err(LockError::ShuttingDown),
+                            _ = shutdown.changed() => return Err(LockError::ShuttingDown),
                         }
                         continue;
                     }
@@ -287,7 +319,7 @@ impl<S: LockStore> LockService<S> {
             tokio::select! {
                 () = woken => {}
                 () = sleep_until(wake_at) => {}
-                _ = shutdown.wait_for(|stopping| *stopping) => return Err(LockError::ShuttingDown),
+                _ = shutdown.changed() => return Err(LockError::ShuttingDown),
             }
         }
     }

@@ -20,12 +20,11 @@ mod views;
 
 use std::sync::Arc;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::FromRef;
 use axum::http::Method;
 use axum::middleware;
 use axum::routing::{delete, get, post, MethodRouter};
-use axum::{Extension, Router};
-use tower::ServiceBuilder;
+use axum::Router;
 
 use crate::auth::KeyRing;
 use crate::config::HttpSettings;
@@ -33,13 +32,48 @@ use crate::metrics::Metrics;
 use crate::Service;
 use error::ApiError;
 
-/// What every handler gets: the lock service and the metrics it reports to.
+/// What every handler gets: the lock service, the metrics it reports to
+/// and who may open an event stream. State rather than request extensions:
+/// an extension costs every request an allocation and a map insert. One
+/// shared pointer: a waiting acquire's future keeps its copy for the whole
+/// wait.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<App>);
+
+/// What [`AppState`] shares.
+pub struct App {
     /// The lock service.
     pub service: Arc<Service>,
     /// The broker's metrics.
     pub metrics: Arc<Metrics>,
+    /// The event streams' limits.
+    pub streams: Arc<events::StreamAdmission>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = App;
+
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+/// What `GET /metrics` reads, on the main listener and the metrics one.
+#[derive(Clone)]
+pub struct ScrapeState {
+    /// The lock service, for the gauges read at scrape time.
+    pub service: Arc<Service>,
+    /// The broker's metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl FromRef<AppState> for ScrapeState {
+    fn from_ref(app: &AppState) -> Self {
+        Self {
+            service: Arc::clone(&app.service),
+            metrics: Arc::clone(&app.metrics),
+        }
+    }
 }
 
 /// Every route the broker serves, as `(method, path template, handler)`.
@@ -170,9 +204,11 @@ pub fn router(
         in_flight: Arc::new(tokio::sync::Semaphore::new(
             settings.max_concurrent_requests,
         )),
-        body_read_timeout: settings.body_read_timeout(),
+        body: extract::BodyLimits {
+            read_timeout: settings.body_read_timeout(),
+            max_bytes: settings.max_body_bytes,
+        },
         request_timeout: settings.request_timeout(),
-        max_body_bytes: settings.max_body_bytes,
         sources,
     });
     let front = observe::Front {
@@ -182,11 +218,8 @@ pub fn router(
     };
     // One layer: each `Router::layer` boxes every request's future once
     // more, and a waiting acquire holds them all for as long as it waits.
-    // The limits, the origin guard and the gate run inside `observe`.
-    let around_handlers = ServiceBuilder::new()
-        .layer(middleware::from_fn_with_state(front, observe::observe))
-        .layer(DefaultBodyLimit::max(settings.max_body_bytes))
-        .layer(Extension(Arc::new(events::StreamAdmission::new(settings))));
+    // The limits (the body's too), the origin guard and the gate run inside
+    // `observe`.
     routes()
         .into_iter()
         .fold(Router::new(), |router, (_, path, handler)| {
@@ -194,8 +227,12 @@ pub fn router(
         })
         .fallback(|| async { ApiError::NotFound })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
-        .layer(around_handlers)
-        .with_state(AppState { service, metrics })
+        .layer(observe::ObserveLayer::new(front))
+        .with_state(AppState(Arc::new(App {
+            service,
+            metrics,
+            streams: Arc::new(events::StreamAdmission::new(settings)),
+        })))
 }
 
 /// The router of the optional metrics listener: `/metrics` only, behind the
@@ -212,7 +249,7 @@ pub fn metrics_router(
         .route_layer(middleware::from_fn_with_state(keys, auth::authenticate))
         .fallback(|| async { ApiError::NotFound })
         .layer(middleware::from_fn_with_state(sources, origin::guard))
-        .with_state(AppState { service, metrics })
+        .with_state(ScrapeState { service, metrics })
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request};
+use axum::routing::future::RouteFuture;
 use axum::Router;
+use futures_util::future::{Either, FutureExt};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2 as h2_conn};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -116,10 +117,11 @@ pub async fn serve(
         // Two kinds of task, so a plain connection does not carry the room a
         // TLS session needs for as long as it stays open.
         match options.tls.clone() {
-            None => tokio::spawn(async move {
-                let _slot = slot;
-                connection.run_plain(stream, watcher).await;
-            }),
+            None => tokio::spawn(
+                connection
+                    .run_plain(stream, watcher)
+                    .map(move |()| drop(slot)),
+            ),
             Some(acceptor) => tokio::spawn(async move {
                 let _slot = slot;
                 connection.run_tls(stream, acceptor, watcher).await;
@@ -147,16 +149,24 @@ struct Served {
 }
 
 impl Connection {
-    async fn run_plain(self, stream: TcpStream, watcher: Watcher) {
-        let opening = http2::opens_with_preface(&stream);
-        match tokio::time::timeout(self.served.handshake_timeout, opening).await {
-            // Boxed, so the task of every HTTP/1.1 connection does not
-            // carry the room of an HTTP/2 one.
-            Ok(Ok(true)) => return Box::pin(self.run_http2(stream, watcher)).await,
-            Ok(Ok(false)) => {}
-            Ok(Err(_)) | Err(_) => return,
-        }
-        self.run_http1(stream, watcher).await;
+    /// Serves a plain connection: HTTP/2 when it opens with the preface,
+    /// else HTTP/1.1. Written with combinators rather than as an `async fn`:
+    /// the future is the connection task's for as long as the connection
+    /// lives (a waiting acquire's whole wait), and an `async fn` keeps the
+    /// connection and its stream twice beside the server's future.
+    fn run_plain(self, stream: TcpStream, watcher: Watcher) -> impl Future<Output = ()> + Send {
+        let opening = http2::preface_of(stream);
+        tokio::time::timeout(self.served.handshake_timeout, opening).then(move |opened| {
+            match opened {
+                // Boxed, so the task of every HTTP/1.1 connection does not
+                // carry the room of an HTTP/2 one.
+                Ok((stream, Ok(true))) => Either::Left(Box::pin(self.run_http2(stream, watcher))),
+                Ok((stream, Ok(false))) => {
+                    Either::Right(Either::Left(self.run_http1(stream, watcher)))
+                }
+                Ok((_, Err(_))) | Err(_) => Either::Right(Either::Right(std::future::ready(()))),
+            }
+        })
     }
 
     async fn run_tls(self, stream: TcpStream, acceptor: TlsAcceptor, watcher: Watcher) {
@@ -186,16 +196,14 @@ impl Connection {
     /// Serves HTTP/1.1, with hyper's bare parse-error answers made JSON
     /// ([`JsonParseErrors`]), until the client closes or the broker shuts
     /// down.
-    async fn run_http1<I>(self, stream: I, watcher: Watcher)
+    fn run_http1<I>(self, stream: I, watcher: Watcher) -> impl Future<Output = ()> + Send
     where
         I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        let service = TowerToHyperService::new(with_peer(&self.served.router, self.peer));
+        let service = TowerToHyperService::new(self.served.router.clone());
         let io = TokioIo::new(JsonParseErrors::new(stream));
-        let result = watcher
-            .watch(self.served.http1.serve_connection(io, service))
-            .await;
-        self.ended(result);
+        let served = watcher.watch(self.served.http1.serve_connection(io, service));
+        served.map(move |result| self.ended(result))
     }
 
     /// Serves HTTP/2 until the client closes, the broker shuts down, or the
@@ -208,15 +216,17 @@ impl Connection {
     {
         let activity = Arc::new(Activity::default());
         let counted = Arc::clone(&activity);
-        let service = TowerToHyperService::new(
-            with_peer(&self.served.router, self.peer).map_future(move |answer| {
-                let request = counted.begin();
-                async move {
-                    let response = answer.await?;
-                    Ok::<_, Infallible>(response.map(|body| Counted::body(body, request)))
-                }
-            }),
-        );
+        let router = self.served.router.clone();
+        let counting = move |answer: RouteFuture<Infallible>| {
+            let request = counted.begin();
+            async move {
+                let response = answer.await?;
+                Ok::<_, Infallible>(response.map(|body| Counted::body(body, request)))
+            }
+        };
+        let service = TowerToHyperService::new(ServiceExt::<hyper::Request<Incoming>>::map_future(
+            router, counting,
+        ));
         let served = watcher.watch(
             self.served
                 .http2
@@ -235,23 +245,4 @@ impl Connection {
             tracing::debug!(%peer, %error, "connection ended with an error");
         }
     }
-}
-
-/// The router for one connection; handlers may read the peer address like
-/// with `axum::serve`.
-fn with_peer(
-    router: &Router,
-    peer: SocketAddr,
-) -> impl tower::Service<
-    Request<Incoming>,
-    Response = axum::response::Response,
-    Error = Infallible,
-    Future = impl Future<Output = Result<axum::response::Response, Infallible>> + Send,
-> + Clone {
-    router
-        .clone()
-        .map_request(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            request
-        })
 }

@@ -15,7 +15,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use futures_util::stream;
 use lockbroker_api::ListQuery;
 use lockbroker_core::{Change, ListCursor, LockEvent, LockName, LockPrefix, LockStatus, Space};
@@ -60,12 +59,11 @@ impl Watched {
 /// `GET /v1/locks/{name}/events`
 pub async fn lock_events(
     State(app): State<AppState>,
-    Extension(admission): Extension<Arc<StreamAdmission>>,
     caller: Caller,
     headers: HeaderMap,
     LockPath(name): LockPath,
 ) -> Result<Response, ApiError> {
-    open(app, &admission, &caller, Watched::Name(name), &headers).await
+    open(app, &caller, Watched::Name(name), &headers).await
 }
 
 /// `GET /v1/sessions/{id}/events`: the session's own lease, told as a
@@ -73,36 +71,26 @@ pub async fn lock_events(
 /// `released` when it closed, `expired`).
 pub async fn session_events(
     State(app): State<AppState>,
-    Extension(admission): Extension<Arc<StreamAdmission>>,
     caller: Caller,
     headers: HeaderMap,
     SessionPath(id): SessionPath,
 ) -> Result<Response, ApiError> {
-    open(
-        app,
-        &admission,
-        &caller,
-        Watched::Name(id.lease_name()),
-        &headers,
-    )
-    .await
+    open(app, &caller, Watched::Name(id.lease_name()), &headers).await
 }
 
 /// `GET /v1/semaphores/{name}/events`
 pub async fn semaphore_events(
     State(app): State<AppState>,
-    Extension(admission): Extension<Arc<StreamAdmission>>,
     caller: Caller,
     headers: HeaderMap,
     SemaphorePath(name): SemaphorePath,
 ) -> Result<Response, ApiError> {
-    open(app, &admission, &caller, Watched::Name(name), &headers).await
+    open(app, &caller, Watched::Name(name), &headers).await
 }
 
 /// `GET /v1/events?prefix=`
 pub async fn prefix_events(
     State(app): State<AppState>,
-    Extension(admission): Extension<Arc<StreamAdmission>>,
     caller: Caller,
     headers: HeaderMap,
     QueryParams(query): QueryParams<ListQuery>,
@@ -114,19 +102,18 @@ pub async fn prefix_events(
             prefix.as_str()
         )));
     }
-    open(app, &admission, &caller, Watched::Prefix(prefix), &headers).await
+    open(app, &caller, Watched::Prefix(prefix), &headers).await
 }
 
 /// Opens a stream of `watched`, resuming after `Last-Event-ID` when the
 /// broker still has what followed it.
 async fn open(
     app: AppState,
-    admission: &Arc<StreamAdmission>,
     caller: &Caller,
     watched: Watched,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let pass = admission.admit(caller, app.service.events().streams())?;
+    let pass = app.streams.admit(caller, app.service.events().streams())?;
     let ticket =
         (app.service.open_stream().await).ok_or(ApiError::TooManyStreams(StreamLimit::Broker))?;
     let resume = headers
@@ -139,7 +126,7 @@ async fn open(
         // The first page is read before the answer goes out: a store that
         // cannot answer is a 503 now rather than a stream that ends.
         None => {
-            let _permit = admission.try_read_state()?;
+            let _permit = app.streams.try_read_state()?;
             Start::Opening(feed::read_page(&app.service, &watched, ListCursor::START).await?)
         }
     };
@@ -148,7 +135,7 @@ async fn open(
         watched,
         ticket,
         pass,
-        state_reads: admission.state_reads(),
+        state_reads: app.streams.state_reads(),
     };
     let body = stream::unfold(Feed::new(parts, start), |mut feed| async move {
         let event = feed.next().await?;

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use lockbroker_core::{Fence, LockName, SessionId, Space};
 use serde::de::DeserializeOwned;
 
@@ -104,10 +104,19 @@ async fn path_param<S: Send + Sync>(
         .ok_or_else(not_utf8)
 }
 
-/// How long a request body may take to arrive, set on each request by the
-/// limits layer.
+/// How long a request body may take to arrive and how large it may be, set
+/// on each request by the limits layer.
 #[derive(Clone, Copy, Debug)]
-pub struct BodyReadTimeout(pub Duration);
+pub struct BodyLimits {
+    /// How long the body may take to arrive.
+    pub read_timeout: Duration,
+    /// The largest body accepted, in bytes.
+    pub max_bytes: usize,
+}
+
+/// The largest body read where no limits were set: the configuration's
+/// default (`http.max_body_bytes`).
+const DEFAULT_MAX_BODY_BYTES: usize = 16 * 1024;
 
 /// Query parameters decoded into `T`, naming the failing parameter.
 pub struct QueryParams<T>(pub T);
@@ -145,17 +154,18 @@ pub struct JsonBody<T>(pub T);
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+    async fn from_request(request: Request, _state: &S) -> Result<Self, ApiError> {
         let declared = declared_json(request.headers())?;
-        let limit = request
-            .extensions()
-            .get::<BodyReadTimeout>()
-            .map_or(Duration::MAX, |t| t.0);
-        let bytes = tokio::time::timeout(limit, Bytes::from_request(request, state))
+        let limits = request.extensions().get::<BodyLimits>().copied();
+        let (limit, max_bytes) = limits.map_or((Duration::MAX, DEFAULT_MAX_BODY_BYTES), |l| {
+            (l.read_timeout, l.max_bytes)
+        });
+        let body = Limited::new(request.into_body(), max_bytes).collect();
+        let bytes = tokio::time::timeout(limit, body)
             .await
             .map_err(|_| ApiError::BodyTimeout { limit })?
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            .map_err(|error| {
+                if error.is::<LengthLimitError>() {
                     ApiError::PayloadTooLarge
                 } else {
                     ApiError::BadBody {
@@ -163,7 +173,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                         message: "could not be read".into(),
                     }
                 }
-            })?;
+            })?
+            .to_bytes();
         if !declared && !bytes.is_empty() {
             return Err(ApiError::UnsupportedMediaType(
                 "this request has a body but no Content-Type: send it as \

@@ -1,5 +1,6 @@
 //! Lock routes: extract, call the [`crate::Service`], map the result.
 
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
@@ -19,39 +20,55 @@ use super::AppState;
 use crate::auth::Caller;
 
 /// `POST /v1/locks/{name}/acquire`
-pub async fn acquire(
+pub fn acquire(
     State(app): State<AppState>,
     caller: Caller,
     LockPath(name): LockPath,
     JsonBody(body): JsonBody<AcquireBody>,
-) -> Result<Response, ApiError> {
-    let request = acquire_request(body, &caller);
-    grant_answer(&app, &name, request, |lease| {
+) -> impl Future<Output = Result<Response, ApiError>> {
+    let request = Box::new(acquire_request(body, &caller));
+    grant_answer(app, name, request, |lease| {
         serde_json::to_vec(&lease_response(lease))
     })
-    .await
 }
 
 /// Acquires `name` as `request` asks, counts it, and answers the lease as
 /// `json` writes it, confirming delivery (a grant whose answer never
 /// reaches the caller is released).
-pub(super) async fn grant_answer(
-    app: &AppState,
-    name: &LockName,
-    request: AcquireRequest,
+///
+/// Takes what it needs by value and returns its future rather than being an
+/// `async fn`: a waiting acquire holds this future for its whole wait, and an
+/// `async fn` (as the handler calling it) keeps its arguments twice. The
+/// request comes boxed for the same reason: the future keeps the room of
+/// what it was given after handing it on, and the lock service turns the
+/// request into its attempt before its own future begins.
+pub(super) fn grant_answer(
+    app: AppState,
+    name: LockName,
+    request: Box<AcquireRequest>,
     json: impl FnOnce(&Lease) -> serde_json::Result<Vec<u8>>,
-) -> Result<Response, ApiError> {
+) -> impl Future<Output = Result<Response, ApiError>> {
     let started = Instant::now();
     let waits = request.wait_ms.is_some_and(|ms| ms > 0);
     let kind = request.kind;
-    let result = app.service.acquire(name, request).await;
-    let waited = waits.then(|| started.elapsed());
-    app.metrics
-        .acquire_finished(name, kind, result.as_ref().map(|_| ()), waited);
-    let grant = result.map_err(in_step(Step::Acquire, name))?;
-    let lease = grant.lease();
-    tracing::info!(lock = %name, kind = kind.as_str(), fence = %lease.fence, "lease granted");
-    delivery::grant_answer(grant, json)
+    async move {
+        // Out of its box, which is freed before the wait rather than after.
+        let result = app.service.acquire(&name, unboxed(request)).await;
+        let waited = waits.then(|| started.elapsed());
+        app.metrics
+            .acquire_finished(&name, kind, result.as_ref().map(|_| ()), waited);
+        let grant = result.map_err(in_step(Step::Acquire, &name))?;
+        let lease = grant.lease();
+        tracing::info!(lock = %name, kind = kind.as_str(), fence = %lease.fence, "lease granted");
+        delivery::grant_answer(grant, json)
+    }
+}
+
+/// The value `boxed` holds, its box freed: moved out in place, it would
+/// stay allocated until the future that holds the box ends.
+#[allow(clippy::boxed_local)]
+fn unboxed<T>(boxed: Box<T>) -> T {
+    *boxed
 }
 
 /// `POST /v1/locks/{name}/extend`

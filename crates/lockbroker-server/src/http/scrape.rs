@@ -4,11 +4,13 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 
-use super::AppState;
+use super::ScrapeState;
 
 /// Renders every metric; the waiter and session gauges are read at scrape
 /// time.
-pub async fn metrics(State(AppState { service, metrics }): State<AppState>) -> impl IntoResponse {
+pub async fn metrics(
+    State(ScrapeState { service, metrics }): State<ScrapeState>,
+) -> impl IntoResponse {
     metrics
         .waiters
         .set(i64::try_from(service.waiting()).unwrap_or(i64::MAX));

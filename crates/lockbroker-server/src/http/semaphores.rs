@@ -2,6 +2,8 @@
 //! once. Extend and release run as for locks; the rest maps the semaphore's
 //! own shapes.
 
+use std::future::Future;
+
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
@@ -20,16 +22,16 @@ use super::AppState;
 use crate::auth::Caller;
 
 /// `POST /v1/semaphores/{name}/acquire`
-pub async fn acquire(
+pub fn acquire(
     State(app): State<AppState>,
     caller: Caller,
     SemaphorePath(name): SemaphorePath,
     JsonBody(body): JsonBody<SemaphoreAcquireBody>,
-) -> Result<Response, ApiError> {
+) -> impl Future<Output = Result<Response, ApiError>> {
     // A grant is made under the limit asked for: under any other limit in
     // force, the answer is a conflict instead.
     let limit = body.limit.and_then(|l| u32::try_from(l).ok()).unwrap_or(0);
-    let request = AcquireRequest {
+    let request = Box::new(AcquireRequest {
         ttl_ms: body.ttl_ms,
         wait_ms: body.wait_ms,
         owner: body.owner,
@@ -40,11 +42,10 @@ pub async fn acquire(
         kind: LeaseKind::Permit,
         limit: body.limit,
         session: body.session.map(|secret| secret.0),
-    };
-    grant_answer(&app, &name, request, |lease| {
+    });
+    grant_answer(app, name, request, move |lease| {
         serde_json::to_vec(&permit_response(lease, limit))
     })
-    .await
 }
 
 /// `POST /v1/semaphores/{name}/extend`

@@ -29,8 +29,14 @@ const PREFACE_PAUSE: Duration = Duration::from_millis(5);
 /// prior knowledge, "h2c"). Peeks without consuming, so whichever server
 /// takes the connection reads it from its first byte. An HTTP/1.1 request
 /// differs from the preface by its second byte at the latest; a connection
-/// that closes first is left to the HTTP/1.1 server, which ends it.
-pub(super) async fn opens_with_preface(stream: &TcpStream) -> std::io::Result<bool> {
+/// that closes first is left to the HTTP/1.1 server, which ends it. Gives
+/// the stream back with the answer, for the server that takes it.
+pub(super) async fn preface_of(stream: TcpStream) -> (TcpStream, std::io::Result<bool>) {
+    let opens = opens_with_preface(&stream).await;
+    (stream, opens)
+}
+
+async fn opens_with_preface(stream: &TcpStream) -> std::io::Result<bool> {
     let mut first = [0_u8; PREFACE.len()];
     loop {
         let read = stream.peek(&mut first).await?;
