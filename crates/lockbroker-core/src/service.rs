@@ -13,16 +13,16 @@ use tokio::time::{sleep_until, Instant};
 
 use crate::error::{LockError, StoreError};
 use crate::events::{Change, ChangeKind, EventHub};
-use crate::lease::{random_hex, unix_micros, Blockers, Fence, Lease, LeaseKind, LeaseToken};
-use crate::name::{LockName, Space};
-use crate::policy::{AcquirePlan, AcquireRequest, LockPolicy};
+use crate::lease::{random_hex, Blockers, Fence, Lease};
+use crate::name::LockName;
+use crate::policy::{AcquireRequest, LockPolicy};
 use crate::store::{
     contended_back_off, AcquireOutcome, AcquireParams, FairEntry, LockStore, Watch,
 };
-use crate::validation::ValidationError;
 use crate::wait::{WaitMode, Waiters};
 
 mod all;
+mod attempt;
 mod grant;
 mod reads;
 mod sessions;
@@ -30,27 +30,12 @@ mod steps;
 mod watch;
 
 pub use all::{AcquireAllError, LockAsk, MAX_LOCKS_PER_ACQUIRE};
+use attempt::Attempt;
 pub use grant::Grant;
 use grant::{check_token_space, spawn_detached, QueueExit};
 pub use sessions::{
     EndedLease, KeptSession, LeaseEnd, OpenedSession, SessionRequest, SessionState,
 };
-
-/// One waiting or non-waiting acquire: its token and, for a waiter, its
-/// queue id, kept for every attempt.
-struct Attempt<'a> {
-    name: &'a LockName,
-    token: LeaseToken,
-    plan: AcquirePlan,
-    /// A waiter's id in the store's queue, which it joins as
-    /// [`FairEntry::always`] says.
-    waiter_id: Option<Box<str>>,
-    /// The waiter joins the store's queue whenever it is turned away: a fair
-    /// waiter, and every waiting shared or permit request.
-    queues_always: bool,
-    /// When the request arrived, in Unix microseconds: a waiter's place.
-    arrived_at_us: u64,
-}
 
 /// Takes, renews and gives back leases through a [`LockStore`], applying the
 /// policy, waiting for busy locks, and refusing holds past the max hold.
@@ -178,44 +163,6 @@ impl<S: LockStore> LockService<S> {
             }
             self.wait_for(attempt).await
         }
-    }
-
-    /// The attempt `request` makes on `name`, once its plan is within the
-    /// policy.
-    fn prepare<'a>(
-        &self,
-        name: &'a LockName,
-        request: AcquireRequest,
-        under_session: bool,
-    ) -> Result<Attempt<'a>, LockError> {
-        let plan = self.policy.plan(request, self.is_shutting_down())?;
-        if (name.space() == Space::Semaphore) != (plan.kind == LeaseKind::Permit) {
-            return Err(LockError::Invalid(ValidationError::new(
-                "mode",
-                format!(
-                    "a {} takes no {} lease",
-                    name.space().noun(),
-                    plan.kind.as_str()
-                ),
-            )));
-        }
-        let waits = !plan.wait.is_zero();
-        let waiter_id = waits.then(|| random_hex::<12>().into_boxed_str());
-        // One token for every attempt of this request: an attempt that Redis ran
-        // but whose answer was lost is recognised as ours by the next one.
-        Ok(Attempt {
-            name,
-            token: if under_session {
-                LeaseToken::generate_under_session(plan.kind)
-            } else {
-                LeaseToken::generate_for(plan.kind)
-            },
-            queues_always: plan.fair || plan.kind != LeaseKind::Exclusive,
-            plan,
-            // Only a waiter's place needs the clock.
-            arrived_at_us: if waits { unix_micros() } else { 0 },
-            waiter_id,
-        })
     }
 
     async fn wait_for(self: &Arc<Self>, attempt: &Attempt<'_>) -> Result<Grant<S>, LockError> {
