@@ -127,9 +127,13 @@ by_task() { # label callgrind-file http-task-function
           label, h, r, total - h - r, total }'
 }
 echo "instructions per cycle, by task:"
-by_task "${nodes:+quorum-$nodes }broker" "$dir/broker.out.1" "lockbroker_server::serve::serve::{{closure}}::{{closure}} "
+# A broker's connection task is a combinator (the peek for the HTTP/2
+# preface, then the server): its flattening future's count is the
+# connection's.
+connection="futures_util::future::future::flatten::Flatten<Fut,<Fut as core::future::future::Future>::Output> as core::future::future::Future>::poll "
+by_task "${nodes:+quorum-$nodes }broker" "$dir/broker.out.1" "$connection"
 if [ -n "$nodes" ]; then
-  by_task "single mode" "$dir/single.out.1" "lockbroker_server::serve::serve::{{closure}}::{{closure}} "
+  by_task "single mode" "$dir/single.out.1" "$connection"
 else
   by_task thin "$dir/thin.out.1" "lockbroker_bench::thin::serve::{{closure}}::{{closure}} "
 fi
