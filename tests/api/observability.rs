@@ -225,6 +225,40 @@ async fn the_scrape_passes_promtool() {
 }
 
 #[tokio::test]
+async fn methods_of_the_callers_own_making_share_one_label() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(&redis).await;
+    for (method, path) in [
+        ("PROBEONE", "/v1/locks/metered/acquire"),
+        ("PROBETWO", "/nowhere"),
+        ("PROBETHREE", "/v1/locks"),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method token");
+        let response = app
+            .http
+            .request(method, format!("{}{path}", app.base))
+            .send()
+            .await
+            .expect("send");
+        assert!(response.status().is_client_error(), "{}", response.status());
+    }
+    let text = scrape(&app).await;
+    assert!(
+        !text.contains("PROBE"),
+        "a caller's method became a label:\n{text}"
+    );
+    let others: f64 = text
+        .lines()
+        .filter(|line| {
+            line.starts_with("lockbroker_http_request_duration_seconds_count{")
+                && line.contains(r#"method="other""#)
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(others, 3.0, "{text}");
+}
+
+#[tokio::test]
 async fn leases_held_and_redis_up_follow_the_store() {
     let mut redis = RedisServer::start();
     let mut settings = test_settings(&redis);

@@ -6,10 +6,13 @@
 //! `lock` (exclusive), `shared` or `semaphore`; routes by their template;
 //! never a token.
 
+mod labels;
 mod quorum;
 mod sessions;
 
 use std::time::Duration;
+
+use labels::{method_label, status_label};
 
 use lockbroker_core::{LeaseKind, LockError, LockName};
 use prometheus::{
@@ -358,7 +361,7 @@ impl Metrics {
     /// Records one HTTP request.
     pub fn request_finished(&self, route: &str, method: &str, status: u16, elapsed: Duration) {
         self.request_seconds
-            .with_label_values(&[route, method, status_label(status)])
+            .with_label_values(&[route, method_label(method), status_label(status)])
             .observe(elapsed.as_secs_f64());
     }
 
@@ -416,29 +419,6 @@ impl lockbroker_redis::StoreObserver for Metrics {
 
     fn quorum_event(&self, event: lockbroker_redis::QuorumEvent) {
         self.quorum.event(event);
-    }
-}
-
-/// Static status labels for the statuses the broker answers, so the label
-/// needs no allocation per request.
-fn status_label(status: u16) -> &'static str {
-    match status {
-        200 => "200",
-        400 => "400",
-        401 => "401",
-        403 => "403",
-        404 => "404",
-        405 => "405",
-        408 => "408",
-        409 => "409",
-        413 => "413",
-        423 => "423",
-        429 => "429",
-        500 => "500",
-        503 => "503",
-        s if s < 300 => "2xx",
-        s if s < 500 => "4xx",
-        _ => "5xx",
     }
 }
 
