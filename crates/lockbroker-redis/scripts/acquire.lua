@@ -1,35 +1,37 @@
 -- Grants a lock if no valid lease, lock-delay or earlier fair waiter is in the way.
 --
--- KEYS[1] lease hash  KEYS[2] the fence key of brokers before the fence moved into
--- the lease hash (read only when the hash has no fence of its own)
--- KEYS[3] fair queue  KEYS[4] queue expiries
--- KEYS[5] shared holders  KEYS[6] shared holder leases (holders.lua)
--- KEYS[7] lease horizon  KEYS[8] epoch hash (quorum mode only)
+-- KEYS[1] lease hash; the lock's other keys are named from it (lock_key):
+-- 'fence', the fence key of brokers before the fence moved into the lease
+-- hash (read only when the hash has no fence of its own), 'queue' and
+-- 'queue:expiry', its fair queue, 'holders' and 'members', its shared
+-- holders and their leases (holders.lua)
+-- KEYS[2] lease horizon  KEYS[3] epoch hash (quorum mode only)
 --
--- ARGV[1..8] are always sent: ARGV[1] token  ARGV[2] ttl_ms
+-- ARGV[1..6] are always sent: ARGV[1] token  ARGV[2] ttl_ms
 -- ARGV[3] lock_delay_ms  ARGV[4] fence_idle_ms
 -- ARGV[5] fence floor: the highest fence the calling broker has seen; in
 --         quorum mode the round's proposal, which the fence must be exactly
 --         one above (every granting node then issues the same fence)
--- ARGV[6] wake channel  ARGV[7] calling broker id  ARGV[8] lock name
--- ARGV[9..17] are what most requests leave empty; the broker leaves off
+-- ARGV[6] what an announcement needs: '<wake channel> <calling broker id>
+--         <lock name>' (prelude.lua's announce)
+-- ARGV[7..15] are what most requests leave empty; the broker leaves off
 -- every empty one at the end (a missing one reads as ''):
--- ARGV[9] quorum mode: the node's epoch as the broker knows it ('' in
+-- ARGV[7] quorum mode: the node's epoch as the broker knows it ('' in
 --         single mode). A node with another epoch, or still out of
 --         majorities after a restart without its data, grants nothing; a
 --         readmitted one issues fences above its epoch's floor, and keeps
 --         its highest fence in the epoch hash.
--- ARGV[10] owner  ARGV[11] request_id
--- ARGV[12] principal: who asks ('' for a broker without API keys)
--- ARGV[13] fair waiter id  ARGV[14] queue entry ttl_ms
--- ARGV[15] the fair waiter's arrival in Unix µs, its place in the queue ('' to
+-- ARGV[8] owner  ARGV[9] request_id
+-- ARGV[10] principal: who asks ('' for a broker without API keys)
+-- ARGV[11] fair waiter id  ARGV[12] queue entry ttl_ms
+-- ARGV[13] the fair waiter's arrival in Unix µs, its place in the queue ('' to
 --          use this Redis's clock: one server, one clock; a quorum passes the
 --          broker's, so every node's copy of the queue has the same order)
--- ARGV[16] '1' when the caller waits for the lock if it is busy: a busy
+-- ARGV[14] '1' when the caller waits for the lock if it is busy: a busy
 --          answer then marks the lease (field w), so that its release is
 --          announced to every broker; releases nobody waits for are not.
--- ARGV[17] '1' when the caller joins the queue whenever it is turned away (a
---          fair waiter); a waiter that is not fair (ARGV[13] set, this '')
+-- ARGV[15] '1' when the caller joins the queue whenever it is turned away (a
+--          fair waiter); a waiter that is not fair (ARGV[11] set, this '')
 --          joins only when the queue exists or shared leases are in the way,
 --          so no newer shared request passes a waiting exclusive one.
 --
@@ -66,23 +68,24 @@
 -- of the fields that change; a PEXPIRE about once per eighth of
 -- fence_idle_ms.
 
-local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease_key = KEYS[1]
+local queue_key, expiry_key = lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry')
 local token, ttl, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fence_idle, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
-local channel, broker_id, name = ARGV[6], ARGV[7], ARGV[8]
-local epoch_id = ARGV[9] or ''
-local owner, rid, principal = ARGV[10] or '', ARGV[11] or '', ARGV[12] or ''
-local waiter_id, entry_ttl = ARGV[13] or '', tonumber(ARGV[14] or '0')
+local from = ARGV[6]
+local epoch_id = ARGV[7] or ''
+local owner, rid, principal = ARGV[8] or '', ARGV[9] or '', ARGV[10] or ''
+local waiter_id, entry_ttl = ARGV[11] or '', tonumber(ARGV[12] or '0')
 
 local now_us, now_ms = clock()
-local arrival_us = tonumber(ARGV[15]) or now_us
-local waits, always_queues = ARGV[16] == '1', ARGV[17] == '1'
+local arrival_us = tonumber(ARGV[13]) or now_us
+local waits, always_queues = ARGV[14] == '1', ARGV[15] == '1'
 
 -- Quorum mode: the node must be in good standing; after a restart without
 -- data, its fences start above those issued before it (readmit.lua).
 local node_max = 0
 if epoch_id ~= '' then
-  local standing = quorum_standing(KEYS[8], epoch_id, now_ms)
+  local standing = quorum_standing(KEYS[3], epoch_id, now_ms)
   if not standing then
     return {-1}
   end
@@ -118,23 +121,24 @@ if cur[1] and cur[6] ~= '1' then
   end
 end
 
-local last = last_fence(cur[11], cur[2], fence_key)
+local last = last_fence(cur[11], cur[2], lease_key)
 
 -- Shared leases (or their lock-delay), or fair waiters, may be in the way:
 -- one EXISTS tells whether either exists at all.
-local others = redis.call('EXISTS', KEYS[5], queue_key)
+local holders_key = lock_key(lease_key, 'holders')
+local others = redis.call('EXISTS', holders_key, queue_key)
 if others > 0 then
   -- Shared leases (or their lock-delay) hold the lock: the last to free
   -- decides when to look again.
-  local until_ms = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')[2]
+  local until_ms = redis.call('ZRANGE', holders_key, -1, -1, 'WITHSCORES')[2]
   if until_ms and tonumber(until_ms) > now_ms then
     if waits then
-      redis.call('HSET', KEYS[6], '#w', '1')
+      redis.call('HSET', lock_key(lease_key, 'members'), '#w', '1')
     end
     local place = queue_place(queue_key, expiry_key, waiter_id, always_queues, true, arrival_us,
       now_ms, entry_ttl)
     local busy = {0, '', last, 0, tonumber(until_ms) - now_ms, place, 'holders'}
-    local shown = holders_view(KEYS[5], KEYS[6], now_ms, 20)
+    local shown = holders_view(holders_key, lock_key(lease_key, 'members'), now_ms, 20)
     if #shown > 0 then
       busy[2], busy[3], busy[4] = shown[1], shown[2], shown[3]
     end
@@ -195,9 +199,9 @@ if expire_ms then
   redis.call('PEXPIRE', lease_key, expire_ms)
 end
 if epoch_id ~= '' then
-  record_grant(KEYS[7], KEYS[8], exp + delay, fence, node_max, now_ms)
+  record_grant(KEYS[2], KEYS[3], exp + delay, fence, node_max, now_ms)
 end
 if others > 0 then
-  queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
+  queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, from)
 end
 return {1, fence, exp, floor_raised}

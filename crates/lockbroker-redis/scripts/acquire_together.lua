@@ -49,11 +49,24 @@ local function put_back(copy)
   end
 end
 
+-- The keys a lock's step may change, named from its lease hash (the part's
+-- first key, from which the step names the rest: prelude.lua's lock_key).
+-- The old brokers' fence key is only read.
+local function keys_changed(step, lease_key)
+  local keys = {lease_key, lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry'),
+    lock_key(lease_key, 'holders'), lock_key(lease_key, 'members')}
+  if step == 2 then
+    keys[#keys + 1] = lock_key(lease_key, 'released')
+  end
+  return keys
+end
+
 local reply = {1}
 local copies = {}
 for i, part in ipairs(parts_of(KEYS, ARGV)) do
   local step, keys, args = part[1], part[2], part[3]
-  for _, key in ipairs(keys) do
+  local changed = keys_changed(step, keys[1])
+  for _, key in ipairs(changed) do
     copies[#copies + 1] = saved(key)
   end
   local answer
@@ -65,7 +78,7 @@ for i, part in ipairs(parts_of(KEYS, ARGV)) do
   if answer[1] ~= 1 and answer[1] ~= 2 then
     -- Refused: the grants before it are put back; this lock's own answer
     -- (a busy answer marking its holder for a waiter) stands.
-    for c = #copies - #keys, 1, -1 do
+    for c = #copies - #changed, 1, -1 do
       put_back(copies[c])
     end
     local refused = {0, i}

@@ -11,15 +11,14 @@
 -- node that restarted empty since the broker last looked has no such epoch.
 --
 -- KEYS[1] lease hash (with the name's last fence, as acquire.lua keeps it)
--- KEYS[2] the fence key of older brokers (acquire.lua)  KEYS[3] lease horizon
--- KEYS[4] epoch hash  KEYS[5] holder leases, for a shared lease or a permit
--- (holders.lua; absent for an exclusive lease)
+-- KEYS[2] lease horizon  KEYS[3] epoch hash  KEYS[4] holder leases, for a
+-- shared lease or a permit (holders.lua; absent for an exclusive lease)
 -- ARGV[1] token  ARGV[2] fence  ARGV[3] fence_idle_ms  ARGV[4] expected epoch id
 --
 -- Returns {1} when written back, {0} when the node no longer holds the lease,
 -- {-1} when the node is not in good standing (nothing written).
 
-local lease_key, fence_key, horizon_key, epoch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease_key, horizon_key, epoch_key = KEYS[1], KEYS[2], KEYS[3]
 local token, fence, fence_idle = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local _, now_ms = clock()
@@ -29,14 +28,14 @@ if epoch[1] ~= ARGV[4] or tonumber(epoch[2]) > now_ms or epoch[3] == '1' then
 end
 local fence_text = string.format('%d', fence)
 local cur
-if KEYS[5] then
+if KEYS[4] then
   -- A shared lease or a permit: its lease lives in the holder set.
-  local lease = holder_read(KEYS[5], token)
+  local lease = holder_read(KEYS[4], token)
   if not lease or lease.x == '1' or tonumber(lease.e) <= now_ms then
     return {0}
   end
   lease.f = fence_text
-  holder_write(KEYS[5], token, lease)
+  holder_write(KEYS[4], token, lease)
   cur = {token, lease.e, '0', lease.d}
 else
   cur = redis.call('HMGET', lease_key, 'token', 'exp', 'rel', 'delay')
@@ -46,7 +45,7 @@ else
   redis.call('HSET', lease_key, 'fence', fence_text)
 end
 local marks = redis.call('HMGET', lease_key, 'f', 'mu', 'ke')
-if fence > last_fence(marks[1], nil, fence_key) then
+if fence > last_fence(marks[1], nil, lease_key) then
   local expire_ms, ke = lease_hash_expiry(marks[3], marks[1] ~= false,
     tonumber(cur[2]) + tonumber(cur[4]) - now_ms, marks[2], fence_idle, now_ms)
   redis.call('HSET', lease_key, 'f', fence_text)

@@ -3,12 +3,13 @@
 -- lock-delay) and every lease of its holder set, and announces the release
 -- to every broker, exactly as release.lua does.
 --
--- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
--- KEYS[4] holders  KEYS[5] holder leases  KEYS[6] released holders
--- ARGV[1] wake channel  ARGV[2] calling broker id  ARGV[3] lock name
--- ARGV[4] memo_ms: how long each lease ended is remembered as
+-- KEYS[1] lease hash; the name's other keys are named from it (lock_key):
+-- 'queue' and 'queue:expiry' (its fair queue), 'holders', 'members' (holder
+-- leases) and 'released' (released holders)
+-- ARGV[1] what an announcement needs (acquire.lua's ARGV[6])
+-- ARGV[2] memo_ms: how long each lease ended is remembered as
 --         force-released (0: not at all)
--- ARGV[5] principal: the operator who asks ('' for a broker without API keys)
+-- ARGV[3] principal: the operator who asks ('' for a broker without API keys)
 --
 -- Returns {leases ended, highest fence among them, owner of the exclusive
 -- lease ('' for none), 1 when an exclusive lease was among them else 0};
@@ -27,10 +28,11 @@
 -- acquire.lua) stays with the hash, so the next grant still gets a larger
 -- fence.
 
-local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
-local holders_key, members_key, released_key = KEYS[4], KEYS[5], KEYS[6]
-local channel, broker_id, name = ARGV[1], ARGV[2], ARGV[3]
-local memo_ms, principal = tonumber(ARGV[4]), ARGV[5]
+local lease_key = KEYS[1]
+local queue_key, expiry_key = lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry')
+local holders_key, members_key = lock_key(lease_key, 'holders'), lock_key(lease_key, 'members')
+local released_key = lock_key(lease_key, 'released')
+local from, memo_ms, principal = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local _, now_ms = clock()
 local ended, fence, owner, exclusive = 0, 0, '', 0
@@ -102,6 +104,6 @@ if ended > 0 then
   if redis.call('EXISTS', queue_key) == 1 then
     head = queue_head(queue_key, expiry_key, now_ms)
   end
-  announce(channel, broker_id, 'released', name, head)
+  announce(from, 'released', head)
 end
 return {ended, fence, owner, exclusive}

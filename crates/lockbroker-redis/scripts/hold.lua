@@ -3,34 +3,37 @@
 -- exclusive lease (or its lock-delay); permits coexist up to the limit.
 --
 -- KEYS[1] the exclusive lease hash (a semaphore's holds only its last fence,
---         `f`, as acquire.lua keeps it)  KEYS[2] the fence key of older brokers
---         (acquire.lua)  KEYS[3] queue  KEYS[4] queue expiries
--- KEYS[5] holders  KEYS[6] holder leases  KEYS[7] released holders
--- KEYS[8] lease horizon  KEYS[9] epoch hash (quorum mode only)
--- ARGV[1..16] as acquire.lua, always all sent
--- ARGV[17] '1' when the caller joins the queue whenever it is turned away
+--         `f`, as acquire.lua keeps it); the name's other keys are named
+--         from it (lock_key): 'fence' (of older brokers, acquire.lua),
+--         'queue', 'queue:expiry', 'holders', 'members' (holder leases) and
+--         'released' (released holders)
+-- KEYS[2] lease horizon  KEYS[3] epoch hash (quorum mode only)
+-- ARGV[1..14] as acquire.lua, always all sent
+-- ARGV[15] '1' when the caller joins the queue whenever it is turned away
 --          (every waiting shared or permit request does)
--- ARGV[18] the semaphore's limit ('' for a shared lease: no limit)
+-- ARGV[16] the semaphore's limit ('' for a shared lease: no limit)
 --
 -- Returns as acquire.lua ({-2, fence} included: a quorum node whose fence
 -- runs ahead of the proposal grants nothing), and {-3, limit} when permits
 -- take places under another limit.
 
-local lease_key, fence_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holders_key, members_key, released_key = KEYS[5], KEYS[6], KEYS[7]
+local lease_key = KEYS[1]
+local queue_key, expiry_key = lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry')
+local holders_key, members_key = lock_key(lease_key, 'holders'), lock_key(lease_key, 'members')
+local released_key = lock_key(lease_key, 'released')
 local token, ttl, delay = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local fence_idle, floor = tonumber(ARGV[4]), tonumber(ARGV[5])
-local channel, broker_id, name = ARGV[6], ARGV[7], ARGV[8]
-local epoch_id = ARGV[9] or ''
-local owner, rid, principal = ARGV[10], ARGV[11], ARGV[12]
-local waiter_id, entry_ttl = ARGV[13], tonumber(ARGV[14])
-local limit = tonumber(ARGV[18])
+local from = ARGV[6]
+local epoch_id = ARGV[7] or ''
+local owner, rid, principal = ARGV[8], ARGV[9], ARGV[10]
+local waiter_id, entry_ttl = ARGV[11], tonumber(ARGV[12])
+local limit = tonumber(ARGV[16])
 
 local now_us, now_ms = clock()
-local arrival_us = tonumber(ARGV[15]) or now_us
-local waits = ARGV[16] == '1'
+local arrival_us = tonumber(ARGV[13]) or now_us
+local waits = ARGV[14] == '1'
 
-local standing = quorum_standing(KEYS[9], epoch_id, now_ms)
+local standing = quorum_standing(KEYS[3], epoch_id, now_ms)
 if not standing then
   return {-1}
 end
@@ -59,7 +62,7 @@ if held and held.x ~= '1' and tonumber(held.e) > now_ms and (mine == token or he
 end
 
 local function wait_in_line()
-  return queue_place(queue_key, expiry_key, waiter_id, ARGV[17] == '1', false, arrival_us,
+  return queue_place(queue_key, expiry_key, waiter_id, ARGV[15] == '1', false, arrival_us,
     now_ms, entry_ttl)
 end
 
@@ -78,7 +81,7 @@ if cur[1] and cur[5] ~= '1' then
   end
 end
 
-local last = last_fence(cur[8], cur[2], fence_key)
+local last = last_fence(cur[8], cur[2], lease_key)
 
 -- Every permit is taken: the first to free decides when to look again.
 if limit and occupying >= limit then
@@ -138,7 +141,7 @@ else
   redis.call('HSET', lease_key, 'f', fence_text)
 end
 if epoch_id ~= '' then
-  record_grant(KEYS[8], KEYS[9], exp + delay, fence, node_max, now_ms)
+  record_grant(KEYS[2], KEYS[3], exp + delay, fence, node_max, now_ms)
 end
-queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
+queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, from)
 return {1, fence, exp, floor_raised}

@@ -3,21 +3,23 @@
 -- exclusive lease, and announces it when somebody waits for the name: each
 -- release frees one place and wakes one waiter.
 --
--- KEYS[1] holders  KEYS[2] holder leases  KEYS[3] released holders
--- KEYS[4] queue  KEYS[5] queue expiries
--- ARGV[1..8] as release.lua
+-- KEYS[1] the name's lease hash, from which its other keys are named
+-- (lock_key): 'holders', 'members' (holder leases), 'released' (released
+-- holders), 'queue' and 'queue:expiry'
+-- ARGV[1..6] as release.lua
 --
 -- Returns as release.lua.
 
-local holders_key, members_key, released_key = KEYS[1], KEYS[2], KEYS[3]
-local queue_key, expiry_key = KEYS[4], KEYS[5]
-local token, memo_ms = ARGV[1], tonumber(ARGV[2])
-local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
+local lease_key = KEYS[1]
+local holders_key, members_key = lock_key(lease_key, 'holders'), lock_key(lease_key, 'members')
+local released_key = lock_key(lease_key, 'released')
+local queue_key, expiry_key = lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry')
+local token, memo_ms, from = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local _, now_ms = clock()
 
-if (ARGV[6] or '') ~= '' then
-  queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
+if (ARGV[4] or '') ~= '' then
+  queue_join(queue_key, expiry_key, ARGV[4], tonumber(ARGV[5]), now_ms, tonumber(ARGV[6]))
 end
 
 local lease = holder_read(members_key, token)
@@ -58,7 +60,7 @@ if redis.call('EXISTS', queue_key) == 1 then
   head = queue_head(queue_key, expiry_key, now_ms)
 end
 if head or redis.call('HGET', members_key, '#w') == '1' then
-  announce(channel, broker_id, 'released', name, head)
+  announce(from, 'released', head)
 end
 -- With no lease left in the way, nobody waits for one any more.
 if redis.call('ZCARD', holders_key) == 0 then

@@ -2,11 +2,13 @@
 -- Takes a fair waiter that gave up out of a lock's queue. If the lock is free,
 -- the waiter now first in line is told, so the line never stalls on a leaver.
 --
--- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
--- ARGV[1] waiter id  ARGV[2] wake channel  ARGV[3] calling broker id  ARGV[4] lock name
+-- KEYS[1] lease hash; the lock's fair queue ('queue', 'queue:expiry') is
+-- named from it (lock_key)
+-- ARGV[1] waiter id  ARGV[2] what an announcement needs (acquire.lua's ARGV[6])
 
-local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
-local waiter_id, channel, broker_id, name = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local lease_key = KEYS[1]
+local queue_key, expiry_key = lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry')
+local waiter_id, from = ARGV[1], ARGV[2]
 
 local _, now_ms = clock()
 
@@ -17,7 +19,7 @@ local free = not cur[1] or cur[2] == '1' or tonumber(cur[1]) <= now_ms
 if free and redis.call('EXISTS', queue_key) == 1 then
   local head = queue_head(queue_key, expiry_key, now_ms)
   if head then
-    announce(channel, broker_id, 'turn', name, head)
+    announce(from, 'turn', head)
   end
 end
 return 1

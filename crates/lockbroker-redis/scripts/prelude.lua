@@ -1,5 +1,5 @@
 -- Shared by every script (Redis has no `require`, so this text is prepended):
--- Redis's clock, and the announcements brokers subscribe to.
+-- Redis's clock, a lock's keys, and the announcements brokers subscribe to.
 
 -- Redis's clock: microseconds and milliseconds since the Unix epoch.
 local function clock()
@@ -8,12 +8,25 @@ local function clock()
   return now_us, math.floor(now_us / 1000)
 end
 
+-- Another key of the lock whose lease hash is `lease_key`: the keys of one
+-- lock differ only in their last part (keys.rs: '<prefix>:{<name>}:lease',
+-- ':queue', ...), so a step is sent the lease hash's name alone and names
+-- the others itself, and only those it touches. They share its hash tag,
+-- and so its Cluster slot.
+local function lock_key(lease_key, part)
+  return string.sub(lease_key, 1, -6) .. part
+end
+
 -- Tells every broker that a lock freed (kind 'released') or that a fair
 -- waiter is now first in line (kind 'turn'), as one Pub/Sub message:
 -- '<broker id> <kind> <lock name> <fair waiter id, or ->'. wakes.rs reads it.
--- A channel with a hash tag is the lock's own in a Redis Cluster (key
--- prefixes cannot hold braces): it is published on the lock's shard only.
-local function announce(channel, broker_id, kind, name, waiter)
+-- `from` is the step's one argument for announcing, split only here:
+-- '<channel> <broker id> <lock name>' (neither of the last two holds a
+-- space). A channel with a hash tag is the lock's own in a Redis Cluster
+-- (key prefixes cannot hold braces): it is published on the lock's shard
+-- only.
+local function announce(from, kind, waiter)
+  local channel, broker_id, name = string.match(from, '^(.*) (%S+) (%S+)$')
   local command = 'PUBLISH'
   if string.find(channel, '{', 1, true) then
     command = 'SPUBLISH'
@@ -60,15 +73,16 @@ end
 
 -- The last fence issued for a name: the lease hash keeps it (`f`, beside
 -- the fence of the lease it holds, `fence`). A hash without `f` was written
--- by a broker that kept the fence in a key of its own (`fence_key`), which
--- is read then, and only then: one Redis shared by both during an upgrade
--- never issues a fence below one either issued.
-local function last_fence(f, lease_fence, fence_key)
+-- by a broker that kept the fence in a key of its own (the lock's 'fence'
+-- key beside `lease_key`), which is read then, and only then: one Redis
+-- shared by both during an upgrade never issues a fence below one either
+-- issued.
+local function last_fence(f, lease_fence, lease_key)
   local last = tonumber(lease_fence or '0')
   if f then
     return math.max(tonumber(f), last)
   end
-  return math.max(tonumber(redis.call('GET', fence_key) or '0'), last)
+  return math.max(tonumber(redis.call('GET', lock_key(lease_key, 'fence')) or '0'), last)
 end
 
 -- Issues the fence of a grant: above the last one issued (`last`), the time

@@ -73,12 +73,12 @@ end
 -- After a grant to a waiter: the waiter now first in line learns it, so it
 -- can sleep until a lease frees instead of until its next refresh (or take
 -- a place that is still free).
-local function queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, channel, broker_id, name)
+local function queue_tell_next(queue_key, expiry_key, waiter_id, now_ms, from)
   if waiter_id == '' then
     return
   end
   local next_head = queue_head(queue_key, expiry_key, now_ms)
   if next_head then
-    announce(channel, broker_id, 'turn', name, next_head)
+    announce(from, 'turn', next_head)
   end
 end

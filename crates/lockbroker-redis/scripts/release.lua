@@ -8,14 +8,15 @@
 -- apart from the one queue entry a quorum's undone grant puts back and the
 -- release memo it writes over the oldest of the lock's few (memos.lua).
 --
--- KEYS[1] lease hash  KEYS[2] fair queue  KEYS[3] queue expiries
+-- KEYS[1] lease hash; the lock's fair queue ('queue', 'queue:expiry') is
+-- named from it (lock_key)
 -- ARGV[1] token  ARGV[2] memo_ms (0 when a quorum undoes a grant a majority
 --         did not make: no memo then): how long a released lease is remembered so
 --         that a re-sent release reports success instead of a lost lease
--- ARGV[3] wake channel  ARGV[4] calling broker id  ARGV[5] lock name
--- ARGV[6] quorum mode, undoing a grant a majority did not make: the fair
+-- ARGV[3] what an announcement needs (acquire.lua's ARGV[6])
+-- ARGV[4] quorum mode, undoing a grant a majority did not make: the fair
 --         waiter it went to ('' for none), put back in line at its arrival
---         ARGV[7] (Unix µs) for ARGV[8] ms, so a grant that did not happen
+--         ARGV[5] (Unix µs) for ARGV[6] ms, so a grant that did not happen
 --         costs nobody their place
 --
 -- Returns {1, fence, held_ms} when released ({1, fence, -1} for a re-send of
@@ -24,14 +25,14 @@
 -- force-released the lease (while remembered; principal '' for a broker
 -- without API keys), {0} when the token holds no valid lease.
 
-local lease_key, queue_key, expiry_key = KEYS[1], KEYS[2], KEYS[3]
-local token, memo_ms = ARGV[1], tonumber(ARGV[2])
-local channel, broker_id, name = ARGV[3], ARGV[4], ARGV[5]
+local lease_key = KEYS[1]
+local queue_key, expiry_key = lock_key(lease_key, 'queue'), lock_key(lease_key, 'queue:expiry')
+local token, memo_ms, from = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 local _, now_ms = clock()
 
-if (ARGV[6] or '') ~= '' then
-  queue_join(queue_key, expiry_key, ARGV[6], tonumber(ARGV[7]), now_ms, tonumber(ARGV[8]))
+if (ARGV[4] or '') ~= '' then
+  queue_join(queue_key, expiry_key, ARGV[4], tonumber(ARGV[5]), now_ms, tonumber(ARGV[6]))
 end
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'exp', 'rel', 'acq', 'w', 'mn', 'f')
@@ -86,6 +87,6 @@ if redis.call('EXISTS', queue_key) == 1 then
   head = queue_head(queue_key, expiry_key, now_ms)
 end
 if cur[6] == '1' or head then
-  announce(channel, broker_id, 'released', name, head)
+  announce(from, 'released', head)
 end
 return {1, tonumber(cur[2]), now_ms - tonumber(cur[5])}

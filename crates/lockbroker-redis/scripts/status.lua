@@ -1,8 +1,8 @@
 -- Reads a name's state at one instant of Redis time. Changes nothing.
 --
--- KEYS[1] lease hash (with the last issued fence)  KEYS[2] the fence key of
--- older brokers (acquire.lua)  KEYS[3] holders
--- KEYS[4] holder leases  KEYS[5] queue
+-- KEYS[1] lease hash (with the last issued fence); the lock's other keys are
+-- named from it: 'fence', the fence key of older brokers (acquire.lua),
+-- 'holders', 'members' (holder leases) and 'queue'
 --
 -- Returns {held (0/1), owner, last_fence (-1: none), expires_in_ms,
 -- available_in_ms, mode ('exclusive', 'holders' or ''), holders valid,
@@ -13,19 +13,20 @@
 -- available when the last holder does). Each holder shown is four values
 -- (holders.lua).
 
-local lease_key, fence_key, holders_key, members_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease_key = KEYS[1]
+local holders_key, members_key = lock_key(lease_key, 'holders'), lock_key(lease_key, 'members')
 
 local _, now_ms = clock()
 
 local cur = redis.call('HMGET', lease_key, 'token', 'fence', 'owner', 'exp', 'rel', 'delay', 'f')
 local last = -1
-if cur[7] or cur[2] or redis.call('EXISTS', fence_key) == 1 then
-  last = last_fence(cur[7], cur[2], fence_key)
+if cur[7] or cur[2] or redis.call('EXISTS', lock_key(lease_key, 'fence')) == 1 then
+  last = last_fence(cur[7], cur[2], lease_key)
 end
 
 local occupying, valid = holders_count(holders_key, members_key, now_ms)
 local state = {0, '', last, 0, 0, '', valid, occupying, -1, 0,
-  redis.call('ZCARD', KEYS[5])}
+  redis.call('ZCARD', lock_key(lease_key, 'queue'))}
 if occupying > 0 then
   local limit = redis.call('HGET', members_key, '#limit')
   state[9] = tonumber(limit or '-1')

@@ -4,9 +4,13 @@ use lockbroker_core::{LockName, LockPrefix, Space};
 
 /// Builds the Redis keys of a lock under a configurable prefix.
 ///
-/// The lock name sits inside a hash tag (`{...}`), so both keys of one lock map
-/// to the same Redis Cluster slot and one script may touch them together.
-/// [`LockName`] forbids braces, so a name can never break out of its tag.
+/// The lock name sits inside a hash tag (`{...}`), so every key of one lock
+/// maps to the same Redis Cluster slot and one script may touch them
+/// together. [`LockName`] forbids braces, so a name can never break out of
+/// its tag. The keys of one lock differ only after the tag, so a script is
+/// sent the lease hash's name and names the others itself (prelude.lua's
+/// `lock_key`: the lease key without its last five characters, `lease`,
+/// then the part).
 #[derive(Clone, Debug)]
 pub struct KeyLayout {
     prefix: String,
@@ -220,5 +224,26 @@ mod tests {
             keys.lock_wake_channel(&name),
             "lockbroker:{billing:42}:wake"
         );
+    }
+
+    /// What prelude.lua's `lock_key` relies on to name a lock's keys from
+    /// its lease hash's, in every space.
+    #[test]
+    fn every_key_of_a_lock_is_its_lease_key_with_another_last_part() {
+        let keys = KeyLayout::new("lb:x");
+        for space in [Space::Lock, Space::Semaphore, Space::Session] {
+            let name = LockName::parse_in(space, "billing:42").expect("valid");
+            let lease = keys.lease(&name);
+            let stem = lease
+                .strip_suffix("lease")
+                .expect("a lease key ends in lease");
+            let lua_named = |part: &str| format!("{stem}{part}");
+            assert_eq!(keys.fence(&name), lua_named("fence"));
+            assert_eq!(keys.queue(&name), lua_named("queue"));
+            assert_eq!(keys.queue_expiry(&name), lua_named("queue:expiry"));
+            assert_eq!(keys.holders(&name), lua_named("holders"));
+            assert_eq!(keys.members(&name), lua_named("members"));
+            assert_eq!(keys.released(&name), lua_named("released"));
+        }
     }
 }

@@ -308,13 +308,17 @@ pub struct ScriptContext {
 }
 
 impl ScriptContext {
-    /// Where `name`'s releases are announced.
-    pub fn wake_channel_of(&self, name: &lockbroker_core::LockName) -> String {
-        if self.wakes_per_lock {
-            self.keys.lock_wake_channel(name)
-        } else {
-            self.wake_channel.clone()
-        }
+    /// What a script that may announce a change of `name` needs, as one
+    /// argument (prelude.lua's `announce` splits it only when it announces):
+    /// `<channel> <broker id> <lock name>`. Neither of the last two holds a
+    /// space (wakes.rs splits the announcement itself on spaces), so the
+    /// channel, a key prefix's own, may.
+    pub fn announcer_of(&self, name: &lockbroker_core::LockName) -> String {
+        let channel = match self.wakes_per_lock {
+            true => std::borrow::Cow::Owned(self.keys.lock_wake_channel(name)),
+            false => std::borrow::Cow::Borrowed(self.wake_channel.as_str()),
+        };
+        [&*channel, self.broker_id.as_str(), &name.wire()].join(" ")
     }
 }
 

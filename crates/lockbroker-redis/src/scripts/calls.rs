@@ -24,24 +24,20 @@ pub use quorum::{AdoptFenceCall, Adoption, Epoch, EpochCall, ReadmitCall};
 pub use sessions::{SessionForgetCall, SessionReadCall, SessionWriteCall};
 pub use together::{AcquireTogetherCall, AcquiredTogether, ExtendPart, ExtendTogetherCall, Part};
 
-/// The keys of the scripts that may free a lock: its lease and fair queue.
-fn queue_keys(context: &ScriptContext, name: &LockName) -> Vec<String> {
-    let keys = &context.keys;
-    vec![keys.lease(name), keys.queue(name), keys.queue_expiry(name)]
+/// The one key of a script that names the lock's other keys itself from
+/// it (prelude.lua's `lock_key`): its lease hash.
+fn lease_key(context: &ScriptContext, name: &LockName) -> Vec<String> {
+    vec![context.keys.lease(name)]
 }
 
-/// What a script needs to announce a freed lock: the channel, this broker's
-/// id and the lock name, after the script's own arguments.
+/// What a script needs to announce a freed lock, after the script's own
+/// arguments ([`ScriptContext::announcer_of`]).
 fn with_announcement(
     context: &ScriptContext,
     name: &LockName,
     mut args: Vec<String>,
 ) -> Vec<String> {
-    args.extend([
-        context.wake_channel_of(name),
-        context.broker_id.clone(),
-        name.wire(),
-    ]);
+    args.push(context.announcer_of(name));
     args
 }
 
@@ -154,7 +150,7 @@ impl ScriptCall for ReleaseCall<'_> {
     const SCRIPT: ScriptName = ScriptName::Release;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        queue_keys(context, self.name)
+        lease_key(context, self.name)
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
@@ -209,14 +205,7 @@ impl ScriptCall for StatusCall<'_> {
     const SCRIPT: ScriptName = ScriptName::Status;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let (keys, name) = (&context.keys, self.name);
-        vec![
-            keys.lease(name),
-            keys.fence(name),
-            keys.holders(name),
-            keys.members(name),
-            keys.queue(name),
-        ]
+        lease_key(context, self.name)
     }
 
     fn args(&self, _: &ScriptContext) -> Vec<String> {
@@ -269,7 +258,7 @@ impl ScriptCall for LeaveQueueCall<'_> {
     const SCRIPT: ScriptName = ScriptName::LeaveQueue;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        queue_keys(context, self.name)
+        lease_key(context, self.name)
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
@@ -294,10 +283,7 @@ impl ScriptCall for ForceReleaseCall<'_> {
     const SCRIPT: ScriptName = ScriptName::ForceRelease;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let (keys, name) = (&context.keys, self.name);
-        let mut all = queue_keys(context, name);
-        all.extend([keys.holders(name), keys.members(name), keys.released(name)]);
-        all
+        lease_key(context, self.name)
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {

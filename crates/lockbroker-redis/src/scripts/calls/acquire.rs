@@ -13,7 +13,7 @@ use super::unknown_code;
 
 /// The arguments `acquire.lua` is always sent; the rest go only up to the
 /// last that is not empty.
-const ALWAYS_SENT: usize = 8;
+const ALWAYS_SENT: usize = 6;
 
 /// Where among the arguments of `acquire.lua` and `hold.lua` (from 0) a
 /// quorum node's epoch goes: first after those always sent, so that a
@@ -75,28 +75,18 @@ pub struct Acquired {
 }
 
 impl AcquireCall<'_> {
-    /// The name's keys both scripts share, then those of `hold.lua` alone,
+    /// The lease hash, from which both scripts name the lock's other keys,
     /// then the node's own in quorum mode.
-    fn keys_with(&self, context: &ScriptContext, released: bool) -> Vec<String> {
-        let (keys, name) = (&context.keys, self.params.name);
-        let mut all = vec![
-            keys.lease(name),
-            keys.fence(name),
-            keys.queue(name),
-            keys.queue_expiry(name),
-            keys.holders(name),
-            keys.members(name),
-        ];
-        if released {
-            all.push(keys.released(name));
-        }
+    fn all_keys(&self, context: &ScriptContext) -> Vec<String> {
+        let keys = &context.keys;
+        let mut all = vec![keys.lease(self.params.name)];
         if self.epoch.is_some() {
             all.extend([keys.horizon(), keys.epoch()]);
         }
         all
     }
 
-    /// Every argument, in `acquire.lua`'s order: the eight always needed,
+    /// Every argument, in `acquire.lua`'s order: the six always needed,
     /// then those most requests leave empty.
     fn all_args(&self, context: &ScriptContext) -> Vec<String> {
         let params = self.params;
@@ -107,9 +97,7 @@ impl AcquireCall<'_> {
             params.lock_delay.as_millis().to_string(),
             context.fence_idle_ms.to_string(),
             self.fence_floor.to_string(),
-            context.wake_channel_of(params.name),
-            context.broker_id.clone(),
-            params.name.wire(),
+            context.announcer_of(params.name),
             self.epoch.unwrap_or("").to_owned(),
             params.owner.map_or("", |o| o.as_str()).to_owned(),
             params.request_id.map_or("", |r| r.as_str()).to_owned(),
@@ -140,7 +128,7 @@ impl ScriptCall for AcquireCall<'_> {
     const SCRIPT: ScriptName = ScriptName::Acquire;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        self.keys_with(context, false)
+        self.all_keys(context)
     }
 
     /// The arguments without the empty ones at the end: Redis turns every
@@ -164,7 +152,7 @@ impl ScriptCall for HoldCall<'_> {
     const SCRIPT: ScriptName = ScriptName::Hold;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        self.0.keys_with(context, true)
+        self.0.all_keys(context)
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {

@@ -29,19 +29,10 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// The eight arguments every acquire of [`Request`] sends, with `floor`,
+/// The six arguments every acquire of [`Request`] sends, with `floor`,
 /// then `optional` (the ones it gives, up to the last).
 fn acquire_args(floor: &str, optional: &[&str]) -> Vec<String> {
-    let always = [
-        TOKEN,
-        "30000",
-        "500",
-        "604800000",
-        floor,
-        "lb:wake",
-        "b1",
-        "job",
-    ];
+    let always = [TOKEN, "30000", "500", "604800000", floor, "lb:wake b1 job"];
     strings(&[&always[..], optional].concat())
 }
 
@@ -97,7 +88,7 @@ const FAIR: FairEntry<'static> = FairEntry {
 };
 
 #[test]
-fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_given() {
+fn an_exclusive_acquire_sends_the_lease_key_and_its_arguments_up_to_the_last_given() {
     let request = Request::new(Space::Lock);
     let params = request.params(LeaseKind::Exclusive, None);
     let call = AcquireCall {
@@ -106,17 +97,7 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_gi
         epoch: None,
     };
     let context = context(false);
-    assert_eq!(
-        call.keys(&context),
-        strings(&[
-            "lb:{job}:lease",
-            "lb:{job}:fence",
-            "lb:{job}:queue",
-            "lb:{job}:queue:expiry",
-            "lb:{job}:holders",
-            "lb:{job}:members",
-        ])
-    );
+    assert_eq!(call.keys(&context), strings(&["lb:{job}:lease"]));
     assert_eq!(
         call.args(&context),
         acquire_args("42", &["", "worker-1", "r-7", "ops"])
@@ -124,7 +105,7 @@ fn an_exclusive_acquire_sends_the_locks_keys_and_its_arguments_up_to_the_last_gi
 }
 
 #[test]
-fn an_acquire_that_names_nothing_optional_sends_eight_arguments() {
+fn an_acquire_that_names_nothing_optional_sends_six_arguments() {
     let request = Request::new(Space::Lock);
     let params = naming_nothing(request.params(LeaseKind::Exclusive, None));
     let call = AcquireCall {
@@ -145,8 +126,10 @@ fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
         epoch: Some("e-9"),
     };
     let context = context(true);
-    let keys = call.keys(&context);
-    assert_eq!(keys[6..], strings(&["lb:horizon", "lb:epoch"]));
+    assert_eq!(
+        call.keys(&context),
+        strings(&["lb:{job}:lease", "lb:horizon", "lb:epoch"])
+    );
     assert_eq!(
         call.args(&context),
         acquire_args(
@@ -167,7 +150,7 @@ fn a_fair_waiter_on_a_quorum_node_sends_its_arrival_and_the_nodes_epoch() {
 }
 
 #[test]
-fn a_quorum_node_is_sent_its_epoch_right_after_the_eight_and_nothing_empty_after_it() {
+fn a_quorum_node_is_sent_its_epoch_right_after_the_six_and_nothing_empty_after_it() {
     let request = Request::new(Space::Lock);
     let params = naming_nothing(request.params(LeaseKind::Exclusive, None));
     let call = AcquireCall {
@@ -179,7 +162,7 @@ fn a_quorum_node_is_sent_its_epoch_right_after_the_eight_and_nothing_empty_after
 }
 
 #[test]
-fn a_permit_adds_the_released_holders_key_and_its_limit() {
+fn a_permit_sends_the_lease_key_every_argument_and_its_limit() {
     let request = Request::new(Space::Semaphore);
     let params = request.params(LeaseKind::Permit, None);
     let call = HoldCall(AcquireCall {
@@ -188,26 +171,19 @@ fn a_permit_adds_the_released_holders_key_and_its_limit() {
         epoch: None,
     });
     let context = context(false);
-    assert_eq!(
-        call.keys(&context),
-        strings(&[
-            "lb:sem:{job}:lease",
-            "lb:sem:{job}:fence",
-            "lb:sem:{job}:queue",
-            "lb:sem:{job}:queue:expiry",
-            "lb:sem:{job}:holders",
-            "lb:sem:{job}:members",
-            "lb:sem:{job}:released",
-        ])
-    );
+    assert_eq!(call.keys(&context), strings(&["lb:sem:{job}:lease"]));
     let args = call.args(&context);
     assert_eq!(
         args.len(),
-        18,
+        16,
         "every argument, the empty ones too, then the limit"
     );
-    assert_eq!((args[8].as_str(), args[13].as_str()), ("", ""));
-    assert_eq!((args[9].as_str(), args[17].as_str()), ("worker-1", "3"));
+    assert_eq!(
+        args[5], "lb:wake b1 s/job",
+        "the semaphore's name on the wire"
+    );
+    assert_eq!((args[6].as_str(), args[11].as_str()), ("", ""));
+    assert_eq!((args[7].as_str(), args[15].as_str()), ("worker-1", "3"));
 }
 
 #[test]
@@ -237,13 +213,10 @@ fn extend_release_and_status_send_what_their_headers_say() {
         requeue: None,
         undo: false,
     };
-    assert_eq!(
-        release.keys(&context),
-        strings(&["lb:{job}:lease", "lb:{job}:queue", "lb:{job}:queue:expiry"])
-    );
+    assert_eq!(release.keys(&context), strings(&["lb:{job}:lease"]));
     assert_eq!(
         release.args(&context),
-        strings(&[TOKEN, "60000", "lb:wake", "b1", "job"])
+        strings(&[TOKEN, "60000", "lb:wake b1 job"])
     );
     let undo = ReleaseCall {
         requeue: Some(FAIR),
@@ -255,9 +228,7 @@ fn extend_release_and_status_send_what_their_headers_say() {
         strings(&[
             TOKEN,
             "0",
-            "lb:wake",
-            "b1",
-            "job",
+            "lb:wake b1 job",
             "w-1",
             "1700000000000000",
             "4000"
@@ -267,16 +238,7 @@ fn extend_release_and_status_send_what_their_headers_say() {
     let status = StatusCall {
         name: &request.name,
     };
-    assert_eq!(
-        status.keys(&context),
-        strings(&[
-            "lb:{job}:lease",
-            "lb:{job}:fence",
-            "lb:{job}:holders",
-            "lb:{job}:members",
-            "lb:{job}:queue",
-        ])
-    );
+    assert_eq!(status.keys(&context), strings(&["lb:{job}:lease"]));
     assert!(status.args(&context).is_empty());
 }
 
@@ -319,4 +281,23 @@ fn the_text_made_once_for_every_node_is_each_nodes_own_with_its_epoch_in() {
             }
         }
     }
+}
+
+#[test]
+fn a_cluster_announces_on_the_locks_own_channel() {
+    let request = Request::new(Space::Lock);
+    let context = ScriptContext {
+        wakes_per_lock: true,
+        ..context(false)
+    };
+    let release = ReleaseCall {
+        name: &request.name,
+        token: &request.token,
+        requeue: None,
+        undo: false,
+    };
+    assert_eq!(
+        release.args(&context),
+        strings(&[TOKEN, "60000", "lb:{job}:wake b1 job"])
+    );
 }

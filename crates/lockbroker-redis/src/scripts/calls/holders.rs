@@ -42,14 +42,7 @@ impl ScriptCall for HoldReleaseCall<'_> {
     const SCRIPT: ScriptName = ScriptName::HoldRelease;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let (keys, name) = (&context.keys, self.0.name);
-        vec![
-            keys.holders(name),
-            keys.members(name),
-            keys.released(name),
-            keys.queue(name),
-            keys.queue_expiry(name),
-        ]
+        self.0.keys(context)
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {

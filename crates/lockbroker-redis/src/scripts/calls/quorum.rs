@@ -34,12 +34,7 @@ impl ScriptCall for AdoptFenceCall<'_> {
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
         let keys = &context.keys;
-        let mut all = vec![
-            keys.lease(self.name),
-            keys.fence(self.name),
-            keys.horizon(),
-            keys.epoch(),
-        ];
+        let mut all = vec![keys.lease(self.name), keys.horizon(), keys.epoch()];
         if self.token.kind() != LeaseKind::Exclusive {
             all.push(keys.members(self.name));
         }
