@@ -2,13 +2,15 @@
 -- Sets the remaining validity of a shared lease or a permit to ttl_ms, as
 -- extend.lua does for an exclusive lease.
 --
--- KEYS[1] holders  KEYS[2] holder leases  KEYS[3] lease horizon (quorum mode only)
+-- KEYS[1] the name's lease hash, from which its holder set ('holders') and
+-- holder leases ('members') are named (lock_key)
+-- KEYS[2] lease horizon (quorum mode only)
 -- ARGV[1] token  ARGV[2] ttl_ms  ARGV[3] max_hold_ms (0: no limit)
 --
 -- Returns as extend.lua, with the semaphore's limit in force (-1 for none)
 -- after an extended lease's owner.
 
-local holders_key, members_key = KEYS[1], KEYS[2]
+local holders_key, members_key = lock_key(KEYS[1], 'holders'), lock_key(KEYS[1], 'members')
 local token, ttl, max_hold = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 
 local _, now_ms = clock()
@@ -38,8 +40,8 @@ holder_write(members_key, token, lease)
 redis.call('ZADD', holders_key, 'XX', new_exp + delay, token)
 keep_for(holders_key, ttl + delay)
 keep_for(members_key, ttl + delay)
-if KEYS[3] then
-  raise_horizon(KEYS[3], new_exp + delay, now_ms)
+if KEYS[2] then
+  raise_horizon(KEYS[2], new_exp + delay, now_ms)
 end
 return {1, tonumber(lease.f), ttl, new_exp, lease.o,
   tonumber(redis.call('HGET', members_key, '#limit') or '-1')}

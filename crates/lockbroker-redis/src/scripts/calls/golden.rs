@@ -7,7 +7,9 @@ use lockbroker_core::{
     RequestId, Space, Ttl,
 };
 
-use super::{AcquireCall, ExtendCall, HoldCall, ReleaseCall, StatusCall};
+use super::{
+    AcquireCall, ExtendCall, HoldCall, HoldExtendCall, HoldReleaseCall, ReleaseCall, StatusCall,
+};
 use crate::keys::KeyLayout;
 use crate::scripts::{ScriptCall, ScriptContext};
 
@@ -299,5 +301,33 @@ fn a_cluster_announces_on_the_locks_own_channel() {
     assert_eq!(
         release.args(&context),
         strings(&[TOKEN, "60000", "lb:{job}:wake b1 job"])
+    );
+}
+
+#[test]
+fn a_permits_extend_and_release_send_the_semaphores_lease_key_alone() {
+    let request = Request::new(Space::Semaphore);
+    let (single, quorum) = (context(false), context(true));
+    let extend = HoldExtendCall(ExtendCall {
+        name: &request.name,
+        token: &request.token,
+        ttl: Ttl::parse("ttl_ms", 10_000, 3_600_000).expect("ttl"),
+        max_hold_ms: 0,
+    });
+    assert_eq!(extend.keys(&single), strings(&["lb:sem:{job}:lease"]));
+    assert_eq!(
+        extend.keys(&quorum),
+        strings(&["lb:sem:{job}:lease", "lb:horizon"])
+    );
+    let release = HoldReleaseCall(ReleaseCall {
+        name: &request.name,
+        token: &request.token,
+        requeue: None,
+        undo: false,
+    });
+    assert_eq!(release.keys(&single), strings(&["lb:sem:{job}:lease"]));
+    assert_eq!(
+        release.args(&single),
+        strings(&[TOKEN, "60000", "lb:wake b1 s/job"])
     );
 }

@@ -16,12 +16,7 @@ impl ScriptCall for HoldExtendCall<'_> {
     const SCRIPT: ScriptName = ScriptName::HoldExtend;
 
     fn keys(&self, context: &ScriptContext) -> Vec<String> {
-        let (keys, name) = (&context.keys, self.0.name);
-        let mut all = vec![keys.holders(name), keys.members(name)];
-        if context.quorum_node {
-            all.push(keys.horizon());
-        }
-        all
+        self.0.keys(context)
     }
 
     fn args(&self, context: &ScriptContext) -> Vec<String> {
