@@ -72,6 +72,26 @@ impl Request {
             waits: fair.is_some(),
         }
     }
+
+    /// An extend of the lease to 10 seconds, with no limit on its hold.
+    fn extend(&self) -> ExtendCall<'_> {
+        ExtendCall {
+            name: &self.name,
+            token: &self.token,
+            ttl: Ttl::parse("ttl_ms", 10_000, 3_600_000).expect("ttl"),
+            max_hold_ms: 0,
+        }
+    }
+
+    /// The lease's release by its holder.
+    fn release(&self) -> ReleaseCall<'_> {
+        ReleaseCall {
+            name: &self.name,
+            token: &self.token,
+            requeue: None,
+            undo: false,
+        }
+    }
 }
 
 static ANONYMOUS: Principal = Principal::ANONYMOUS;
@@ -192,12 +212,7 @@ fn a_permit_sends_the_lease_key_every_argument_and_its_limit() {
 fn extend_release_and_status_send_what_their_headers_say() {
     let request = Request::new(Space::Lock);
     let context = context(false);
-    let extend = ExtendCall {
-        name: &request.name,
-        token: &request.token,
-        ttl: Ttl::parse("ttl_ms", 10_000, 3_600_000).expect("ttl"),
-        max_hold_ms: 0,
-    };
+    let extend = request.extend();
     assert_eq!(extend.keys(&context), strings(&["lb:{job}:lease"]));
     assert_eq!(
         extend.args(&context),
@@ -209,12 +224,7 @@ fn extend_release_and_status_send_what_their_headers_say() {
         strings(&["lb:{job}:lease", "lb:horizon"])
     );
 
-    let release = ReleaseCall {
-        name: &request.name,
-        token: &request.token,
-        requeue: None,
-        undo: false,
-    };
+    let release = request.release();
     assert_eq!(release.keys(&context), strings(&["lb:{job}:lease"]));
     assert_eq!(
         release.args(&context),
@@ -292,12 +302,7 @@ fn a_cluster_announces_on_the_locks_own_channel() {
         wakes_per_lock: true,
         ..context(false)
     };
-    let release = ReleaseCall {
-        name: &request.name,
-        token: &request.token,
-        requeue: None,
-        undo: false,
-    };
+    let release = request.release();
     assert_eq!(
         release.args(&context),
         strings(&[TOKEN, "60000", "lb:{job}:wake b1 job"])
@@ -308,23 +313,13 @@ fn a_cluster_announces_on_the_locks_own_channel() {
 fn a_permits_extend_and_release_send_the_semaphores_lease_key_alone() {
     let request = Request::new(Space::Semaphore);
     let (single, quorum) = (context(false), context(true));
-    let extend = HoldExtendCall(ExtendCall {
-        name: &request.name,
-        token: &request.token,
-        ttl: Ttl::parse("ttl_ms", 10_000, 3_600_000).expect("ttl"),
-        max_hold_ms: 0,
-    });
+    let extend = HoldExtendCall(request.extend());
     assert_eq!(extend.keys(&single), strings(&["lb:sem:{job}:lease"]));
     assert_eq!(
         extend.keys(&quorum),
         strings(&["lb:sem:{job}:lease", "lb:horizon"])
     );
-    let release = HoldReleaseCall(ReleaseCall {
-        name: &request.name,
-        token: &request.token,
-        requeue: None,
-        undo: false,
-    });
+    let release = HoldReleaseCall(request.release());
     assert_eq!(release.keys(&single), strings(&["lb:sem:{job}:lease"]));
     assert_eq!(
         release.args(&single),
